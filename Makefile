@@ -1,0 +1,31 @@
+# quotagate — build/test entry points. `make` (= `make test`) is what CI runs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := test
+
+FRAMEWORK   ?= chi            # demo: chi | echo | gin | fiber | nethttp
+REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
+BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
+
+.PHONY: test demo redis-up redis-down bench
+
+## test: vet + race-test every module (starts throwaway Redis if redis-server exists)
+test:
+	scripts/test.sh
+
+## demo: run the demo load driver against one framework's example server
+demo:
+	cd examples && go run ./demo -framework $(strip $(FRAMEWORK))
+
+## redis-up: start a standalone Redis + 3-master Cluster on free loopback ports
+redis-up:
+	scripts/redis.sh up $(strip $(REDIS_STATE))
+	@echo "now run:  . $(strip $(REDIS_STATE))/env"
+
+## redis-down: stop the servers started by redis-up and remove their state dir
+redis-down:
+	scripts/redis.sh down $(strip $(REDIS_STATE))
+
+## bench: benchmarks of the bench/ module
+bench:
+	@test -f bench/go.mod || { echo "bench/go.mod does not exist yet"; exit 1; }
+	cd bench && go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...

@@ -1,0 +1,114 @@
+package limit
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// bucket returns the bucket of a request: the policy Name, or the Shared
+// signature, or for PerRoute the normalised route template plus the signature
+// ("/v1/notes/{id} 100p60"). A PerRoute request with no matched route falls
+// back to Shared and reports IssueRouteUnknown.
+func (l *Limiter) bucket(r *Request) string {
+	if l.policy.Name != "" || l.policy.Scope != PerRoute {
+		return l.shared
+	}
+	if r.Route == "" {
+		l.issue(l.shared, IssueRouteUnknown)
+		return l.shared
+	}
+	return l.routes.bucket(r.Route, l.res.signature)
+}
+
+// maxCachedRoutes bounds the route cache. Templates come from the router's
+// configuration, never from the request path, so a real application has far
+// fewer; past the bound buckets are still correct, only computed per call.
+const maxCachedRoutes = 4096
+
+// routeCache maps raw route templates to PerRoute bucket names. Reads are
+// lock-free (an immutable map behind an atomic pointer); a miss copies the map
+// under a mutex. Lookups with a string key do not allocate.
+type routeCache struct {
+	m  atomic.Pointer[map[string]string]
+	mu sync.Mutex
+}
+
+func (c *routeCache) bucket(route, sig string) string {
+	if m := c.m.Load(); m != nil {
+		if b, ok := (*m)[route]; ok {
+			return b
+		}
+	}
+	b := NormalizeRoute(route) + " " + sig
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	n := 0
+	if old != nil {
+		n = len(*old)
+	}
+	if n >= maxCachedRoutes {
+		return b
+	}
+	next := make(map[string]string, n+1)
+	if old != nil {
+		for k, v := range *old {
+			next[k] = v
+		}
+	}
+	next[strings.Clone(route)] = b
+	c.m.Store(&next)
+	return b
+}
+
+// NormalizeRoute rewrites a router's route template into quotagate's bucket
+// spelling, so that one route has one bucket name whatever the router:
+//   - a net/http method and host prefix is dropped ("GET example.com/a" -> "/a");
+//   - ":name" (echo, gin) becomes "{name}";
+//   - "{name:regexp}" (chi) and "{name...}" (net/http) become "{name}";
+//   - "*name" (gin catch-all) becomes "{name}"; a bare "*" stays;
+//   - net/http's end anchor "{$}" is dropped.
+//
+// It is pure and safe for concurrent use.
+func NormalizeRoute(route string) string {
+	if i := strings.IndexByte(route, ' '); i >= 0 {
+		route = strings.TrimLeft(route[i+1:], " ")
+	}
+	if route != "" && route[0] != '/' {
+		if i := strings.IndexByte(route, '/'); i >= 0 {
+			route = route[i:]
+		} else {
+			route = "/"
+		}
+	}
+	if !strings.ContainsAny(route, ":{*") {
+		return route
+	}
+	segs := strings.Split(route, "/")
+	for i, seg := range segs {
+		segs[i] = normalizeSegment(seg)
+	}
+	out := strings.TrimSuffix(strings.Join(segs, "/"), "/{$}")
+	if out == "" {
+		out = "/"
+	}
+	return out
+}
+
+func normalizeSegment(seg string) string {
+	switch {
+	case strings.HasPrefix(seg, ":") && len(seg) > 1:
+		return "{" + seg[1:] + "}"
+	case strings.HasPrefix(seg, "*") && len(seg) > 1:
+		return "{" + seg[1:] + "}"
+	case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):
+		name := seg[1 : len(seg)-1]
+		if i := strings.IndexByte(name, ':'); i >= 0 {
+			name = name[:i]
+		}
+		name = strings.TrimSuffix(name, "...")
+		return "{" + name + "}"
+	}
+	return seg
+}

@@ -1,0 +1,21 @@
+// Package limit is quotagate's framework-agnostic rate-limiting engine.
+//
+// A [Limiter] takes an abstract view of one HTTP request ([Request]: matched
+// route template, method, path, socket peer, header access, the framework's
+// native context), derives whose allowance it draws on (the identity) and which
+// allowance (the bucket), asks a [Store] for one atomic decision, and returns a
+// [Response]: the [Decision] plus the headers to set and, when the request is
+// denied, the status and body to send. Router adapters (chilimit, echolimit,
+// ginlimit, fiberlimit, httplimit) only translate their framework's request into
+// a [Request] and copy the [Response] back; they hold no policy.
+//
+// Three algorithms are built in: [SlidingWindow] (the default), [FixedWindow]
+// and [TokenBucket] (implemented as GCRA). Their arithmetic lives in this
+// package ([Op.Apply]) so that every store gives bit-for-bit identical
+// decisions for the same inputs: time is integer milliseconds and every
+// intermediate product stays below 2^53, which [New] enforces.
+//
+// Non-HTTP call sites use [Limiter.Consume] with an identity string.
+//
+// The package imports only the standard library.
+package limit

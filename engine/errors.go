@@ -1,0 +1,15 @@
+package limit
+
+import "errors"
+
+var (
+	// ErrInvalidPolicy means New rejected a Policy field; the wrapped message
+	// names the field and the bound it broke.
+	ErrInvalidPolicy = errors.New("limit: invalid policy")
+	// ErrInvalidOption means New rejected an Option; the wrapped message names
+	// the option.
+	ErrInvalidOption = errors.New("limit: invalid option")
+	// ErrStorePanic means a Store's Take panicked; the engine recovered and
+	// treated it as a store failure.
+	ErrStorePanic = errors.New("limit: store panicked")
+)

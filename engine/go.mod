@@ -1,0 +1,3 @@
+module github.com/quotagate/quotagate/engine
+
+go 1.26

@@ -1,0 +1,77 @@
+package limit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// maxRawIdentity is the longest identity stored as is; longer ones (and all
+// of them with WithHashKeys) are stored as their hex SHA-256 digest.
+const maxRawIdentity = 128
+
+// FNV-1a, 64 bit. Inlined rather than hash/fnv so that hashing a []byte does
+// not allocate behind an interface.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnvAdd(h uint64, b []byte) uint64 {
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime
+	}
+	return h
+}
+
+func fnvAddString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// appendIdentity appends the key form of a raw identity to buf: the identity
+// itself, or "h:" + hex SHA-256 when it is longer than 128 bytes or HashKeys
+// is on; raw identities get "r:". The tag keeps a hashed identity from ever
+// colliding with a raw one.
+func (l *Limiter) appendIdentity(buf []byte, identity string) []byte {
+	if len(identity) > maxRawIdentity || l.cfg.hashKeys {
+		sum := sha256.Sum256([]byte(identity))
+		buf = append(buf, "h:"...)
+		return hex.AppendEncode(buf, sum[:])
+	}
+	buf = append(buf, "r:"...)
+	return append(buf, identity...)
+}
+
+// appendKey appends the store key of (bucket, id) to buf, where id is the
+// output of appendIdentity:
+//
+//	<prefix>:{<tag>}:<bucket>:<algorithm letter>:<r|h>:<identity>
+//
+// The tag is 8 hex digits of the FNV-1a hash of (bucket, id): the braces make
+// it the Redis Cluster hash tag, so every key of one (bucket, identity) lives
+// in one slot, and braces later in the bucket (route templates) cannot take
+// the slot over because Redis uses the first "{...}" only. It also returns the
+// 64-bit hash (for store sharding) and the window phase: FNV-1a of the
+// identity modulo the window, or 0 with AlignWindows or a TokenBucket.
+func (l *Limiter) appendKey(buf []byte, bucket string, id []byte) ([]byte, uint64, int64) {
+	h := fnvAddString(fnvOffset, bucket)
+	h *= fnvPrime // a zero separator byte between the two parts (h ^= 0 is a no-op)
+	h = fnvAdd(h, id)
+	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
+	buf = append(buf, l.cfg.keyPrefix...)
+	buf = append(buf, ":{"...)
+	buf = hex.AppendEncode(buf, tag[:])
+	buf = append(buf, "}:"...)
+	buf = append(buf, bucket...)
+	buf = append(buf, ':', l.policy.Algorithm.letter(), ':')
+	buf = append(buf, id...)
+	var phase int64
+	if !l.policy.AlignWindows && l.policy.Algorithm != TokenBucket {
+		phase = int64(fnvAdd(fnvOffset, id) % uint64(l.res.windowMS))
+	}
+	return buf, h, phase
+}

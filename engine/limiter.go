@@ -1,0 +1,346 @@
+package limit
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Request is the framework-agnostic view of one HTTP request that adapters
+// build. Strings must stay valid for the duration of the call (fiber adapters
+// copy theirs first); the engine keeps none of them afterwards.
+type Request struct {
+	// Route is the matched route template in the router's own spelling
+	// ("/v1/notes/{id}", "/v1/notes/:id", "GET /v1/notes/{id}"), "" when no
+	// route is known. The engine normalises it to "{param}" form for PerRoute
+	// buckets and uses it verbatim as the handler metrics label.
+	Route string
+	// Method is the request method. It never selects a bucket.
+	Method string
+	// Path is the request path. It never selects a bucket.
+	Path string
+	// Peer is the socket peer, "ip:port", "[ipv6%zone]:port" or a bare
+	// address; "" when unknown.
+	Peer string
+	// Header gives access to request headers; nil means none. It is read only
+	// for configured trusted headers.
+	Header Header
+	// Native is the framework's own request or context (*http.Request,
+	// echo.Context, *gin.Context, *fiber.Ctx) for typed key functions.
+	Native any
+}
+
+// Header is read access to request header lines. http.Header implements it.
+// Values returns every line of the named header, in order.
+type Header interface {
+	Values(name string) []string
+}
+
+var _ Header = http.Header(nil)
+
+// Decision is the engine's answer for one request or Consume call.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Outcome is allowed, limited or degraded.
+	Outcome Outcome
+	// Limit is the quota per window of the policy that decided (reduced for
+	// the fallback bucket).
+	Limit int64
+	// Remaining is how many more cost-1 requests would be admitted now;
+	// never negative; 0 when Outcome is degraded.
+	Remaining int64
+	// ResetAfter is the time until the whole quota is back (FixedWindow: the
+	// end of the window); 0 when degraded.
+	ResetAfter time.Duration
+	// RetryAfter is, when denied, the earliest time after which the same
+	// request will be admitted with no further traffic; 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAt is the store's clock reading plus ResetAfter.
+	ResetAt time.Time
+	// Bucket is the bucket name.
+	Bucket string
+	// KeySource is where the identity came from.
+	KeySource KeySource
+	// Policy is the deciding policy (read-only).
+	Policy *Policy
+}
+
+// Limiter applies one Policy through one Store. It is safe for concurrent use
+// and is meant to be created once and shared (by several mounts too: every
+// mount of one Limiter draws on the same buckets).
+type Limiter struct {
+	store   Store
+	policy  Policy
+	res     resolved
+	cfg     *config
+	shared  string // the Shared-scope bucket: Name or signature
+	routes  routeCache
+	headers headerSet
+	scratch sync.Pool
+}
+
+// scratch is per-call working memory, pooled so that the allowed path does not
+// allocate: the Op handed to the store lives here, with the key bytes.
+type scratch struct {
+	op  Op
+	key []byte
+	id  []byte
+}
+
+// New returns a Limiter for policy p on store s. Zero Policy fields take
+// their defaults (Limit 100, Window 60 s, SlidingWindow). Errors wrap
+// ErrInvalidPolicy or ErrInvalidOption and name the field or option.
+func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: store is nil", ErrInvalidOption)
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return newLimiter(s, p, cfg)
+}
+
+// MustNew is New for package-level variables; it panics on error.
+func MustNew(s Store, p Policy, opts ...Option) *Limiter {
+	l, err := New(s, p, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
+
+// With returns a Limiter for policy p that shares this Limiter's store and
+// options: the way to apply another policy (a per-route mount, a Consume call
+// site with its own quota) under the same process-wide settings.
+func (l *Limiter) With(p Policy) (*Limiter, error) {
+	return newLimiter(l.store, p, l.cfg)
+}
+
+func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
+	res, err := p.resolve()
+	if err != nil {
+		return nil, err
+	}
+	if p.FailureMode == FailLocal && cfg.localStore == nil {
+		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
+	}
+	l := &Limiter{store: s, policy: p, res: res, cfg: cfg}
+	l.shared = res.signature
+	if p.Name != "" {
+		l.shared = p.Name
+	}
+	l.headers = newHeaderSet(l.shared, res)
+	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128), id: make([]byte, 0, 64)} }
+	return l, nil
+}
+
+// Policy returns the Limiter's policy as given to New.
+func (l *Limiter) Policy() Policy { return l.policy }
+
+// NeedsRoute reports whether Check reads Request.Route: for PerRoute buckets,
+// or for the handler label when an Observer is set. Adapters use it to skip
+// an expensive route lookup that nothing would read.
+func (l *Limiter) NeedsRoute() bool {
+	_, nop := l.cfg.observer.(nopObserver)
+	return (l.policy.Scope == PerRoute && l.policy.Name == "") || !nop
+}
+
+// Check decides one HTTP request and returns what the adapter must write: the
+// Decision, the header fields to set on the response (allowed or not), and,
+// when Denied, the status and body to send instead of calling the handler.
+// It never panics on request input and never blocks longer than the store
+// timeout.
+func (l *Limiter) Check(ctx context.Context, r Request) Response {
+	var resp Response
+	sc := l.scratch.Get().(*scratch)
+	bucket := l.bucket(&r)
+	src := l.identity(&r, bucket, sc)
+	cost := l.cost(&r)
+	var err error
+	resp.Decision, err = l.decide(ctx, sc, bucket, src, cost)
+	l.scratch.Put(sc)
+	if err != nil {
+		l.storeFailed(bucket, err)
+	}
+	l.cfg.observer.Decision(DecisionEvent{Bucket: bucket, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: src})
+	l.respond(&resp, err != nil)
+	return resp
+}
+
+// Consume decides one call of a non-HTTP call site for identity, at the
+// policy's Cost. See ConsumeN.
+func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error) {
+	return l.ConsumeN(ctx, identity, 0)
+}
+
+// ConsumeN decides one call of cost n (n <= 0: the policy's Cost) for
+// identity, in the bucket named by Policy.Name or else the signature. A blank
+// identity draws on the shared fallback bucket. The Decision already applies
+// the FailureMode; the error is the store failure, if any, for callers that
+// want to log it (it never means "denied"). Events are emitted as for Check,
+// with an empty handler.
+func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {
+	sc := l.scratch.Get().(*scratch)
+	src := KeySourceConsume
+	if identity == "" {
+		src = KeySourceFallback
+		l.issue(l.shared, IssueNoClientAddress)
+	}
+	if identity == "" {
+		sc.id = appendFallback(sc.id[:0])
+	} else {
+		sc.id = l.appendIdentity(sc.id[:0], identity)
+	}
+	cost := l.res.cost
+	if n > 0 {
+		cost = n
+	}
+	d, err := l.decide(ctx, sc, l.shared, src, cost)
+	l.scratch.Put(sc)
+	if err != nil {
+		l.storeFailed(l.shared, err)
+	}
+	l.cfg.observer.Decision(DecisionEvent{Bucket: l.shared, Outcome: d.Outcome, KeySource: src})
+	return d, err
+}
+
+// cost returns the request's cost: Policy.CostFunc when set and positive,
+// else Policy.Cost.
+func (l *Limiter) cost(r *Request) (n int64) {
+	if l.policy.CostFunc == nil {
+		return l.res.cost
+	}
+	defer func() {
+		if recover() != nil {
+			n = l.res.cost
+		}
+	}()
+	if n = l.policy.CostFunc(*r); n <= 0 {
+		n = l.res.cost
+	}
+	return n
+}
+
+// decide builds the Op in sc (identity already in sc.id), asks the store and
+// turns the result into a Decision, applying the FailureMode on error.
+func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src KeySource, cost int64) (Decision, error) {
+	op := &sc.op
+	*op = Op{
+		Algorithm:  l.policy.Algorithm,
+		Limit:      l.res.limit,
+		Burst:      l.res.burst,
+		WindowMS:   l.res.windowMS,
+		IntervalMS: l.res.intervalMS,
+		Cost:       cost,
+	}
+	if src == KeySourceFallback {
+		if op.Algorithm == TokenBucket {
+			op.Burst = max(1, op.Burst/l.cfg.fallbackDivisor)
+		} else {
+			op.Limit = max(1, op.Limit/l.cfg.fallbackDivisor)
+		}
+	}
+	capacity := op.Limit
+	if op.Algorithm == TokenBucket {
+		capacity = op.Burst
+	}
+	op.Cost = min(op.Cost, capacity+1) // above capacity: denied; keeps products exact
+	sc.key, op.Hash, op.PhaseMS = l.appendKey(sc.key[:0], bucket, sc.id)
+	op.Key = sc.key
+	d := Decision{Limit: op.Limit, Bucket: bucket, KeySource: src, Policy: &l.policy}
+
+	res, err := l.take(ctx, l.store, op)
+	if err != nil {
+		switch l.policy.FailureMode {
+		case FailLocal:
+			var lerr error
+			if res, lerr = l.take(ctx, l.cfg.localStore, op); lerr == nil {
+				d.fill(res)
+				if d.Allowed {
+					d.Outcome = OutcomeDegraded
+				}
+				return d, err
+			}
+			fallthrough // the local store failed too: fail open
+		case FailOpen:
+			d.Allowed, d.Outcome = true, OutcomeDegraded
+		case FailClosed:
+			d.Outcome = OutcomeLimited
+			d.RetryAfter = time.Second
+		}
+		return d, err
+	}
+	d.fill(res)
+	return d, nil
+}
+
+func (d *Decision) fill(res Result) {
+	d.Allowed = res.Allowed
+	d.Outcome = OutcomeLimited
+	if res.Allowed {
+		d.Outcome = OutcomeAllowed
+	}
+	d.Remaining = max(res.Remaining, 0)
+	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
+	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
+	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+}
+
+// take calls one store with a recovered panic and, for stores that do I/O,
+// the store timeout.
+func (l *Limiter) take(ctx context.Context, s Store, op *Op) (res Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
+		}
+	}()
+	_, nop := l.cfg.observer.(nopObserver)
+	var start time.Time
+	if !nop {
+		start = time.Now()
+	}
+	if _, ok := s.(InProcessStore); ok {
+		res, err = s.Take(ctx, op)
+	} else {
+		tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
+		res, err = s.Take(tctx, op)
+		cancel()
+	}
+	if !nop {
+		name := "custom"
+		if n, ok := s.(NamedStore); ok {
+			name = n.StoreName()
+		}
+		l.cfg.observer.StoreDuration(name, "take", time.Since(start))
+	}
+	return res, err
+}
+
+// storeFailed counts a store failure and logs it at most once per 10 s.
+func (l *Limiter) storeFailed(bucket string, err error) {
+	l.cfg.observer.StoreError(bucket, l.policy.FailureMode)
+	if l.cfg.gates.store.allow(10 * time.Second) {
+		l.cfg.logger.Warn("quotagate: store call failed; applying the failure mode (further failures are not logged for 10s)",
+			slog.String("bucket", bucket), slog.String("failure_mode", l.policy.FailureMode.String()), slog.String("error", err.Error()))
+	}
+}
+
+// issue reports a client-address or route issue: an event every time, a log
+// line at most once per 10 minutes per kind.
+func (l *Limiter) issue(bucket string, kind Issue) {
+	l.cfg.observer.ClientAddressIssue(bucket, kind)
+	if l.cfg.gates.issue(kind).allow(10 * time.Minute) {
+		l.cfg.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
+			slog.String("bucket", bucket), slog.String("issue", string(kind)))
+	}
+}

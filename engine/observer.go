@@ -1,0 +1,94 @@
+package limit
+
+import "time"
+
+// Outcome is what the engine did with a request; it is the outcome label of
+// quotagate_requests_total.
+type Outcome string
+
+const (
+	// OutcomeAllowed: the store admitted the request.
+	OutcomeAllowed Outcome = "allowed"
+	// OutcomeLimited: the request was denied (429), or denied by the local
+	// store under FailLocal, or rejected (503) under FailClosed.
+	OutcomeLimited Outcome = "limited"
+	// OutcomeDegraded: the store failed and the request was admitted without
+	// a shared decision (FailOpen, or FailLocal admitting it).
+	OutcomeDegraded Outcome = "degraded"
+)
+
+// KeySource says where the identity of a request came from; it is the
+// key_source label of quotagate_requests_total.
+type KeySource string
+
+const (
+	// KeySourceKeyFunc: Policy.KeyFunc returned a non-blank identity.
+	KeySourceKeyFunc KeySource = "key-func"
+	// KeySourceHeader: the trusted client-address header.
+	KeySourceHeader KeySource = "header"
+	// KeySourceSocket: the socket peer address.
+	KeySourceSocket KeySource = "socket"
+	// KeySourceFallback: no identity at all; the shared fallback bucket.
+	KeySourceFallback KeySource = "fallback"
+	// KeySourceConsume: the identity passed to Limiter.Consume.
+	KeySourceConsume KeySource = "consume"
+)
+
+// Issue names a reported problem; it is the issue label of
+// quotagate_client_address_issues_total. Each kind is logged at most once per
+// 10 minutes.
+type Issue string
+
+const (
+	// IssueTrustedHeaderMissing: a trusted header is configured but the
+	// request did not carry it (or carried fewer hops than the chain needs).
+	IssueTrustedHeaderMissing Issue = "trusted-header-missing"
+	// IssueTrustedHeaderUnusable: the trusted header was present but held no
+	// usable address at the hop it was read from.
+	IssueTrustedHeaderUnusable Issue = "trusted-header-unusable"
+	// IssueNoClientAddress: no identity could be derived; the request used
+	// the shared fallback bucket.
+	IssueNoClientAddress Issue = "no-client-address"
+	// IssueRouteUnknown: a PerRoute policy saw no matched route template and
+	// fell back to the Shared bucket.
+	IssueRouteUnknown Issue = "route-unknown"
+	// IssueKeyFuncPanic: Policy.KeyFunc panicked; identity fell through.
+	IssueKeyFuncPanic Issue = "key-func-panic"
+)
+
+// DecisionEvent describes one decision for an Observer. Every field comes from
+// configuration or a closed set: never the identity, the raw path or a header.
+type DecisionEvent struct {
+	// Bucket is the bucket name ("100p60", "/v1/notes/{id} 5p60f", a Name).
+	Bucket string
+	// Handler is the router's own route spelling, "" when unknown or for
+	// Consume.
+	Handler string
+	// Outcome is allowed, limited or degraded.
+	Outcome Outcome
+	// KeySource is where the identity came from.
+	KeySource KeySource
+}
+
+// Observer receives the engine's events, synchronously on the request path:
+// implementations must be fast, must not block, and must be safe for
+// concurrent use. The metrics/prometheus module (promlimit) implements it.
+type Observer interface {
+	// Decision is called once per decided request (not for skipped ones).
+	Decision(e DecisionEvent)
+	// ClientAddressIssue is called once per request that met the issue.
+	ClientAddressIssue(bucket string, issue Issue)
+	// StoreError is called once per failed store call.
+	StoreError(bucket string, mode FailureMode)
+	// StoreDuration is called after every store call with the store's name
+	// (see NamedStore; "custom" otherwise) and the operation ("take").
+	StoreDuration(store, op string, d time.Duration)
+}
+
+// nopObserver is the default Observer.
+type nopObserver struct{}
+
+func (nopObserver) Decision(DecisionEvent)                      {}
+func (nopObserver) ClientAddressIssue(string, Issue)            {}
+func (nopObserver) StoreError(string, FailureMode)              {}
+func (nopObserver) StoreDuration(string, string, time.Duration) {}

@@ -1,0 +1,160 @@
+package limit
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// Process-wide defaults.
+const (
+	// DefaultKeyPrefix starts every store key.
+	DefaultKeyPrefix = "quotagate"
+	// DefaultStoreTimeout bounds each call to a store that is not in-process.
+	DefaultStoreTimeout = 100 * time.Millisecond
+	// DefaultFallbackDivisor divides Limit for the shared fallback bucket.
+	DefaultFallbackDivisor = 10
+	// DefaultIPv4Prefix groups IPv4 clients: /32, one address each.
+	DefaultIPv4Prefix = 32
+	// DefaultIPv6Prefix groups IPv6 clients: /64, one subnet each, so that a
+	// client cannot escape its limit by rotating addresses inside its /64.
+	DefaultIPv6Prefix = 64
+)
+
+// config is what Options set. It is shared, read-only, by a Limiter and the
+// Limiters derived from it with With.
+type config struct {
+	keyPrefix       string
+	logger          *slog.Logger
+	observer        Observer
+	storeTimeout    time.Duration
+	hashKeys        bool
+	localStore      Store
+	fallbackDivisor int64
+	ipv4Bits        int
+	ipv6Bits        int
+	gates           *logGates
+}
+
+func defaultConfig() *config {
+	return &config{
+		keyPrefix:       DefaultKeyPrefix,
+		logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		observer:        nopObserver{},
+		storeTimeout:    DefaultStoreTimeout,
+		fallbackDivisor: DefaultFallbackDivisor,
+		ipv4Bits:        DefaultIPv4Prefix,
+		ipv6Bits:        DefaultIPv6Prefix,
+		gates:           new(logGates),
+	}
+}
+
+// Option sets a process-wide setting of a Limiter. Options are validated by
+// New, which names the option in its error.
+type Option func(*config) error
+
+// WithKeyPrefix sets the first segment of every store key (default
+// "quotagate"). It must be non-blank and contain none of ':', '{', '}' (the
+// separator and the Redis Cluster hash-tag braces) or whitespace.
+func WithKeyPrefix(prefix string) Option {
+	return func(c *config) error {
+		if prefix == "" || strings.ContainsAny(prefix, ":{} \t\r\n") {
+			return fmt.Errorf("%w: WithKeyPrefix(%q): must be non-empty without ':', '{', '}' or whitespace", ErrInvalidOption, prefix)
+		}
+		c.keyPrefix = prefix
+		return nil
+	}
+}
+
+// WithLogger sets the logger for rate-limited operational messages (client
+// address issues at most once per 10 minutes per kind, store failures at most
+// once per 10 s; never one line per rejection). Default: discard. nil is an
+// error.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil)", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithObserver sets the receiver of the engine's events (metrics). Default:
+// none. nil is an error.
+func WithObserver(o Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
+		}
+		c.observer = o
+		return nil
+	}
+}
+
+// WithStoreTimeout bounds each store call that is not in-process (default
+// 100 ms). It must be positive.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithStoreTimeout(%v): must be positive", ErrInvalidOption, d)
+		}
+		c.storeTimeout = d
+		return nil
+	}
+}
+
+// WithHashKeys makes every identity appear in store keys as the hex SHA-256
+// digest of the identity ("h:" keys) instead of the identity itself ("r:"
+// keys). Identities over 128 bytes are always hashed.
+func WithHashKeys(on bool) Option {
+	return func(c *config) error {
+		c.hashKeys = on
+		return nil
+	}
+}
+
+// WithLocalStore sets the per-process store that FailLocal policies use while
+// the shared store is failing (normally a memstore). New reports a FailLocal
+// policy without one.
+func WithLocalStore(s Store) Option {
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: WithLocalStore(nil)", ErrInvalidOption)
+		}
+		c.localStore = s
+		return nil
+	}
+}
+
+// WithFallbackDivisor sets the divisor of the shared fallback bucket used by
+// requests with no identity at all: its limit is max(1, Limit/n) (for a
+// TokenBucket, Burst is divided instead, the rate is kept). Default 10; n must
+// be >= 1.
+func WithFallbackDivisor(n int64) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: WithFallbackDivisor(%d): must be >= 1", ErrInvalidOption, n)
+		}
+		c.fallbackDivisor = n
+		return nil
+	}
+}
+
+// WithAddressPrefixes sets how client addresses are grouped before keying:
+// IPv4 addresses by their first v4 bits (1..32, default 32) and IPv6 addresses
+// by their first v6 bits (1..128, default 64).
+func WithAddressPrefixes(v4, v6 int) Option {
+	return func(c *config) error {
+		if v4 < 1 || v4 > 32 {
+			return fmt.Errorf("%w: WithAddressPrefixes: IPv4 prefix %d is outside 1..32", ErrInvalidOption, v4)
+		}
+		if v6 < 1 || v6 > 128 {
+			return fmt.Errorf("%w: WithAddressPrefixes: IPv6 prefix %d is outside 1..128", ErrInvalidOption, v6)
+		}
+		c.ipv4Bits, c.ipv6Bits = v4, v6
+		return nil
+	}
+}

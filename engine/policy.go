@@ -1,0 +1,294 @@
+package limit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults applied to zero-valued [Policy] fields.
+const (
+	// DefaultLimit is the quota used when Policy.Limit is 0 (100 requests).
+	DefaultLimit = 100
+	// DefaultWindow is the window used when Policy.Window is 0 (60 s).
+	DefaultWindow = 60 * time.Second
+	// MaxWindow is the longest accepted Policy.Window (24 h).
+	MaxWindow = 24 * time.Hour
+	// DefaultCost is the cost of one request when Policy.Cost is 0.
+	DefaultCost = 1
+)
+
+// maxExact is 2^53: every integer below it is exact in a float64, which is
+// what a Redis Lua script computes with. Policies whose arithmetic could reach
+// it are rejected by New so that the Go and Lua implementations agree.
+const maxExact = 1 << 53
+
+// Algorithm selects the rate-limiting algorithm of a [Policy].
+// The zero value is [SlidingWindow].
+type Algorithm uint8
+
+const (
+	// SlidingWindow (the default) weighs the previous fixed window by the part
+	// of it still inside the sliding window: estimate = prev*(W-elapsed)/W + curr.
+	SlidingWindow Algorithm = iota
+	// FixedWindow counts requests in windows of length Window, each identity
+	// with its own phase offset (see Policy.AlignWindows).
+	FixedWindow
+	// TokenBucket refills Limit tokens per Window up to Burst, implemented as
+	// GCRA (generic cell rate algorithm) with a theoretical arrival time (TAT).
+	TokenBucket
+)
+
+// String returns "sliding-window", "fixed-window" or "token-bucket".
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding-window"
+	case FixedWindow:
+		return "fixed-window"
+	case TokenBucket:
+		return "token-bucket"
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// letter is the one-letter code used in bucket signatures and store keys:
+// s (sliding window), f (fixed window), g (token bucket, GCRA).
+func (a Algorithm) letter() byte {
+	switch a {
+	case FixedWindow:
+		return 'f'
+	case TokenBucket:
+		return 'g'
+	}
+	return 's'
+}
+
+// Scope decides which requests passing through one mount share an allowance.
+// The zero value is [Shared].
+type Scope uint8
+
+const (
+	// Shared (the default): one allowance per identity for every request that
+	// passes through the mount.
+	Shared Scope = iota
+	// PerRoute: one allowance per identity and matched route template
+	// ("/v1/notes/{id}"); the raw path and the method never select a bucket.
+	PerRoute
+)
+
+// FailureMode says what happens to a request when the store fails or times out.
+// The zero value is [FailOpen].
+type FailureMode uint8
+
+const (
+	// FailOpen (the default) admits the request; the Decision's Outcome is
+	// OutcomeDegraded and no RateLimit numbers are claimed.
+	FailOpen FailureMode = iota
+	// FailLocal applies the same policy in a per-process store (see
+	// WithLocalStore) while the shared store is failing.
+	FailLocal
+	// FailClosed rejects the request with 503 Service Unavailable and
+	// Retry-After.
+	FailClosed
+)
+
+// String returns "open", "local" or "closed".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "open"
+	case FailLocal:
+		return "local"
+	case FailClosed:
+		return "closed"
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// KeyFunc returns the identity a request draws on. A blank result or an error
+// falls through to the next source of identity (trusted header, socket peer);
+// a panic is recovered and counted, never turned into a 500. It must be safe
+// for concurrent use. Adapters offer typed helpers over their own request type.
+type KeyFunc func(r Request) (string, error)
+
+// Policy describes one rate limit. It is a plain struct; zero fields take the
+// documented defaults, and [New] validates it, returning an error that names
+// the offending field. A Policy must not be modified after New.
+type Policy struct {
+	// Name, when set, is the bucket: every mount with the same Name shares one
+	// allowance per identity. It is also the policy name in RateLimit headers.
+	// Printable ASCII, no ':', not blank. Default: the signature, e.g. "100p60".
+	Name string
+	// Scope is Shared (default) or PerRoute; ignored when Name is set.
+	Scope Scope
+	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
+	Algorithm Algorithm
+	// Limit is the quota per Window (requests, or cost units). 0 means
+	// DefaultLimit (100), never unlimited; negative is an error.
+	Limit int64
+	// Window is the period of the quota, a whole number of milliseconds from
+	// 1 ms to 24 h. 0 means DefaultWindow (60 s).
+	Window time.Duration
+	// Burst is the TokenBucket capacity (default Limit); other algorithms
+	// reject a non-zero Burst.
+	Burst int64
+	// Cost is what one request takes from the quota (default 1, at most the
+	// capacity: Limit, or Burst for TokenBucket). Request.Cost overrides it.
+	Cost int64
+	// AlignWindows sets the FixedWindow/SlidingWindow phase to 0 for every
+	// identity (windows start on multiples of Window since the Unix epoch).
+	// By default each identity has its own phase, hash(identity) mod Window,
+	// so that clients do not all regain their quota at the same instant.
+	AlignWindows bool
+	// KeyFunc, when set, derives the identity first (see KeyFunc).
+	KeyFunc KeyFunc
+	// CostFunc, when set, prices each request (e.g. 3 for an expensive
+	// query). A result <= 0 means Cost; a panic is recovered and means Cost.
+	// A cost above the capacity is denied without consuming anything.
+	CostFunc func(r Request) int64
+	// FailureMode applies when the store fails: FailOpen (default), FailLocal
+	// or FailClosed.
+	FailureMode FailureMode
+	// Disclosure is what clients are told: DiscloseRetryAfter (default),
+	// DiscloseNone, DiscloseOnLimit or DiscloseAlways.
+	Disclosure Disclosure
+	// HeaderStyle selects the RateLimit header fields (HeadersIETF by
+	// default; combine with |).
+	HeaderStyle HeaderStyle
+}
+
+// resolved holds a validated policy's derived integers.
+type resolved struct {
+	limit, burst, cost int64
+	windowMS           int64
+	intervalMS         int64 // TokenBucket emission interval: windowMS / limit
+	signature          string
+}
+
+func (p *Policy) resolve() (resolved, error) {
+	var r resolved
+	if p.Limit < 0 {
+		return r, fmt.Errorf("%w: Limit %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Limit, DefaultLimit)
+	}
+	if p.Window < 0 {
+		return r, fmt.Errorf("%w: Window %v is negative (0 means the default %v)", ErrInvalidPolicy, p.Window, DefaultWindow)
+	}
+	if p.Window > MaxWindow {
+		return r, fmt.Errorf("%w: Window %v is over the maximum %v", ErrInvalidPolicy, p.Window, MaxWindow)
+	}
+	if p.Window%time.Millisecond != 0 {
+		return r, fmt.Errorf("%w: Window %v is not a whole number of milliseconds", ErrInvalidPolicy, p.Window)
+	}
+	if p.Burst < 0 {
+		return r, fmt.Errorf("%w: Burst %d is negative", ErrInvalidPolicy, p.Burst)
+	}
+	if p.Cost < 0 {
+		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, DefaultCost)
+	}
+	if p.Algorithm > TokenBucket {
+		return r, fmt.Errorf("%w: Algorithm %d is unknown", ErrInvalidPolicy, p.Algorithm)
+	}
+	if p.Scope > PerRoute {
+		return r, fmt.Errorf("%w: Scope %d is unknown", ErrInvalidPolicy, p.Scope)
+	}
+	if p.FailureMode > FailClosed {
+		return r, fmt.Errorf("%w: FailureMode %d is unknown", ErrInvalidPolicy, p.FailureMode)
+	}
+	if p.Disclosure > DiscloseAlways {
+		return r, fmt.Errorf("%w: Disclosure %d is unknown", ErrInvalidPolicy, p.Disclosure)
+	}
+	if p.HeaderStyle > HeadersIETF|HeadersTriplet|HeadersLegacy {
+		return r, fmt.Errorf("%w: HeaderStyle %d has unknown bits", ErrInvalidPolicy, p.HeaderStyle)
+	}
+	if p.Name != "" {
+		if err := checkName(p.Name); err != nil {
+			return r, err
+		}
+	}
+	r.limit, r.windowMS, r.cost = p.Limit, p.Window.Milliseconds(), p.Cost
+	if r.limit == 0 {
+		r.limit = DefaultLimit
+	}
+	if r.windowMS == 0 {
+		r.windowMS = DefaultWindow.Milliseconds()
+	}
+	if r.cost == 0 {
+		r.cost = DefaultCost
+	}
+	capacity := r.limit
+	switch p.Algorithm {
+	case TokenBucket:
+		r.burst = p.Burst
+		if r.burst == 0 {
+			r.burst = r.limit
+		}
+		capacity = r.burst
+		if r.windowMS%r.limit != 0 {
+			return r, fmt.Errorf("%w: TokenBucket needs Window (%d ms) to be a multiple of Limit (%d) so that the emission interval is a whole number of ms; lower Limit or change Window", ErrInvalidPolicy, r.windowMS, r.limit)
+		}
+		r.intervalMS = r.windowMS / r.limit
+		// TAT values are epoch ms plus at most Burst intervals; keep them
+		// well below 2^53 (2^51 leaves ~70 000 years for the epoch part).
+		if r.burst > (1<<51)/r.intervalMS {
+			return r, fmt.Errorf("%w: Burst %d times the emission interval %d ms exceeds 2^51 ms; lower Burst", ErrInvalidPolicy, r.burst, r.intervalMS)
+		}
+	default:
+		if p.Burst != 0 {
+			return r, fmt.Errorf("%w: Burst is only used by TokenBucket (Algorithm is %v)", ErrInvalidPolicy, p.Algorithm)
+		}
+		// The sliding-window test sums prev*(W-e) + (curr+cost)*W with every
+		// count at most Limit: below 3*Limit*W. Keep 4*Limit*W under 2^53.
+		if r.limit > maxExact/4/r.windowMS {
+			return r, fmt.Errorf("%w: Limit %d with Window %d ms exceeds exact integer arithmetic (4*Limit*Window must stay below 2^53); lower Limit or Window", ErrInvalidPolicy, r.limit, r.windowMS)
+		}
+	}
+	if r.cost > capacity {
+		return r, fmt.Errorf("%w: Cost %d exceeds the capacity %d, so no request could ever be admitted", ErrInvalidPolicy, r.cost, capacity)
+	}
+	r.signature = signature(p.Algorithm, r.limit, r.windowMS, r.burst)
+	return r, nil
+}
+
+// signature is "<limit>p<window>" with the window in seconds (or "<n>ms" when
+// not whole seconds), plus the algorithm letter when it is not the default
+// sliding window, plus "b<burst>" for a token bucket whose Burst differs from
+// Limit: "100p60", "5p60f", "1p1gb5".
+func signature(a Algorithm, limit, windowMS, burst int64) string {
+	b := strconv.AppendInt(nil, limit, 10)
+	b = append(b, 'p')
+	if windowMS%1000 == 0 {
+		b = strconv.AppendInt(b, windowMS/1000, 10)
+	} else {
+		b = strconv.AppendInt(b, windowMS, 10)
+		b = append(b, "ms"...)
+	}
+	if a != SlidingWindow {
+		b = append(b, a.letter())
+	}
+	if a == TokenBucket && burst != limit {
+		b = append(b, 'b')
+		b = strconv.AppendInt(b, burst, 10)
+	}
+	return string(b)
+}
+
+// checkName validates a policy Name: printable ASCII (0x20-0x7e), no ':', not
+// blank. Quotes and backslashes are allowed; header writers escape them as
+// RFC 9651 strings.
+func checkName(name string) error {
+	if strings.TrimSpace(name) == "" {
+		return fmt.Errorf("%w: Name %q is blank", ErrInvalidPolicy, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: Name %q contains a byte that is not printable ASCII at %d", ErrInvalidPolicy, name, i)
+		}
+		if c == ':' {
+			return fmt.Errorf("%w: Name %q contains ':', the store key separator", ErrInvalidPolicy, name)
+		}
+	}
+	return nil
+}

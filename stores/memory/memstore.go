@@ -1,0 +1,167 @@
+// Package memstore is quotagate's in-process store: the embedded default for a
+// single process, and the per-process store of the FailLocal failure mode.
+//
+// State is kept in 64 shards, each a map under its own mutex, so no lock is
+// shared by all keys. Memory is bounded by MaxKeys: when a shard is full,
+// expired entries are reclaimed first, then an arbitrary live entry is
+// evicted (that identity starts afresh). The constructor starts no goroutine;
+// expired entries are reclaimed lazily. Deciding for a key already present
+// allocates nothing.
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// DefaultMaxKeys bounds the number of (bucket, identity) entries kept when
+// WithMaxKeys is not given: 262 144 entries, roughly 40 MiB with typical keys.
+const DefaultMaxKeys = 1 << 18
+
+// shardCount is a power of two so that a mask picks the shard.
+const shardCount = 64
+
+// Store is an in-process limit.Store. It is safe for concurrent use. The zero
+// value is not usable: call New.
+type Store struct {
+	clock  func() time.Time
+	shards [shardCount]shard
+}
+
+type shard struct {
+	mu        sync.Mutex
+	m         map[string]*entry
+	max       int
+	nextSweep int64 // Unix ms before which a sweep would find nothing expired
+	_         [64]byte
+}
+
+// entry is one (bucket, identity). Entries are pointers so that updating a
+// present key writes through the pointer instead of re-inserting the key
+// (an insert with a []byte-converted key would allocate the string).
+type entry struct {
+	st  limit.State
+	exp int64 // Unix ms at which the entry is dead
+}
+
+var (
+	_ limit.Store          = (*Store)(nil)
+	_ limit.InProcessStore = (*Store)(nil)
+	_ limit.NamedStore     = (*Store)(nil)
+)
+
+// Option configures New.
+type Option func(*Store, *int) error
+
+// WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys).
+// n must be >= 1. The bound is enforced per shard (n/64 rounded up each).
+func WithMaxKeys(n int) Option {
+	return func(_ *Store, max *int) error {
+		if n < 1 {
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= 1", n)
+		}
+		*max = n
+		return nil
+	}
+}
+
+// WithClock sets the clock decisions are taken at (default time.Now). Tests
+// pass a fake clock; a clock that goes backwards is tolerated (see limit.Op).
+func WithClock(now func() time.Time) Option {
+	return func(s *Store, _ *int) error {
+		if now == nil {
+			return fmt.Errorf("memstore: WithClock(nil)")
+		}
+		s.clock = now
+		return nil
+	}
+}
+
+// New returns an empty Store. Errors name the bad option.
+func New(opts ...Option) (*Store, error) {
+	s := &Store{clock: time.Now}
+	maxKeys := DefaultMaxKeys
+	for _, o := range opts {
+		if err := o(s, &maxKeys); err != nil {
+			return nil, err
+		}
+	}
+	per := (maxKeys + shardCount - 1) / shardCount
+	for i := range s.shards {
+		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].max = per
+	}
+	return s, nil
+}
+
+// Take implements limit.Store: one atomic decision under the key's shard lock.
+// It never fails and never blocks on I/O.
+func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
+	now := s.clock().UnixMilli()
+	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
+	sh.mu.Lock()
+	e := sh.m[string(op.Key)]
+	var st limit.State
+	if e != nil && e.exp > now {
+		st = e.st
+	}
+	next, res := op.Apply(st, now)
+	if res.Allowed {
+		if e == nil {
+			e = sh.insert(op.Key, now)
+		}
+		e.st, e.exp = next, now+res.TTLMS
+	}
+	sh.mu.Unlock()
+	return res, nil
+}
+
+// insert adds a key, making room first when the shard is full: expired
+// entries go first (a sweep runs only when one could find something), then
+// an arbitrary live entry.
+func (sh *shard) insert(key []byte, now int64) *entry {
+	if len(sh.m) >= sh.max && now >= sh.nextSweep {
+		next := int64(1<<63 - 1)
+		for k, e := range sh.m {
+			if e.exp <= now {
+				delete(sh.m, k)
+			} else if e.exp < next {
+				next = e.exp
+			}
+		}
+		sh.nextSweep = next
+	}
+	if len(sh.m) >= sh.max {
+		for k := range sh.m {
+			delete(sh.m, k)
+			break
+		}
+	}
+	e := new(entry)
+	sh.m[string(key)] = e
+	return e
+}
+
+// InProcess marks Store as an in-process store: the engine calls it without a
+// timeout context.
+func (s *Store) InProcess() {}
+
+// StoreName returns "memory", the store label in metrics.
+func (s *Store) StoreName() string { return "memory" }
+
+// Len returns the number of entries held, expired ones not yet reclaimed
+// included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
