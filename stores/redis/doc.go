@@ -12,13 +12,14 @@
 //
 //   - the clock is read once: Redis TIME by default, so replicas need no clock
 //     synchronisation; or a caller's clock (WithClock) passed as an argument;
-//   - the state of one (bucket, identity) is one hash under op.Key, whose
-//     first "{...}" is the Cluster hash tag (see DESIGN.md, "Store keys");
-//   - a denied request writes nothing; an allowed one writes the new state and
-//     its time to live (Result.TTLMS) in the same script, so no sequence of
-//     calls, crashes or dropped connections can leave a key without one. A key
-//     found without a TTL (written by something else) gets one even on a
-//     denial.
+//   - the state of one (bucket, identity) is one string under op.Key (its
+//     integers packed, see scripts.go), whose first "{...}" is the Cluster
+//     hash tag (see DESIGN.md, "Store keys");
+//   - a denied request writes nothing; an allowed one writes the new state
+//     and its time to live (Result.TTLMS) in one SET ... PX (PXAT on server
+//     time), so no sequence of calls, crashes or dropped connections can
+//     leave a key without one. A key found without a TTL (written by
+//     something else) gets one even on a denial.
 //
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
 // rejects policies that could exceed it.
@@ -42,6 +43,6 @@
 // Redis answers. A call whose deadline expires may still have been counted
 // by Redis.
 //
-// Requirements: Redis 5.0 or later (scripts replicated by effects, HSET with
-// several fields); tested on Redis 7.0.
+// Requirements: Redis 6.2 or later (SET ... PXAT; scripts replicated by
+// effects); tested on Redis 7.0.15 and miniredis v2.40.
 package redisstore

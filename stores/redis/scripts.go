@@ -6,31 +6,40 @@ import "github.com/redis/rueidis"
 // (engine/algorithm.go) plus the memory store's expiry rule (a stored State is
 // used only while its expiry time is after now). Each runs as one EVALSHA per
 // decision: read the clock once, read the state, decide, and, only when the
-// request is allowed, write the new state with its time to live.
+// request is allowed, write the new state together with its time to live
+// (one SET ... PX/PXAT). A denied request writes nothing.
 //
 // Keys and arguments (all integers in decimal):
 //
-//	KEYS[1]  op.Key: one hash per (bucket, identity)
+//	KEYS[1]  op.Key: one string per (bucket, identity)
 //	ARGV[1]  now in Unix ms, or "" to read the server's TIME (once)
 //	window scripts: ARGV[2..5] = Limit, WindowMS, PhaseMS, Cost
 //	GCRA script:    ARGV[2..4] = IntervalMS, Burst, Cost
 //
 // Reply: {allowed (0|1), Remaining, ResetAfterMS, RetryAfterMS, NowMS, TTLMS}.
 //
-// Stored hash fields: w (window index), c (count in window w), p (count in
-// window w-1, sliding window only), t (TAT, token bucket), e (the Unix ms at
-// which the state dies, now + TTLMS: the memory store's expiry, so that both
-// stores forget a state at the same instant whatever the clock does).
+// Stored value, decimal integers separated by one space:
+//
+//	SlidingWindow  "<window> <count> <prev> <expiry>"
+//	FixedWindow    "<window> <count> <expiry>"
+//	TokenBucket    "<tat> <expiry>"
+//
+// where window is the index of the current window, count the cost admitted in
+// it, prev the cost admitted in the one before, tat the theoretical arrival
+// time (Unix ms), and expiry the Unix ms at which the state dies (now +
+// TTLMS): the memory store's expiry, so that both stores forget a state at
+// the same instant whatever the clock does. A value that does not parse is
+// treated as no state (and overwritten by the next admitted request).
 //
 // Arithmetic: Lua numbers are IEEE doubles; every value stays below 2^53
 // (limit.New guarantees it), so sums and products are exact. Division goes
 // through fdiv, a floor division corrected by its remainder, so that it is
-// exact where a/b alone could round up to the next integer. Numbers reach
-// Redis as command arguments (converted with %.17g: exact) and never through
-// tostring (%.14g: not exact above 10^14).
+// exact where a/b alone could round up to the next integer. Integers are
+// written with itoa: Redis' Lua 5.1 tostring prints "%.14g", which is exact
+// only below 10^14.
 
-// prelude is shared by the three scripts: the key, the clock, floor division
-// and the two expiry writers.
+// prelude is shared by the three scripts: the key, the clock, floor
+// division, integer formatting, the state writer and the TTL repair.
 const prelude = `
 local k = KEYS[1]
 local servertime = ARGV[1] == ''
@@ -54,34 +63,51 @@ local function fdiv(a, b)
   return q
 end
 
--- expire gives the state just written its time to live. On server time the
--- deadline is absolute (now + ttl on the same clock TIME read), so the key
+-- itoa formats an integer below 2^53 exactly.
+local function itoa(n)
+  if n == 0 then
+    return '0'
+  elseif n < 0 then
+    return '-' .. itoa(-n)
+  elseif n < 1e14 then
+    return tostring(n)
+  end
+  local hi = fdiv(n, 1e7)
+  local lo = tostring(n - hi * 1e7)
+  return tostring(hi) .. string.rep('0', 7 - #lo) .. lo
+end
+
+-- put writes the state and its time to live in one command. On server time
+-- the deadline is absolute (now + ttl on the clock TIME read), so the key
 -- dies exactly when the state does; with a caller's clock it is relative.
-local function expire(ttl)
+local function put(v, ttl)
   if servertime then
-    redis.call('PEXPIREAT', k, now + ttl)
+    redis.call('SET', k, v, 'PXAT', now + ttl)
   else
-    redis.call('PEXPIRE', k, ttl)
+    redis.call('SET', k, v, 'PX', ttl)
   end
 end
 
 -- repair bounds a key found without a time to live (written by something
--- else, or left by an old version): a denied request writes nothing else.
+-- else): a denied request writes nothing else.
 local function repair(bound)
   if redis.call('PTTL', k) == -1 then
     redis.call('PEXPIRE', k, bound)
   end
 end
+
+local v = redis.call('GET', k)
 `
 
 // fixedSource transcribes Op.fixed (and Op.window).
 const fixedSource = prelude + `
 local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local v = redis.call('HMGET', k, 'w', 'c', 'e')
 local sw, sc = 0, 0
-local a, b, e = tonumber(v[1]), tonumber(v[2]), tonumber(v[3])
-if a and b and e and e > now then
-  sw, sc = a, b
+if v then
+  local a, b, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  if e and tonumber(e) > now then
+    sw, sc = tonumber(a), tonumber(b)
+  end
 end
 
 local idx = fdiv(now - phase, w)
@@ -99,11 +125,10 @@ local reset = start + w - at
 if cost <= limit - count then
   count = count + cost
   local ttl = reset + 1000
-  redis.call('HSET', k, 'w', idx, 'c', count, 'e', now + ttl)
-  expire(ttl)
+  put(itoa(idx) .. ' ' .. itoa(count) .. ' ' .. itoa(now + ttl), ttl)
   return {1, limit - count, reset, 0, now, ttl}
 end
-if v[1] or v[3] then
+if v then
   repair(w + 1000)
 end
 return {0, math.max(limit - count, 0), reset, reset, now, 0}
@@ -112,11 +137,12 @@ return {0, math.max(limit - count, 0), reset, reset, now, 0}
 // slidingSource transcribes Op.sliding (and Op.window, slidingReset).
 const slidingSource = prelude + `
 local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local v = redis.call('HMGET', k, 'w', 'c', 'p', 'e')
 local sw, sc, sp = 0, 0, 0
-local a, b, c, e = tonumber(v[1]), tonumber(v[2]), tonumber(v[3]), tonumber(v[4])
-if a and b and c and e and e > now then
-  sw, sc, sp = a, b, c
+if v then
+  local a, b, c, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
+  if e and tonumber(e) > now then
+    sw, sc, sp = tonumber(a), tonumber(b), tonumber(c)
+  end
 end
 
 local idx = fdiv(now - phase, w)
@@ -149,8 +175,7 @@ end
 if weighted + (curr + cost) * w <= lw then
   curr = curr + cost
   local ttl = toEnd + w
-  redis.call('HSET', k, 'w', idx, 'c', curr, 'p', prev, 'e', now + ttl)
-  expire(ttl)
+  put(itoa(idx) .. ' ' .. itoa(curr) .. ' ' .. itoa(prev) .. ' ' .. itoa(now + ttl), ttl)
   return {1, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), 0, now, ttl}
 end
 local retry
@@ -161,7 +186,7 @@ elseif curr + cost <= limit then
 else
   retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0)
 end
-if v[1] or v[4] then
+if v then
   repair(2 * w)
 end
 return {0, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), retry, now, 0}
@@ -170,11 +195,12 @@ return {0, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), retry, now, 0}
 // gcraSource transcribes Op.gcra.
 const gcraSource = prelude + `
 local t, burst, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local v = redis.call('HMGET', k, 't', 'e')
 local st = 0
-local a, e = tonumber(v[1]), tonumber(v[2])
-if a and e and e > now then
-  st = a
+if v then
+  local a, e = string.match(v, '^(%-?%d+) (%-?%d+)$')
+  if e and tonumber(e) > now then
+    st = tonumber(a)
+  end
 end
 
 local tau = burst * t
@@ -182,11 +208,10 @@ local tat = math.max(st, now)
 local newTAT = tat + cost * t
 if newTAT - now <= tau then
   local ttl = math.max(newTAT - now, 1)
-  redis.call('HSET', k, 't', newTAT, 'e', now + ttl)
-  expire(ttl)
+  put(itoa(newTAT) .. ' ' .. itoa(now + ttl), ttl)
   return {1, fdiv(tau - (newTAT - now), t), newTAT - now, 0, now, ttl}
 end
-if v[1] or v[2] then
+if v then
   repair(math.max(tau, 1))
 end
 return {0, math.max(fdiv(tau - (tat - now), t), 0), tat - now, newTAT - tau - now, now, 0}

@@ -22,6 +22,8 @@ var (
 	// ErrBadReply means a script answered with something other than the six
 	// integers it returns; the wrapped message shows what came back.
 	ErrBadReply = errors.New("redisstore: unexpected script reply")
+	// ErrClosed means the Store was closed: Take and Ping fail with it.
+	ErrClosed = errors.New("redisstore: store is closed")
 	// ErrInvalidOption means New, Dial or NewFromURL rejected an argument;
 	// the wrapped message names it.
 	ErrInvalidOption = errors.New("redisstore: invalid option")
@@ -39,6 +41,7 @@ var (
 type Store struct {
 	client atomic.Pointer[clientRef]
 	clock  func() time.Time // nil: the server's TIME
+	closed atomic.Bool
 
 	// Set by Dial when the Store owns its client.
 	owned     bool
@@ -143,8 +146,8 @@ const argsBuf = 256
 // still have been counted when the deadline expired after the script ran.
 func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	r := s.client.Load()
-	if r == nil {
-		return limit.Result{}, s.notConnected()
+	if r == nil || s.closed.Load() {
+		return limit.Result{}, s.unusable()
 	}
 	// The key and every argument are built into one buffer and converted to
 	// one string (the only allocation of ours per call); keys and args are
@@ -217,18 +220,23 @@ func parseReply(resp rueidis.RedisResult) (limit.Result, error) {
 }
 
 // Ping sends PING: nil when Redis answers. Before a Store built by Dial or
-// NewFromURL has connected it returns the ErrNotConnected error that Take
-// would. Meant for start-up messages and health checks.
+// NewFromURL has connected, and after Close, it returns the error Take
+// would (ErrNotConnected, ErrClosed). Meant for start-up messages and health
+// checks.
 func (s *Store) Ping(ctx context.Context) error {
 	r := s.client.Load()
-	if r == nil {
-		return s.notConnected()
+	if r == nil || s.closed.Load() {
+		return s.unusable()
 	}
 	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
 }
 
-// notConnected is the error of a call made before the first connection.
-func (s *Store) notConnected() error {
+// unusable is the error of a call made after Close or before the first
+// connection.
+func (s *Store) unusable() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
 	if e := s.lastErr.Load(); e != nil {
 		return fmt.Errorf("%w: %w", ErrNotConnected, e.err)
 	}
@@ -236,11 +244,12 @@ func (s *Store) notConnected() error {
 }
 
 // Close stops connecting in the background and closes the client that Dial
-// or NewFromURL created; a client passed to New is left to its owner. Calls
-// after Close fail (the engine applies the failure mode). Close is
-// idempotent and safe for concurrent use; it may wait for one connection
-// attempt in flight (at most the dial timeout).
+// or NewFromURL created; a client passed to New is left to its owner. Take
+// and Ping then fail with ErrClosed (the engine applies the failure mode).
+// Close is idempotent and safe for concurrent use; it may wait for one
+// connection attempt in flight (at most the dial timeout).
 func (s *Store) Close() {
+	s.closed.Store(true)
 	s.closeOnce.Do(func() {
 		if s.stop != nil {
 			close(s.stop)
