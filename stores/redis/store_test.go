@@ -270,3 +270,31 @@ func TestTakeAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestNewFromURLCluster: a Cluster URL ("?addr=" seeds) gives a cluster
+// client that routes every key to its slot.
+func TestNewFromURLCluster(t *testing.T) {
+	addrs := strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ",")
+	url := "redis://" + addrs[0]
+	for i, a := range addrs[1:] {
+		url += map[bool]string{true: "?", false: "&"}[i == 0] + "addr=" + a
+	}
+	s, err := NewFromURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prefix := testPrefix(t)
+	defer deleteKeys(t, s.Client(), prefix)
+	if n := len(s.Client().Nodes()); n != len(addrs) {
+		t.Errorf("client knows %d nodes, want %d", n, len(addrs))
+	}
+	ctx := ctxT(t)
+	for i := range 30 { // 30 identities: every node gets some
+		for _, op := range ttlOps(prefix, "c"+strconv.Itoa(i)) {
+			if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+				t.Fatalf("%s: %+v, %v", op.Key, res, err)
+			}
+		}
+	}
+}
