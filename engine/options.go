@@ -35,6 +35,7 @@ type config struct {
 	fallbackDivisor int64
 	ipv4Bits        int
 	ipv6Bits        int
+	trust           trustConfig
 	gates           *logGates
 }
 
