@@ -33,10 +33,10 @@ func (s *idStore) Take(_ context.Context, op *Op) (Result, error) {
 	next, res := op.Apply(st, s.now)
 	if res.Allowed {
 		if p == nil {
-			s.m[string(op.Key)] = &next
-		} else {
-			*p = next
+			p = new(State)
+			s.m[string(op.Key)] = p
 		}
+		*p = next
 	}
 	return res, nil
 }
