@@ -82,7 +82,7 @@ type trustConfig struct {
 // which are dropped; IPv4-mapped IPv6 is unmapped. The parse reads from the
 // right and examines at most hops members (X-Forwarded-For members of up to
 // 128 bytes, Forwarded elements of up to 512): its cost does not depend on the
-// header's length, and it does not allocate.
+// header's length, and it does not allocate for a well-formed header.
 //
 // Errors: a name that is not an HTTP token, hops outside 1..MaxTrustedHops
 // (16), hops other than 1 for a single-value header, or use together with
@@ -131,7 +131,7 @@ func WithTrustedHeader(name string, hops int) Option {
 // peer that sent no X-Forwarded-For is the key, reported as
 // trusted-header-missing. A peer outside prefixes is the key and no header is
 // read or reported. The walk's cost is bounded by MaxTrustedHops, not by the
-// header's length, and it does not allocate.
+// header's length, and it does not allocate for a well-formed header.
 //
 // Threat model: a client can write anything left of what your proxies
 // append, and can connect directly; neither matters, because only addresses
