@@ -344,3 +344,28 @@ func (l *Limiter) issue(bucket string, kind Issue) {
 			slog.String("bucket", bucket), slog.String("issue", string(kind)))
 	}
 }
+
+// HTTPKeyFunc adapts a key function over *http.Request to a KeyFunc for
+// adapters whose native request is an *http.Request (chi, net/http). A blank
+// result or an error falls through to the client address.
+func HTTPKeyFunc(f func(r *http.Request) (string, error)) KeyFunc {
+	return func(req Request) (string, error) {
+		r, ok := req.Native.(*http.Request)
+		if !ok {
+			return "", nil
+		}
+		return f(r)
+	}
+}
+
+// HTTPCostFunc adapts a pricing function over *http.Request to
+// Policy.CostFunc (a result <= 0 means the policy's Cost).
+func HTTPCostFunc(f func(r *http.Request) int64) func(Request) int64 {
+	return func(req Request) int64 {
+		r, ok := req.Native.(*http.Request)
+		if !ok {
+			return 0
+		}
+		return f(r)
+	}
+}
