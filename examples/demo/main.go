@@ -37,9 +37,9 @@ func main() {
 
 // row is one line of the table: one client on one route.
 type row struct {
-	route, client string
+	route, client            string
 	sent, ok, limited, other int
-	retryAfter                 string
+	retryAfter               string
 }
 
 func run(framework string) error {
