@@ -120,3 +120,24 @@ func BenchmarkChiMiddleware(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMiddlewareOnly: the middleware wrapped straight around the handler,
+// no router, so that nothing but the limiter is measured.
+func BenchmarkMiddlewareOnly(b *testing.B) {
+	for _, keys := range []int{1, 100_000} {
+		rs := requests(keys)
+		for _, c := range contenders {
+			b.Run(c.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				h := c.mw()(http.HandlerFunc(ok))
+				w := &sink{h: http.Header{}}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					clear(w.h)
+					h.ServeHTTP(w, rs[i%keys])
+					i++
+				}
+			})
+		}
+	}
+}
