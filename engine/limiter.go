@@ -78,6 +78,7 @@ type Limiter struct {
 	res     resolved
 	cfg     *config
 	shared  string // the Shared-scope bucket: Name or signature
+	plainV4 bool   // IPv4 peers key as their own text: /32, no hashing, no trusted header
 	routes  routeCache
 	headers headerSet
 	scratch sync.Pool
@@ -135,6 +136,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
 	}
 	l := &Limiter{store: s, policy: p, res: res, cfg: cfg}
+	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.shared = res.signature
 	if p.Name != "" {
 		l.shared = p.Name
@@ -342,5 +344,30 @@ func (l *Limiter) issue(bucket string, kind Issue) {
 	if l.cfg.gates.issue(kind).allow(10 * time.Minute) {
 		l.cfg.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
 			slog.String("bucket", bucket), slog.String("issue", string(kind)))
+	}
+}
+
+// HTTPKeyFunc adapts a key function over *http.Request to a KeyFunc for
+// adapters whose native request is an *http.Request (chi, net/http). A blank
+// result or an error falls through to the client address.
+func HTTPKeyFunc(f func(r *http.Request) (string, error)) KeyFunc {
+	return func(req Request) (string, error) {
+		r, ok := req.Native.(*http.Request)
+		if !ok {
+			return "", nil
+		}
+		return f(r)
+	}
+}
+
+// HTTPCostFunc adapts a pricing function over *http.Request to
+// Policy.CostFunc (a result <= 0 means the policy's Cost).
+func HTTPCostFunc(f func(r *http.Request) int64) func(Request) int64 {
+	return func(req Request) int64 {
+		r, ok := req.Native.(*http.Request)
+		if !ok {
+			return 0
+		}
+		return f(r)
 	}
 }
