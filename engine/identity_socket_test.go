@@ -11,6 +11,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // These tests run the identity chain over real sockets: a plain net/http
@@ -56,12 +58,6 @@ func clientFrom(t *testing.T, dial func(ctx context.Context, network, addr strin
 	tr := &http.Transport{DialContext: dial}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
-}
-
-// loopbackClient dials the server from the given local loopback address.
-func loopbackClient(t *testing.T, local string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
-	return clientFrom(t, d.DialContext)
 }
 
 // get sends GET url with the given header lines and returns the status.
@@ -129,7 +125,8 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, tln, engineHandler(l))
-	c := loopbackClient(t, "127.0.0.2")
+	c := limittest.ClientFrom("127.0.0.2")
+	t.Cleanup(c.CloseIdleConnections)
 	for i := range 5 {
 		if s := get(t, c, "http://"+tln.Addr().String()+"/"); s != 200 {
 			t.Fatalf("TCP request %d from 127.0.0.2: status %d, want 200", i, s)
@@ -154,7 +151,9 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	}
 	serve(t, ln, engineHandler(l))
 	url := "http://" + ln.Addr().String() + "/v1/notes/1"
-	a, b := loopbackClient(t, "127.0.0.2"), loopbackClient(t, "127.0.0.3")
+	a, b := limittest.ClientFrom("127.0.0.2"), limittest.ClientFrom("127.0.0.3")
+	t.Cleanup(a.CloseIdleConnections)
+	t.Cleanup(b.CloseIdleConnections)
 
 	var got []int
 	for _, c := range []*http.Client{a, b, a, b, a, b} {
