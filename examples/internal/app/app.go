@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -68,8 +69,9 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if c.Redis != "" {
 		return nil, errors.New("-redis: the Redis store is not yet supported by this build (it lands with the Redis store issue); run without -redis for the memory store")
 	}
-	if c.TrustedHeader != "" || c.TrustedProxies != "" {
-		return nil, errors.New("-trusted-header/-trusted-proxies: not yet supported by this build (it lands with the client identity issue)")
+	trust, err := TrustOptions(c)
+	if err != nil {
+		return nil, err
 	}
 	disclosure, err := ParseDisclosure(c.Disclosure)
 	if err != nil {
@@ -86,7 +88,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style,
-	})
+	}, trust...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
@@ -105,6 +107,37 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
 	return &Limiters{Global: global, Login: login, Search: search, StoreName: "memory (embedded default)"}, nil
+}
+
+// TrustOptions maps -trusted-header/-trusted-hops and -trusted-proxies to the
+// engine's trust options (none when both are empty: no header is read).
+// -trusted-proxies takes comma-separated CIDRs or bare addresses (a bare
+// address is its own /32 or /128). Giving both is an error from limit.New.
+func TrustOptions(c Config) ([]limit.Option, error) {
+	var opts []limit.Option
+	if c.TrustedHeader != "" {
+		opts = append(opts, limit.WithTrustedHeader(c.TrustedHeader, c.TrustedHops))
+	}
+	if strings.TrimSpace(c.TrustedProxies) != "" {
+		var ps []netip.Prefix
+		for _, part := range strings.Split(c.TrustedProxies, ",") {
+			part = strings.TrimSpace(part)
+			if part == "" {
+				continue
+			}
+			p, err := netip.ParsePrefix(part)
+			if err != nil {
+				a, aerr := netip.ParseAddr(part)
+				if aerr != nil {
+					return nil, fmt.Errorf("-trusted-proxies %q: %w", part, err)
+				}
+				p = netip.PrefixFrom(a, a.BitLen())
+			}
+			ps = append(ps, p)
+		}
+		opts = append(opts, limit.WithTrustedProxies(ps...))
+	}
+	return opts, nil
 }
 
 // ParseDisclosure maps the -disclosure flag to a limit.Disclosure.
