@@ -15,6 +15,14 @@
 // decisions for the same inputs: time is integer milliseconds and every
 // intermediate product stays below 2^53, which [New] enforces.
 //
+// The identity of a request is, first match wins: the policy's KeyFunc; the
+// client address from a trusted forwarding header, only when one is
+// configured with [WithTrustedHeader] or [WithTrustedProxies] (each states
+// its threat model; without them no header is ever read); the socket peer;
+// else one shared fallback bucket at Limit/10. Addresses are normalised
+// (port and zone dropped, IPv4-mapped IPv6 unmapped, IPv6 grouped by /64) and
+// the source is reported as [Decision].KeySource.
+//
 // Non-HTTP call sites use [Limiter.Consume] with an identity string.
 //
 // The package imports only the standard library.
