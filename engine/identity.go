@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"time"
 )
 
 // identity derives whose allowance r draws on and leaves its key form in
@@ -41,7 +40,7 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 		if p := recover(); p != nil {
 			id = ""
 			l.cfg.observer.ClientAddressIssue(bucket, IssueKeyFuncPanic)
-			if l.cfg.gates.issue(IssueKeyFuncPanic).allow(10 * time.Minute) {
+			if l.cfg.gates.allowIssue(IssueKeyFuncPanic) {
 				l.cfg.logger.Error("quotagate: KeyFunc panicked; identity falls through to the client address (logged at most once per 10 minutes)",
 					slog.String("bucket", bucket), slog.String("panic", sanitize(fmt.Sprint(p))))
 			}
@@ -58,8 +57,12 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 // "[ipv6]:port", with an optional IPv6 zone. It drops the port and the zone
 // and unmaps IPv4-mapped IPv6 (::ffff:192.0.2.1 is 192.0.2.1). The unspecified
 // addresses 0.0.0.0 and :: are not client addresses: ok is false for them and
-// for anything unparseable. It does not allocate.
+// for anything unparseable. It does not allocate for a valid address or an
+// empty string (netip's parse errors allocate, so "" is answered first).
 func ParseAddr(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
 	var a netip.Addr
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		a = ap.Addr()
