@@ -110,7 +110,7 @@ type Response struct {
 
 // Denied reports whether the adapter must send Status and Body instead of
 // calling the next handler.
-func (r *Response) Denied() bool { return r.Status != 0 }
+func (r Response) Denied() bool { return r.Status != 0 }
 
 // Fields returns the header lines to add to the response, in order.
 func (r *Response) Fields() []Field { return r.fields[:r.n] }
