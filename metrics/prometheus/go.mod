@@ -24,6 +24,7 @@ require (
 
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../../adapters/chi
+	github.com/quotagate/quotagate/conformance => ../../conformance
 	github.com/quotagate/quotagate/engine => ../../engine
 	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
 )
