@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -56,7 +55,7 @@ func (l *Limiter) identity(r *Request, bucket string, sc *scratch) KeySource {
 // bounded, sanitised piece of the offending text.
 func (l *Limiter) trustIssue(bucket string, ca clientAddr) {
 	l.cfg.observer.ClientAddressIssue(bucket, ca.issue)
-	if !l.cfg.gates.issue(ca.issue).allow(10 * time.Minute) {
+	if !l.cfg.gates.allowIssue(ca.issue) {
 		return
 	}
 	t := &l.cfg.trust
@@ -89,7 +88,7 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 		if p := recover(); p != nil {
 			id = ""
 			l.cfg.observer.ClientAddressIssue(bucket, IssueKeyFuncPanic)
-			if l.cfg.gates.issue(IssueKeyFuncPanic).allow(10 * time.Minute) {
+			if l.cfg.gates.allowIssue(IssueKeyFuncPanic) {
 				l.cfg.logger.Error("quotagate: KeyFunc panicked; identity falls through to the client address (logged at most once per 10 minutes)",
 					slog.String("bucket", bucket), slog.String("panic", sanitize(fmt.Sprint(p))))
 			}
