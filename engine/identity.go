@@ -1,11 +1,8 @@
 package limit
 
 import (
-	"fmt"
-	"log/slog"
 	"net/netip"
 	"strings"
-	"time"
 )
 
 // identity derives whose allowance r draws on and leaves its key form in
@@ -40,11 +37,7 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 	defer func() {
 		if p := recover(); p != nil {
 			id = ""
-			l.cfg.observer.ClientAddressIssue(bucket, IssueKeyFuncPanic)
-			if l.cfg.gates.issue(IssueKeyFuncPanic).allow(10 * time.Minute) {
-				l.cfg.logger.Error("quotagate: KeyFunc panicked; identity falls through to the client address (logged at most once per 10 minutes)",
-					slog.String("bucket", bucket), slog.String("panic", sanitize(fmt.Sprint(p))))
-			}
+			l.policyFuncFailed(bucket, IssueKeyFuncPanic, "KeyFunc panicked; identity falls through to the client address", p)
 		}
 	}()
 	id, err := l.policy.KeyFunc(*r)

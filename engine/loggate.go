@@ -21,7 +21,7 @@ func (g *logGate) allow(every time.Duration) bool {
 // from one New (and With).
 type logGates struct {
 	store  logGate
-	issues [6]logGate
+	issues [9]logGate
 }
 
 func (g *logGates) issue(kind Issue) *logGate {
@@ -36,6 +36,12 @@ func (g *logGates) issue(kind Issue) *logGate {
 		return &g.issues[3]
 	case IssueKeyFuncPanic:
 		return &g.issues[4]
+	case IssueSkipPanic:
+		return &g.issues[5]
+	case IssueHookPanic:
+		return &g.issues[6]
+	case IssueDenyResponseFallback:
+		return &g.issues[7]
 	}
-	return &g.issues[5]
+	return &g.issues[8]
 }
