@@ -18,6 +18,12 @@ func (l *Limiter) identity(r *Request, bucket string, sc *scratch) KeySource {
 			return KeySourceKeyFunc
 		}
 	}
+	if l.plainV4 {
+		if host, ok := canonicalIPv4(r.Peer); ok {
+			sc.id = append(append(sc.id[:0], "r:"...), host...)
+			return KeySourceSocket
+		}
+	}
 	if a, ok := ParseAddr(r.Peer); ok {
 		sc.id = l.appendAddr(sc.id[:0], a)
 		return KeySourceSocket
@@ -45,6 +51,56 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 		return ""
 	}
 	return id
+}
+
+// canonicalIPv4 is the fast path for the most common peer, "a.b.c.d:port"
+// in canonical form (no leading zeros): it returns "a.b.c.d", which is
+// exactly what ParseAddr + AppendTo would produce, without parsing into a
+// netip.Addr. Anything else (IPv6, zones, odd forms, 0.0.0.0) returns false
+// and takes the general path.
+func canonicalIPv4(s string) (string, bool) {
+	i, octets, zero := 0, 0, true
+	for octets < 4 {
+		start, v := i, 0
+		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		n := i - start
+		if n == 0 || v > 255 || (n > 1 && s[start] == '0') {
+			return "", false
+		}
+		if v != 0 {
+			zero = false
+		}
+		octets++
+		if octets < 4 {
+			if i >= len(s) || s[i] != '.' {
+				return "", false
+			}
+			i++
+		}
+	}
+	if zero {
+		return "", false // 0.0.0.0 is not a client address
+	}
+	host := s[:i]
+	if i == len(s) {
+		return host, true
+	}
+	if s[i] != ':' || i+1 == len(s) {
+		return "", false
+	}
+	port := 0
+	for _, c := range []byte(s[i+1:]) {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+		if port = port*10 + int(c-'0'); port > 65535 {
+			return "", false
+		}
+	}
+	return host, true
 }
 
 // ParseAddr parses a socket peer or forwarded address: "ip", "ip:port",

@@ -100,6 +100,7 @@ type Limiter struct {
 	res     resolved
 	cfg     *config
 	shared  string // the Shared-scope bucket: Name or signature
+	plainV4 bool   // IPv4 peers key as their own text: /32 and no hashing
 	routes  routeCache
 	headers headerSet
 	body429 []byte              // the default 429 problem body, with ProblemType
@@ -159,6 +160,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
 	}
 	l := &Limiter{store: s, policy: p, res: res, cfg: cfg}
+	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys
 	l.shared = res.signature
 	if p.Name != "" {
 		l.shared = p.Name

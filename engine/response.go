@@ -131,7 +131,7 @@ type Response struct {
 
 // Denied reports whether the adapter must send Status and Body instead of
 // calling the next handler.
-func (r *Response) Denied() bool { return r.Status != 0 }
+func (r Response) Denied() bool { return r.Status != 0 }
 
 // Fields returns the engine's header lines, in order, before the merge rules
 // of WriteHeadersTo and without DenialHeader. For inspection and tests.
