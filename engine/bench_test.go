@@ -4,15 +4,46 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// benchLimiter returns a limiter over a map store that admits every request
-// of the benchmark (a quota far above b.N) unless denied is set.
-func benchLimiter(tb testing.TB, p Policy) (*Limiter, *mapStore) {
-	store := newMapStore(epochMS)
+// benchStore is an in-process Store for benchmarks: a map of pointers under
+// one mutex, so that deciding for a key already present allocates nothing
+// (mapStore re-inserts entries and logs keys, which allocates).
+type benchStore struct {
+	mu  sync.Mutex
+	m   map[string]*State
+	now int64
+}
+
+func (s *benchStore) Take(_ context.Context, op *Op) (Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[string(op.Key)]
+	var cur State
+	if st != nil {
+		cur = *st
+	}
+	next, res := op.Apply(cur, s.now)
+	if res.Allowed {
+		if st == nil {
+			st = new(State)
+			s.m[string(op.Key)] = st
+		}
+		*st = next
+	}
+	return res, nil
+}
+
+func (s *benchStore) InProcess() {}
+
+// benchLimiter returns a limiter over a benchStore whose quota is far above
+// any b.N unless p sets a Limit.
+func benchLimiter(tb testing.TB, p Policy) (*Limiter, *benchStore) {
+	store := &benchStore{m: map[string]*State{}, now: epochMS}
 	if p.Limit == 0 {
 		p.Limit = 1 << 28
 		p.Window = time.Hour

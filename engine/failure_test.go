@@ -11,8 +11,8 @@ import (
 // The three failure modes against a store that fails, hangs or panics.
 func TestFailureModes(t *testing.T) {
 	stores := map[string]func() Store{
-		"error": func() Store { return &errStore{} },
-		"panic": func() Store { return panicStore{} },
+		"error": func() Store { return errStore },
+		"panic": func() Store { return panickingStore{} },
 	}
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
@@ -77,14 +77,14 @@ func TestFailureModes(t *testing.T) {
 			})
 		})
 	}
-	if _, err := New(&errStore{}, Policy{FailureMode: FailLocal}); !errors.Is(err, ErrInvalidPolicy) {
+	if _, err := New(errStore, Policy{FailureMode: FailLocal}); !errors.Is(err, ErrInvalidPolicy) {
 		t.Fatalf("FailLocal without a local store: %v", err)
 	}
 }
 
 // Under FailLocal, a failing local store fails open, and the error says both.
 func TestFailLocalWithFailingLocalStoreFailsOpen(t *testing.T) {
-	l := mustNew(t, &errStore{}, Policy{FailureMode: FailLocal}, WithLocalStore(panicStore{}))
+	l := mustNew(t, errStore, Policy{FailureMode: FailLocal}, WithLocalStore(panickingStore{}))
 	d, err := l.Consume(context.Background(), "u")
 	if !d.Allowed || d.Outcome != OutcomeDegraded || !errors.Is(err, errBackend) || !errors.Is(err, ErrStorePanic) {
 		t.Fatalf("%+v, %v", d, err)
@@ -147,7 +147,7 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		obs := &recorder{}
 		var logs logBuffer
-		l := mustNew(t, &errStore{}, Policy{}, WithObserver(obs), WithLogger(logs.logger()))
+		l := mustNew(t, errStore, Policy{}, WithObserver(obs), WithLogger(logs.logger()))
 		for i := 0; i < 50; i++ {
 			l.Check(context.Background(), req("192.0.2.1:1", "/"))
 		}

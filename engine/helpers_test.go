@@ -8,64 +8,14 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// mapStore is an in-process Store for engine tests (the engine module cannot
-// import memstore): a map under one mutex, with a settable clock in Unix ms.
-type mapStore struct {
-	mu    sync.Mutex
-	m     map[string]*mapEntry
-	now   atomic.Int64
-	takes atomic.Int64
-}
-
-type mapEntry struct {
-	st  State
-	exp int64
-}
-
-func newMapStore(nowMS int64) *mapStore {
-	s := &mapStore{m: make(map[string]*mapEntry)}
-	s.now.Store(nowMS)
-	return s
-}
-
-func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
-	s.takes.Add(1)
-	now := s.now.Load()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := s.m[string(op.Key)]
-	var st State
-	if e != nil && e.exp > now {
-		st = e.st
-	}
-	next, res := op.Apply(st, now)
-	if res.Allowed {
-		if e == nil {
-			e = new(mapEntry)
-			s.m[string(op.Key)] = e
-		}
-		e.st, e.exp = next, now+res.TTLMS
-	}
-	return res, nil
-}
-
-func (s *mapStore) InProcess()              {}
-func (s *mapStore) advance(d time.Duration) { s.now.Add(d.Milliseconds()) }
-
 var errBackend = errors.New("backend unreachable")
 
 // errStore fails every call, as an unreachable backend does.
-type errStore struct{ calls atomic.Int64 }
-
-func (s *errStore) Take(context.Context, *Op) (Result, error) {
-	s.calls.Add(1)
-	return Result{}, errBackend
-}
+var errStore = failingStore{errBackend}
 
 // hangStore blocks until its context ends, as a backend that stopped
 // answering does; it honours the deadline, as the Store contract requires.
@@ -75,11 +25,6 @@ func (hangStore) Take(ctx context.Context, _ *Op) (Result, error) {
 	<-ctx.Done()
 	return Result{}, ctx.Err()
 }
-
-// panicStore panics in Take.
-type panicStore struct{}
-
-func (panicStore) Take(context.Context, *Op) (Result, error) { panic("store bug") }
 
 // recorder is an Observer that counts every event.
 type recorder struct {
@@ -174,8 +119,16 @@ func headerOf(resp Response) http.Header {
 	return h
 }
 
+// reset forgets every key of a mapStore (limiter_test.go).
 func (s *mapStore) reset() {
 	s.mu.Lock()
 	clear(s.m)
 	s.mu.Unlock()
+}
+
+// calls returns how many times Take was called.
+func (s *mapStore) calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.takes
 }

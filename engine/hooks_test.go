@@ -22,8 +22,8 @@ func TestSkipPaths(t *testing.T) {
 			}
 		}
 	}
-	if store.takes.Load() != 0 || len(obs.events()) != 0 {
-		t.Fatalf("skipped requests reached the store (%d) or the observer (%d)", store.takes.Load(), len(obs.events()))
+	if store.calls() != 0 || len(obs.events()) != 0 {
+		t.Fatalf("skipped requests reached the store (%d) or the observer (%d)", store.calls(), len(obs.events()))
 	}
 	// Exact match only: neither a trailing slash nor a prefix is skipped.
 	for _, path := range []string{"/health/", "/healthz", "/metrics/x", "/HEALTH"} {
@@ -62,7 +62,7 @@ func TestSkipPredicate(t *testing.T) {
 			t.Fatalf("OPTIONS: outcome %q, want skipped", resp.Decision.Outcome)
 		}
 	}
-	if store.takes.Load() != 0 || len(obs.events()) != 0 {
+	if store.calls() != 0 || len(obs.events()) != 0 {
 		t.Fatal("skipped requests were counted or reported")
 	}
 	first := l.Check(context.Background(), req("192.0.2.1:1", "/x"))
@@ -87,8 +87,8 @@ func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	if statuses[0] != 0 || statuses[1] != 0 || statuses[2] != 429 {
 		t.Fatalf("statuses %v, want the request limited as usual (0 0 429)", statuses)
 	}
-	if obs.issue(IssueSkipPanic) != 3 || store.takes.Load() != 3 {
-		t.Fatalf("skip-panic reported %d times, store called %d times; want 3 and 3", obs.issue(IssueSkipPanic), store.takes.Load())
+	if obs.issue(IssueSkipPanic) != 3 || store.calls() != 3 {
+		t.Fatalf("skip-panic reported %d times, store called %d times; want 3 and 3", obs.issue(IssueSkipPanic), store.calls())
 	}
 	if n := logs.count("Skip panicked"); n != 1 || !strings.Contains(logs.String(), "skip bug") {
 		t.Fatalf("logged %d times, want once with the panic value:\n%s", n, logs.String())
@@ -146,7 +146,7 @@ func TestOnStoreError(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			var got []error
 			limitedCalls := 0
-			l := mustNew(t, &errStore{}, Policy{FailureMode: mode,
+			l := mustNew(t, errStore, Policy{FailureMode: mode,
 				OnStoreError: func(_ context.Context, r Request, err error) {
 					if r.Path != "/x" {
 						t.Errorf("OnStoreError got request %+v", r)
@@ -183,7 +183,7 @@ func TestOnStoreErrorPanicKeepsTheFailureMode(t *testing.T) {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			obs := &recorder{}
 			var logs logBuffer
-			l := mustNew(t, &errStore{}, Policy{FailureMode: tc.mode, OnStoreError: func(context.Context, Request, error) { panic("hook bug") }},
+			l := mustNew(t, errStore, Policy{FailureMode: tc.mode, OnStoreError: func(context.Context, Request, error) { panic("hook bug") }},
 				WithObserver(obs), WithLogger(logs.logger()))
 			for i := 0; i < 2; i++ {
 				if resp := l.Check(context.Background(), req("192.0.2.1:1", "/")); resp.Status != tc.status {
@@ -212,7 +212,7 @@ func TestConsumeHooks(t *testing.T) {
 	if len(limited) != 1 || limited[0].Native != (ConsumeCall{Identity: "user-42", Cost: 1}) || limited[0].Path != "" || limited[0].Peer != "" {
 		t.Fatalf("OnLimited from Consume got %+v", limited)
 	}
-	f := mustNew(t, &errStore{}, hooks)
+	f := mustNew(t, errStore, hooks)
 	if d, err := f.Consume(context.Background(), "user-7"); !errors.Is(err, errBackend) || !d.Allowed || !d.StoreFailed {
 		t.Fatalf("Consume on a failing store: %+v, %v", d, err)
 	}
@@ -262,7 +262,7 @@ func TestDenyResponseDefaultStatus(t *testing.T) {
 	if resp := l.Check(context.Background(), req("192.0.2.1:1", "/")); resp.Status != 429 || string(resp.Body) != "quota" {
 		t.Fatalf("%d %s", resp.Status, resp.Body)
 	}
-	closed := mustNew(t, &errStore{}, Policy{FailureMode: FailClosed, DenyResponse: build})
+	closed := mustNew(t, errStore, Policy{FailureMode: FailClosed, DenyResponse: build})
 	resp := closed.Check(context.Background(), req("192.0.2.1:1", "/"))
 	if resp.Status != 503 || string(resp.Body) != "store" || headerOf(resp).Get("Content-Type") != "" {
 		t.Fatalf("%d %s %v", resp.Status, resp.Body, headerOf(resp))

@@ -14,28 +14,6 @@ import (
 	"time"
 )
 
-func TestRetryAfterSeconds(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   time.Duration
-		want int64
-	}{
-		{"zero_is_one", 0, 1},
-		{"one_ms_is_one", time.Millisecond, 1},
-		{"just_under_a_second", 999 * time.Millisecond, 1},
-		{"exactly_a_second", time.Second, 1},
-		{"just_over_a_second_rounds_up", 1001 * time.Millisecond, 2},
-		{"nine_and_a_half", 9500 * time.Millisecond, 10},
-		{"a_day", 24 * time.Hour, 86400},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := RetryAfterSeconds(Decision{RetryAfter: tc.in}); got != tc.want {
-				t.Fatalf("RetryAfterSeconds(%v) = %d, want %d", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
 func fieldNames(resp Response) []string {
 	var names []string
 	for _, f := range resp.Fields() {
@@ -273,7 +251,7 @@ func TestDefaultBodiesDiscloseNothing(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		resp = l.Check(context.Background(), req("203.0.113.77:5555", "/"))
 	}
-	closed := mustNew(t, &errStore{}, Policy{Limit: 7, Window: 13 * time.Second, FailureMode: FailClosed})
+	closed := mustNew(t, errStore, Policy{Limit: 7, Window: 13 * time.Second, FailureMode: FailClosed})
 	resp503 := closed.Check(context.Background(), req("203.0.113.77:5555", "/"))
 	for _, r := range []Response{resp, resp503} {
 		body := string(r.Body)
