@@ -17,7 +17,7 @@ func TestFailureModes(t *testing.T) {
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {
 			t.Run("open", func(t *testing.T) {
-				obs := &recorder{}
+				obs := &tally{}
 				l := mustNew(t, mk(), Policy{Limit: 1, Disclosure: DiscloseAlways, HeaderStyle: HeadersIETF | HeadersTriplet | HeadersLegacy}, WithObserver(obs))
 				for i := 0; i < 3; i++ { // far beyond the limit: nothing is counted
 					resp := l.Check(context.Background(), req("192.0.2.1:1", "/"))
@@ -32,7 +32,7 @@ func TestFailureModes(t *testing.T) {
 			})
 			t.Run("closed", func(t *testing.T) {
 				for _, lv := range []Disclosure{DiscloseNone, DiscloseRetryAfter, DiscloseOnLimit, DiscloseAlways} {
-					obs := &recorder{}
+					obs := &tally{}
 					l := mustNew(t, mk(), Policy{FailureMode: FailClosed, Disclosure: lv}, WithObserver(obs))
 					resp := l.Check(context.Background(), req("192.0.2.1:1", "/"))
 					h := headerOf(resp)
@@ -145,7 +145,7 @@ func (s *deadlineStore) InProcess() {}
 // Store failures are counted every time and logged at most once per 10 s.
 func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		obs := &recorder{}
+		obs := &tally{}
 		var logs logBuffer
 		l := mustNew(t, errStore, Policy{}, WithObserver(obs), WithLogger(logs.logger()))
 		for i := 0; i < 50; i++ {

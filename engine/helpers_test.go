@@ -26,21 +26,22 @@ func (hangStore) Take(ctx context.Context, _ *Op) (Result, error) {
 	return Result{}, ctx.Err()
 }
 
-// recorder is an Observer that counts every event.
-type recorder struct {
+// tally is an Observer that counts events by kind (observer_test.go has the
+// recorder that keeps them in order).
+type tally struct {
 	mu        sync.Mutex
 	decisions []DecisionEvent
 	issues    map[Issue]int
 	storeErrs int
 }
 
-func (r *recorder) Decision(e DecisionEvent) {
+func (r *tally) Decision(e DecisionEvent) {
 	r.mu.Lock()
 	r.decisions = append(r.decisions, e)
 	r.mu.Unlock()
 }
 
-func (r *recorder) ClientAddressIssue(_ string, i Issue) {
+func (r *tally) ClientAddressIssue(_ string, i Issue) {
 	r.mu.Lock()
 	if r.issues == nil {
 		r.issues = map[Issue]int{}
@@ -49,21 +50,21 @@ func (r *recorder) ClientAddressIssue(_ string, i Issue) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) StoreError(string, FailureMode) {
+func (r *tally) StoreError(string, FailureMode) {
 	r.mu.Lock()
 	r.storeErrs++
 	r.mu.Unlock()
 }
 
-func (r *recorder) StoreDuration(string, string, time.Duration) {}
+func (r *tally) StoreDuration(string, string, time.Duration) {}
 
-func (r *recorder) issue(i Issue) int {
+func (r *tally) issue(i Issue) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.issues[i]
 }
 
-func (r *recorder) events() []DecisionEvent {
+func (r *tally) events() []DecisionEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]DecisionEvent(nil), r.decisions...)

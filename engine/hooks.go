@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"time"
 )
 
 // This file runs the user-supplied functions of a Policy that shape the
@@ -121,7 +120,7 @@ func (l *Limiter) callDeny(ctx context.Context, r *Request, d Decision) (den *De
 // kind. p is the recovered panic value, or nil.
 func (l *Limiter) policyFuncFailed(bucket string, kind Issue, msg string, p any) {
 	l.cfg.observer.ClientAddressIssue(bucket, kind)
-	if !l.cfg.gates.issue(kind).allow(10 * time.Minute) {
+	if !l.cfg.gates.allowIssue(kind) {
 		return
 	}
 	attrs := []any{slog.String("bucket", bucket), slog.String("issue", string(kind))}

@@ -12,7 +12,7 @@ import (
 
 func TestSkipPaths(t *testing.T) {
 	store := newMapStore(epochMS)
-	obs := &recorder{}
+	obs := &tally{}
 	l := mustNew(t, store, Policy{Limit: 1, SkipPaths: []string{"/health", "/metrics"}, Disclosure: DiscloseAlways}, WithObserver(obs))
 	for i := 0; i < 5; i++ {
 		for _, path := range []string{"/health", "/metrics"} {
@@ -42,7 +42,7 @@ func TestSkipPaths(t *testing.T) {
 
 func TestSkipPredicate(t *testing.T) {
 	store := newMapStore(epochMS)
-	obs := &recorder{}
+	obs := &tally{}
 	var asked atomic.Int64
 	l := mustNew(t, store, Policy{Limit: 1, SkipPaths: []string{"/health"}, Skip: func(r Request) bool {
 		asked.Add(1)
@@ -77,7 +77,7 @@ func TestSkipPredicate(t *testing.T) {
 // on every request and logged once.
 func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	store := newMapStore(epochMS)
-	obs := &recorder{}
+	obs := &tally{}
 	var logs logBuffer
 	l := mustNew(t, store, Policy{Limit: 2, Skip: func(Request) bool { panic("skip bug") }}, WithObserver(obs), WithLogger(logs.logger()))
 	var statuses []int
@@ -123,7 +123,7 @@ type ctxKey struct{}
 // A panicking OnLimited changes nothing for the client: the same denial,
 // never a 500; the panic is reported and logged once.
 func TestOnLimitedPanicKeepsTheDenial(t *testing.T) {
-	obs := &recorder{}
+	obs := &tally{}
 	var logs logBuffer
 	l := mustNew(t, newMapStore(epochMS), Policy{Limit: 1, OnLimited: func(context.Context, Request, Decision) { panic("hook bug") }},
 		WithObserver(obs), WithLogger(logs.logger()))
@@ -181,7 +181,7 @@ func TestOnStoreErrorPanicKeepsTheFailureMode(t *testing.T) {
 		status int
 	}{{FailOpen, 0}, {FailClosed, 503}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
-			obs := &recorder{}
+			obs := &tally{}
 			var logs logBuffer
 			l := mustNew(t, errStore, Policy{FailureMode: tc.mode, OnStoreError: func(context.Context, Request, error) { panic("hook bug") }},
 				WithObserver(obs), WithLogger(logs.logger()))
@@ -285,7 +285,7 @@ func TestDenyResponseFallsBackToTheDefault(t *testing.T) {
 		{"status_600", func(context.Context, Request, Decision) *Denial { return &Denial{Status: 600} }, "Status 600, outside 400-599"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			obs := &recorder{}
+			obs := &tally{}
 			var logs logBuffer
 			l := mustNew(t, newMapStore(epochMS), Policy{Limit: 1, DenyResponse: tc.build}, WithObserver(obs), WithLogger(logs.logger()))
 			l.Check(context.Background(), req("192.0.2.1:1", "/"))
@@ -338,7 +338,7 @@ func TestNeedsRoute(t *testing.T) {
 			}
 		})
 	}
-	if !mustNew(t, s, Policy{}, WithObserver(&recorder{})).NeedsRoute() {
+	if !mustNew(t, s, Policy{}, WithObserver(&tally{})).NeedsRoute() {
 		t.Fatal("NeedsRoute false with an Observer")
 	}
 }

@@ -107,8 +107,12 @@ func canonicalIPv4(s string) (string, bool) {
 // "[ipv6]:port", with an optional IPv6 zone. It drops the port and the zone
 // and unmaps IPv4-mapped IPv6 (::ffff:192.0.2.1 is 192.0.2.1). The unspecified
 // addresses 0.0.0.0 and :: are not client addresses: ok is false for them and
-// for anything unparseable. It does not allocate.
+// for anything unparseable. It does not allocate for a valid address or an
+// empty string (netip's parse errors allocate, so "" is answered first).
 func ParseAddr(s string) (netip.Addr, bool) {
+	if s == "" {
+		return netip.Addr{}, false
+	}
 	var a netip.Addr
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		a = ap.Addr()

@@ -340,6 +340,7 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src Ke
 				}
 				return d, err
 			}
+			l.countStoreFailure(bucket, lerr) // a failed call of its own; the caller counts err
 			err = errors.Join(err, fmt.Errorf("limit: FailLocal's local store failed too: %w", lerr))
 			fallthrough // the local store failed too: fail open
 		case FailOpen:
@@ -372,46 +373,55 @@ func (d *Decision) fill(res Result) {
 	d.numbers = true
 }
 
-// take calls one store with a recovered panic and, for stores that do I/O,
-// the store timeout.
-func (l *Limiter) take(ctx context.Context, s Store, op *Op) (res Result, err error) {
+// take calls one store and reports the call's duration to the observer:
+// exactly one StoreDuration event per call, a failed or panicking one
+// included. With no observer set it does not read the clock.
+func (l *Limiter) take(ctx context.Context, s Store, op *Op) (Result, error) {
+	if _, nop := l.cfg.observer.(nopObserver); nop {
+		return l.call(ctx, s, op)
+	}
+	start := time.Now()
+	res, err := l.call(ctx, s, op)
+	name := "custom"
+	if n, ok := s.(NamedStore); ok {
+		name = n.StoreName()
+	}
+	l.cfg.observer.StoreDuration(name, "take", time.Since(start))
+	return res, err
+}
+
+// call runs Store.Take with a recovered panic (reported as ErrStorePanic)
+// and, for stores that do I/O, under the store timeout.
+func (l *Limiter) call(ctx context.Context, s Store, op *Op) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
 		}
 	}()
-	_, nop := l.cfg.observer.(nopObserver)
-	var start time.Time
-	if !nop {
-		start = time.Now()
-	}
 	if _, ok := s.(InProcessStore); ok {
-		res, err = s.Take(ctx, op)
-	} else {
-		tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
-		res, err = s.Take(tctx, op)
-		cancel()
+		return s.Take(ctx, op)
 	}
-	if !nop {
-		name := "custom"
-		if n, ok := s.(NamedStore); ok {
-			name = n.StoreName()
-		}
-		l.cfg.observer.StoreDuration(name, "take", time.Since(start))
-	}
-	return res, err
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
+	defer cancel()
+	return s.Take(tctx, op)
 }
 
-// storeFailed counts a store failure, logs it at most once per 10 s and
-// passes it to OnStoreError.
+// storeFailed counts a failed decision's store failure and passes it to
+// OnStoreError.
 func (l *Limiter) storeFailed(ctx context.Context, r *Request, bucket string, err error) {
-	l.cfg.observer.StoreError(bucket, l.policy.FailureMode)
-	if l.cfg.gates.store.allow(10 * time.Second) {
-		l.cfg.logger.Warn("quotagate: store call failed; applying the failure mode (further failures are not logged for 10s)",
-			slog.String("bucket", bucket), slog.String("failure_mode", l.policy.FailureMode.String()), slog.String("error", sanitize(err.Error())))
-	}
+	l.countStoreFailure(bucket, err)
 	if l.policy.OnStoreError != nil {
 		l.onStoreError(ctx, r, bucket, err)
+	}
+}
+
+// countStoreFailure counts one failed store call and logs it at most once
+// per 10 s.
+func (l *Limiter) countStoreFailure(bucket string, err error) {
+	l.cfg.observer.StoreError(bucket, l.policy.FailureMode)
+	if l.cfg.gates.allowStore() {
+		l.cfg.logger.Warn("quotagate: store call failed; applying the failure mode (further failures are not logged for 10s)",
+			slog.String("bucket", bucket), slog.String("failure_mode", l.policy.FailureMode.String()), slog.String("error", sanitize(err.Error())))
 	}
 }
 
@@ -419,7 +429,7 @@ func (l *Limiter) storeFailed(ctx context.Context, r *Request, bucket string, er
 // line at most once per 10 minutes per kind.
 func (l *Limiter) issue(bucket string, kind Issue) {
 	l.cfg.observer.ClientAddressIssue(bucket, kind)
-	if l.cfg.gates.issue(kind).allow(10 * time.Minute) {
+	if l.cfg.gates.allowIssue(kind) {
 		l.cfg.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
 			slog.String("bucket", bucket), slog.String("issue", string(kind)))
 	}

@@ -87,16 +87,21 @@ type DecisionEvent struct {
 
 // Observer receives the engine's events, synchronously on the request path:
 // implementations must be fast, must not block, and must be safe for
-// concurrent use. The metrics/prometheus module (promlimit) implements it.
+// concurrent use. The engine passes only strings it already holds (no event
+// allocates) and takes no lock around the calls. The metrics/prometheus
+// module (promlimit) implements it.
 type Observer interface {
 	// Decision is called once per decided request (not for skipped ones).
 	Decision(e DecisionEvent)
 	// ClientAddressIssue is called once per request that met the issue.
 	ClientAddressIssue(bucket string, issue Issue)
-	// StoreError is called once per failed store call.
+	// StoreError is called once per failed store call (an error, a timeout
+	// or a panic), with the failing policy's FailureMode: under FailLocal a
+	// request whose local store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
-	// StoreDuration is called after every store call with the store's name
-	// (see NamedStore; "custom" otherwise) and the operation ("take").
+	// StoreDuration is called after every store call, failed ones included,
+	// with the store's name (see NamedStore; "custom" otherwise) and the
+	// operation ("take").
 	StoreDuration(store, op string, d time.Duration)
 }
 
@@ -107,3 +112,29 @@ func (nopObserver) Decision(DecisionEvent)                      {}
 func (nopObserver) ClientAddressIssue(string, Issue)            {}
 func (nopObserver) StoreError(string, FailureMode)              {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
+
+// guardedObserver recovers a panic of the wrapped Observer (an event is lost,
+// the request is not); a deferred call costs no allocation.
+type guardedObserver struct{ o Observer }
+
+func dropPanic() { _ = recover() }
+
+func (g guardedObserver) Decision(e DecisionEvent) {
+	defer dropPanic()
+	g.o.Decision(e)
+}
+
+func (g guardedObserver) ClientAddressIssue(bucket string, issue Issue) {
+	defer dropPanic()
+	g.o.ClientAddressIssue(bucket, issue)
+}
+
+func (g guardedObserver) StoreError(bucket string, mode FailureMode) {
+	defer dropPanic()
+	g.o.StoreError(bucket, mode)
+}
+
+func (g guardedObserver) StoreDuration(store, op string, d time.Duration) {
+	defer dropPanic()
+	g.o.StoreDuration(store, op, d)
+}

@@ -2,6 +2,7 @@
 // quotagate (see DESIGN.md, "The example servers"):
 //
 //	GET  /health          not limited
+//	GET  /metrics         Prometheus metrics (quotagate_*), not limited
 //	GET  /v1/notes/{id}   global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
@@ -28,6 +29,7 @@ func main() {
 	app.Main("chi", searchCost, func(l *app.Limiters) http.Handler {
 		r := chi.NewRouter()
 		r.Get("/health", text(app.HealthBody))
+		r.Method(http.MethodGet, "/metrics", l.Metrics)
 		r.Group(func(r chi.Router) {
 			r.Use(chilimit.Middleware(l.Global))
 			r.Get("/v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) {

@@ -2,7 +2,9 @@
 // HTTP traffic at it from several client addresses (127.0.0.2, 127.0.0.3, ...:
 // each dials from its own loopback address, so the server sees distinct socket
 // peers), prints what each client got per route, checks it against the example
-// policies, stops the server and exits 0 (1 when the limiter misbehaved).
+// policies and against the server's GET /metrics, ends by printing the
+// quotagate_ lines of /metrics, stops the server and exits 0 (1 when the
+// limiter misbehaved).
 //
 //	cd examples && go run ./demo -framework chi
 package main
@@ -152,11 +154,141 @@ func run(framework string) error {
 	for _, r := range rows {
 		check(r.other == 0, fmt.Sprintf("%s from %s: no status other than 200/429", r.route, r.client))
 	}
+
+	// GET /metrics: the limiter's own account of the same traffic.
+	lines, err := metricLines(base + "/metrics")
+	if err != nil {
+		return err
+	}
+	m := parseRequests(lines)
+	perRoute := func(handler, outcome string) float64 { return m.sum(handler, true, outcome) }
+	global := func(handler, outcome string) float64 { return m.sum(handler, false, outcome) }
+	check(perRoute("/v1/login", "allowed") == float64(loginA.ok+loginB.ok) && perRoute("/v1/login", "limited") == float64(loginA.limited+loginB.limited),
+		"metrics: the login bucket counts the table's login 200s as allowed and its 429s as limited")
+	check(perRoute("/v1/search", "allowed") == float64(search.ok+expensive.ok) && perRoute("/v1/search", "limited") == float64(search.limited+expensive.limited),
+		"metrics: the search bucket counts the table's search 200s and 429s")
+	check(global("/v1/notes/{id}", "allowed") == float64(notes.ok+heads.ok) && global("/v1/notes/{id}", "limited") == float64(notes.limited+heads.limited),
+		"metrics: the global bucket counts the table's notes 200s and 429s (GET and HEAD)")
+	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
+	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
+
+	if len(problems) == 0 {
+		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
+	}
+	printMetrics(lines)
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
-	fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
 	return nil
+}
+
+// metricLines fetches a Prometheus text exposition and returns its
+// quotagate_ sample lines.
+func metricLines(url string) ([]string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("GET /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
+	}
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "quotagate_") {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines, sc.Err()
+}
+
+// printMetrics prints the quotagate_ lines of /metrics, leaving out the
+// histogram's per-bucket lines (its _sum and _count stay).
+func printMetrics(lines []string) {
+	fmt.Println("\nGET /metrics (quotagate_ lines):")
+	omitted := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "quotagate_store_duration_seconds_bucket") {
+			omitted++
+			continue
+		}
+		fmt.Println("  " + l)
+	}
+	if omitted > 0 {
+		fmt.Printf("  (%d quotagate_store_duration_seconds_bucket lines omitted)\n", omitted)
+	}
+}
+
+// requestSeries are the quotagate_requests_total samples.
+type requestSeries struct {
+	samples  []requestSample
+	handlers map[string]float64
+}
+
+type requestSample struct {
+	bucket, handler, outcome string
+	value                    float64
+}
+
+// parseRequests reads quotagate_requests_total lines
+// (name{bucket="...",handler="...",key_source="...",outcome="..."} value).
+func parseRequests(lines []string) requestSeries {
+	rs := requestSeries{handlers: map[string]float64{}}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "quotagate_requests_total{") {
+			continue
+		}
+		end := strings.LastIndexByte(l, '}')
+		if end < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(strings.TrimSpace(l[end+1:]), &v); err != nil {
+			continue
+		}
+		s := requestSample{bucket: label(l, "bucket"), handler: label(l, "handler"), outcome: label(l, "outcome"), value: v}
+		rs.samples = append(rs.samples, s)
+		rs.handlers[s.handler] += v
+	}
+	return rs
+}
+
+// label returns the value of name="..." in a sample line (values here hold
+// no escaped quotes).
+func label(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// sum adds the samples of handler with outcome, in the route's own bucket
+// (perRoute: the bucket starts with the route template) or in the global one.
+func (rs requestSeries) sum(handler string, perRoute bool, outcome string) float64 {
+	var n float64
+	for _, s := range rs.samples {
+		if s.handler == handler && s.outcome == outcome && strings.HasPrefix(s.bucket, "/") == perRoute {
+			n += s.value
+		}
+	}
+	return n
+}
+
+// total adds every sample with outcome.
+func (rs requestSeries) total(outcome string) float64 {
+	var n float64
+	for _, s := range rs.samples {
+		if s.outcome == outcome {
+			n += s.value
+		}
+	}
+	return n
 }
 
 // waitForStart reads the server's start-up line ("... listening on http://ADDR ...")

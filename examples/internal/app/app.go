@@ -19,7 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
+	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -60,6 +63,9 @@ type Limiters struct {
 	Search *limit.Limiter
 	// StoreName describes the store for the start-up line.
 	StoreName string
+	// Metrics serves the limiters' Prometheus metrics (quotagate_*) for
+	// GET /metrics, which every example mounts outside the limiter.
+	Metrics http.Handler
 }
 
 // Build creates the store and the three limiters from c. searchCost prices a
@@ -83,10 +89,18 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One registry per server, never the global one: the three limiters
+	// share the observer (With keeps the options), so GET /metrics shows
+	// every bucket.
+	reg := prometheus.NewRegistry()
+	obs, err := promlimit.New(reg)
+	if err != nil {
+		return nil, err
+	}
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style,
-	})
+	}, limit.WithObserver(obs))
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
@@ -104,7 +118,10 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
-	return &Limiters{Global: global, Login: login, Search: search, StoreName: "memory (embedded default)"}, nil
+	return &Limiters{
+		Global: global, Login: login, Search: search, StoreName: "memory (embedded default)",
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	}, nil
 }
 
 // ParseDisclosure maps the -disclosure flag to a limit.Disclosure.
