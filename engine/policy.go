@@ -187,10 +187,10 @@ type Policy struct {
 	// never a 500. For Consume and ConsumeN, r is empty except Native, which
 	// holds a ConsumeCall.
 	OnLimited func(ctx context.Context, r Request, d Decision)
-	// OnStoreError, when set, is called synchronously for every store
-	// failure (error, timeout or panic; under FailLocal, err joins the local
-	// store's error when that failed too), before the FailureMode's response
-	// is built. Panics are handled as for OnLimited. err may describe the
+	// OnStoreError, when set, is called synchronously once for every
+	// decision whose store call failed (error, timeout or panic; when
+	// FailLocal's local store failed too, err joins both errors), before the
+	// FailureMode's response is built. Panics are handled as for OnLimited. err may describe the
 	// backend: never show it to clients. For Consume and ConsumeN, r is as
 	// for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
