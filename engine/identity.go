@@ -2,7 +2,6 @@ package limit
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
@@ -87,11 +86,7 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 	defer func() {
 		if p := recover(); p != nil {
 			id = ""
-			l.cfg.observer.ClientAddressIssue(bucket, IssueKeyFuncPanic)
-			if l.cfg.gates.allowIssue(IssueKeyFuncPanic) {
-				l.cfg.logger.Error("quotagate: KeyFunc panicked; identity falls through to the client address (logged at most once per 10 minutes)",
-					slog.String("bucket", bucket), slog.String("panic", sanitize(fmt.Sprint(p))))
-			}
+			l.policyFuncFailed(bucket, IssueKeyFuncPanic, "KeyFunc panicked; identity falls through to the client address", p)
 		}
 	}()
 	id, err := l.policy.KeyFunc(*r)

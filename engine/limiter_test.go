@@ -12,10 +12,11 @@ import (
 // mapStore is the simplest correct Store: one mutex, one map, a settable
 // clock in Unix ms. It is what every real store must be equivalent to.
 type mapStore struct {
-	mu   sync.Mutex
-	now  int64
-	m    map[string]mapEntry
-	keys []string // every key written, in order
+	mu    sync.Mutex
+	now   int64
+	m     map[string]mapEntry
+	keys  []string // every key written, in order
+	takes int      // calls of Take
 }
 
 type mapEntry struct {
@@ -28,6 +29,7 @@ func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string
 func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.takes++
 	e, ok := s.m[string(op.Key)]
 	if ok && e.exp <= s.now {
 		e = mapEntry{}

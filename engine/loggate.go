@@ -24,7 +24,7 @@ func (g *logGate) allow(now int64, every time.Duration) bool {
 type logGates struct {
 	now    func() time.Time // nil: time.Now; tests set a fake clock
 	store  logGate
-	issues [6]logGate
+	issues [9]logGate
 }
 
 // Log periods: store failures at most once per storeLogEvery, each
@@ -61,6 +61,12 @@ func (g *logGates) issue(kind Issue) *logGate {
 		return &g.issues[3]
 	case IssueKeyFuncPanic:
 		return &g.issues[4]
+	case IssueSkipPanic:
+		return &g.issues[5]
+	case IssueHookPanic:
+		return &g.issues[6]
+	case IssueDenyResponseFallback:
+		return &g.issues[7]
 	}
-	return &g.issues[5]
+	return &g.issues[8]
 }

@@ -15,6 +15,10 @@ const (
 	// OutcomeDegraded: the store failed and the request was admitted without
 	// a shared decision (FailOpen, or FailLocal admitting it).
 	OutcomeDegraded Outcome = "degraded"
+	// OutcomeSkipped: Policy.SkipPaths or Policy.Skip exempted the request.
+	// It appears only in the Decision returned by Check, never in an event:
+	// skipped requests are not reported.
+	OutcomeSkipped Outcome = "skipped"
 )
 
 // KeySource says where the identity of a request came from; it is the
@@ -35,8 +39,10 @@ const (
 )
 
 // Issue names a reported problem; it is the issue label of
-// quotagate_client_address_issues_total. Each kind is logged at most once per
-// 10 minutes.
+// quotagate_client_address_issues_total. Besides client-address problems the
+// set holds the failures of user-supplied policy functions (KeyFunc, Skip,
+// hooks, DenyResponse), which are recovered rather than turned into a 500.
+// Each kind is logged at most once per 10 minutes.
 type Issue string
 
 const (
@@ -54,6 +60,15 @@ const (
 	IssueRouteUnknown Issue = "route-unknown"
 	// IssueKeyFuncPanic: Policy.KeyFunc panicked; identity fell through.
 	IssueKeyFuncPanic Issue = "key-func-panic"
+	// IssueSkipPanic: Policy.Skip panicked; the request was limited as if
+	// the predicate had returned false.
+	IssueSkipPanic Issue = "skip-panic"
+	// IssueHookPanic: Policy.OnLimited or Policy.OnStoreError panicked; the
+	// panic was recovered and the request got its normal response.
+	IssueHookPanic Issue = "hook-panic"
+	// IssueDenyResponseFallback: Policy.DenyResponse panicked, returned nil
+	// or a Status outside 400-599; the default denial was sent instead.
+	IssueDenyResponseFallback Issue = "deny-response-fallback"
 )
 
 // DecisionEvent describes one decision for an Observer. Every field comes from
