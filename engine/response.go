@@ -2,6 +2,7 @@ package limit
 
 import (
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 )
@@ -173,7 +174,7 @@ type HeaderWriter interface {
 var _ HeaderWriter = http.Header(nil)
 
 // WriteHeaders applies the header fields to h; see WriteHeadersTo.
-func (r *Response) WriteHeaders(h http.Header) { r.WriteHeadersTo(h) }
+func (r *Response) WriteHeaders(h http.Header) { applyFields(r, canonicalHeader(h)) }
 
 // WriteHeadersTo applies the header fields to h, following the rules that
 // let two limiters on one request (a global and a per-route mount) both
@@ -191,7 +192,26 @@ func (r *Response) WriteHeaders(h http.Header) { r.WriteHeadersTo(h) }
 //
 // It allocates nothing when there are no fields (the default disclosure on
 // an allowed request).
-func (r *Response) WriteHeadersTo(h HeaderWriter) {
+func (r *Response) WriteHeadersTo(h HeaderWriter) { applyFields(r, h) }
+
+// canonicalHeader writes to an http.Header without canonicalising names: the
+// engine's field names are canonical constants already (DenialHeader names are
+// canonicalised by applyFields), which saves a CanonicalMIMEHeaderKey per
+// field on every response.
+type canonicalHeader http.Header
+
+func (h canonicalHeader) Get(name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+func (h canonicalHeader) Set(name, value string) { h[name] = []string{value} }
+func (h canonicalHeader) Add(name, value string) { h[name] = append(h[name], value) }
+
+// applyFields is WriteHeadersTo's body, generic so that the http.Header path
+// is compiled for canonicalHeader with direct (inlinable) method calls.
+func applyFields[W HeaderWriter](r *Response, h W) {
 	fs := r.fields[:r.n]
 	for i := 0; i < len(fs); i++ {
 		f := fs[i]
@@ -215,6 +235,7 @@ func (r *Response) WriteHeadersTo(h HeaderWriter) {
 		}
 	}
 	for name, vs := range r.DenialHeader {
+		name = textproto.CanonicalMIMEHeaderKey(name)
 		for i, v := range vs {
 			if i == 0 {
 				h.Set(name, v)
