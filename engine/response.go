@@ -174,7 +174,7 @@ type HeaderWriter interface {
 var _ HeaderWriter = http.Header(nil)
 
 // WriteHeaders applies the header fields to h; see WriteHeadersTo.
-func (r *Response) WriteHeaders(h http.Header) { applyFields(r, canonicalHeader(h)) }
+func (r *Response) WriteHeaders(h http.Header) { r.WriteHeadersTo(canonicalHeader(h)) }
 
 // WriteHeadersTo applies the header fields to h, following the rules that
 // let two limiters on one request (a global and a per-route mount) both
@@ -192,26 +192,7 @@ func (r *Response) WriteHeaders(h http.Header) { applyFields(r, canonicalHeader(
 //
 // It allocates nothing when there are no fields (the default disclosure on
 // an allowed request).
-func (r *Response) WriteHeadersTo(h HeaderWriter) { applyFields(r, h) }
-
-// canonicalHeader writes to an http.Header without canonicalising names: the
-// engine's field names are canonical constants already (DenialHeader names are
-// canonicalised by applyFields), which saves a CanonicalMIMEHeaderKey per
-// field on every response.
-type canonicalHeader http.Header
-
-func (h canonicalHeader) Get(name string) string {
-	if v := h[name]; len(v) > 0 {
-		return v[0]
-	}
-	return ""
-}
-func (h canonicalHeader) Set(name, value string) { h[name] = []string{value} }
-func (h canonicalHeader) Add(name, value string) { h[name] = append(h[name], value) }
-
-// applyFields is WriteHeadersTo's body, generic so that the http.Header path
-// is compiled for canonicalHeader with direct (inlinable) method calls.
-func applyFields[W HeaderWriter](r *Response, h W) {
+func (r *Response) WriteHeadersTo(h HeaderWriter) {
 	fs := r.fields[:r.n]
 	for i := 0; i < len(fs); i++ {
 		f := fs[i]
@@ -424,3 +405,18 @@ func (l *Limiter) rateLimitFields(resp *Response, t, deltaMS int64) {
 		resp.add(HeaderXRateLimitReset, strconv.FormatInt(ceilDiv(nowMS+deltaMS, 1000), 10))
 	}
 }
+
+// canonicalHeader writes to an http.Header without canonicalising names: the
+// engine's field names are canonical constants already (DenialHeader names are
+// canonicalised by applyFields), which saves a CanonicalMIMEHeaderKey per
+// field on every response.
+type canonicalHeader http.Header
+
+func (h canonicalHeader) Get(name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+func (h canonicalHeader) Set(name, value string) { h[name] = []string{value} }
+func (h canonicalHeader) Add(name, value string) { h[name] = append(h[name], value) }
