@@ -28,24 +28,30 @@ const shardCount = 64
 // Store is an in-process limit.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	clock  func() time.Time
+	clock  func() time.Time // nil: the default clock, see nowMS
+	base   time.Time        // wall clock at New, with its monotonic reading
+	baseMS int64
 	shards [shardCount]shard
 }
 
 type shard struct {
 	mu        sync.Mutex
-	m         map[string]*entry
+	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
 	max       int
 	nextSweep int64 // Unix ms before which a sweep would find nothing expired
 	_         [64]byte
 }
 
-// entry is one (bucket, identity). Entries are pointers so that updating a
-// present key writes through the pointer instead of re-inserting the key
-// (an insert with a []byte-converted key would allocate the string).
+// entry is one (bucket, identity). The map is keyed by the engine's 64-bit
+// hash of the key (op.Hash), which is cheaper to look up than the ~40-byte key
+// string; the key itself is kept to tell the rare colliding keys apart, which
+// chain on next. Entries are pointers so that updating a present key writes
+// through the pointer instead of re-inserting it.
 type entry struct {
-	st  limit.State
-	exp int64 // Unix ms at which the entry is dead
+	key  string
+	st   limit.State
+	exp  int64 // Unix ms at which the entry is dead
+	next *entry
 }
 
 var (
@@ -69,8 +75,11 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// WithClock sets the clock decisions are taken at (default time.Now). Tests
-// pass a fake clock; a clock that goes backwards is tolerated (see limit.Op).
+// WithClock sets the clock decisions are taken at. Tests pass a fake clock; a
+// clock that goes backwards is tolerated (see limit.Op). The default is the
+// wall clock read once at New plus the monotonic time elapsed since: immune to
+// wall-clock steps, and one monotonic read per decision instead of two
+// clock reads.
 func WithClock(now func() time.Time) Option {
 	return func(s *Store, _ *int) error {
 		if now == nil {
@@ -83,7 +92,8 @@ func WithClock(now func() time.Time) Option {
 
 // New returns an empty Store. Errors name the bad option.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{clock: time.Now}
+	s := &Store{base: time.Now()}
+	s.baseMS = s.base.UnixMilli()
 	maxKeys := DefaultMaxKeys
 	for _, o := range opts {
 		if err := o(s, &maxKeys); err != nil {
@@ -92,7 +102,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	per := (maxKeys + shardCount - 1) / shardCount
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 		s.shards[i].max = per
 	}
 	return s, nil
@@ -101,10 +111,13 @@ func New(opts ...Option) (*Store, error) {
 // Take implements limit.Store: one atomic decision under the key's shard lock.
 // It never fails and never blocks on I/O.
 func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
-	now := s.clock().UnixMilli()
+	now := s.nowMS()
 	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
 	sh.mu.Lock()
-	e := sh.m[string(op.Key)]
+	e := sh.m[op.Hash]
+	for e != nil && e.key != string(op.Key) {
+		e = e.next
+	}
 	var st limit.State
 	if e != nil && e.exp > now {
 		st = e.st
@@ -112,7 +125,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	next, res := op.Apply(st, now)
 	if res.Allowed {
 		if e == nil {
-			e = sh.insert(op.Key, now)
+			e = sh.insert(op.Hash, op.Key, now)
 		}
 		e.st, e.exp = next, now+res.TTLMS
 	}
@@ -120,30 +133,65 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	return res, nil
 }
 
+// nowMS reads the store's clock in Unix ms.
+func (s *Store) nowMS() int64 {
+	if s.clock != nil {
+		return s.clock().UnixMilli()
+	}
+	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
+}
+
 // insert adds a key, making room first when the shard is full: expired
 // entries go first (a sweep runs only when one could find something), then
-// an arbitrary live entry.
-func (sh *shard) insert(key []byte, now int64) *entry {
+// an arbitrary live entry. A chain of colliding keys counts and goes as one
+// map slot.
+func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
 	if len(sh.m) >= sh.max && now >= sh.nextSweep {
 		next := int64(1<<63 - 1)
-		for k, e := range sh.m {
-			if e.exp <= now {
-				delete(sh.m, k)
-			} else if e.exp < next {
-				next = e.exp
+		for h, e := range sh.m {
+			live := e.prune(now)
+			if live == nil {
+				delete(sh.m, h)
+				continue
+			}
+			if live != e {
+				sh.m[h] = live
+			}
+			for ; live != nil; live = live.next {
+				next = min(next, live.exp)
 			}
 		}
 		sh.nextSweep = next
 	}
-	if len(sh.m) >= sh.max {
-		for k := range sh.m {
-			delete(sh.m, k)
+	head := sh.m[hash]
+	if head == nil && len(sh.m) >= sh.max {
+		for h := range sh.m {
+			delete(sh.m, h)
 			break
 		}
 	}
-	e := new(entry)
-	sh.m[string(key)] = e
+	e := &entry{key: string(key), next: head}
+	sh.m[hash] = e
 	return e
+}
+
+// prune drops the expired entries of a chain and returns its new head.
+func (e *entry) prune(now int64) *entry {
+	var head, tail *entry
+	for ; e != nil; e = e.next {
+		if e.exp > now {
+			if tail == nil {
+				head = e
+			} else {
+				tail.next = e
+			}
+			tail = e
+		}
+	}
+	if tail != nil {
+		tail.next = nil
+	}
+	return head
 }
 
 // InProcess marks Store as an in-process store: the engine calls it without a
@@ -160,7 +208,11 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		for _, e := range sh.m {
+			for ; e != nil; e = e.next {
+				n++
+			}
+		}
 		sh.mu.Unlock()
 	}
 	return n

@@ -99,7 +99,7 @@ end
 local v = redis.call('GET', k)
 `
 
-// fixedSource transcribes Op.fixed (and Op.window).
+// fixedSource transcribes Op.fixed (and Op.window, Result.shift).
 const fixedSource = prelude + `
 local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local sw, sc = 0, 0
@@ -121,7 +121,9 @@ local count = 0
 if sw == idx then
   count = sc
 end
-local reset = start + w - at
+-- Result.shift: delays computed at at count from the real now.
+local skew = at - now
+local reset = start + w - at + skew
 if cost <= limit - count then
   count = count + cost
   local ttl = reset + 1000
@@ -134,7 +136,8 @@ end
 return {0, math.max(limit - count, 0), reset, reset, now, 0}
 `
 
-// slidingSource transcribes Op.sliding (and Op.window, slidingReset).
+// slidingSource transcribes Op.sliding (and Op.window, slidingReset,
+// Result.shift).
 const slidingSource = prelude + `
 local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local sw, sc, sp = 0, 0, 0
@@ -160,21 +163,22 @@ elseif sw == idx - 1 then
 end
 local el = at - start
 local toEnd = w - el
+local skew = at - now -- Result.shift: delays computed at at count from the real now
 local weighted = prev * toEnd
 local lw = limit * w
 
 local function reset()
   if curr > 0 then
-    return toEnd + w
+    return toEnd + w + skew
   elseif prev > 0 then
-    return toEnd
+    return toEnd + skew
   end
-  return 0
+  return skew
 end
 
 if weighted + (curr + cost) * w <= lw then
   curr = curr + cost
-  local ttl = toEnd + w
+  local ttl = toEnd + w + skew
   put(itoa(idx) .. ' ' .. itoa(curr) .. ' ' .. itoa(prev) .. ' ' .. itoa(now + ttl), ttl)
   return {1, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), 0, now, ttl}
 end
@@ -185,6 +189,9 @@ elseif curr + cost <= limit then
   retry = w - fdiv((limit - curr - cost) * w, prev) - el
 else
   retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0)
+end
+if retry > 0 then
+  retry = retry + skew
 end
 if v then
   repair(2 * w)

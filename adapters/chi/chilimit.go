@@ -1,0 +1,85 @@
+package chilimit
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// Middleware returns chi middleware (func(http.Handler) http.Handler) that
+// decides every request with l. Allowed requests reach next with the engine's
+// header fields applied (none at the default disclosure; several mounts on one
+// request merge as limit.Response.WriteHeadersTo describes); denied requests
+// get the engine's denial (429 with Retry-After and an RFC 9457 body by
+// default, or what Policy.DenyResponse built) and next is not called.
+// Requests the policy skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l may be shared by several
+// mounts, which then draw on the same buckets.
+func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
+	needRoute := l.NeedsRoute()
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req := limit.Request{
+				Method: r.Method,
+				Path:   r.URL.Path,
+				Peer:   r.RemoteAddr,
+				Header: r.Header,
+				Native: r,
+			}
+			if needRoute {
+				req.Route = RoutePattern(r)
+			}
+			resp := l.Check(r.Context(), req)
+			if resp.Denied() {
+				resp.WriteDenial(w)
+				return
+			}
+			resp.WriteHeaders(w.Header())
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// RoutePattern returns the chi route template that r matches
+// ("/v1/notes/{id}"), or "" when no route matches. After routing (inline
+// r.With or r.Group middleware) it is chi's RoutePattern; before routing (a
+// root r.Use, or a subrouter's Use, where the pattern is still "" or ends in
+// "/*") it asks the root router's Find, which does not modify r. A HEAD
+// request on a route that only has GET gets the GET template.
+func RoutePattern(r *http.Request) string {
+	rctx := chi.RouteContext(r.Context())
+	if rctx == nil {
+		return ""
+	}
+	if len(rctx.RoutePatterns) > 0 {
+		if p := rctx.RoutePattern(); p != "" && !strings.HasSuffix(p, "*") {
+			return p
+		}
+	}
+	if rctx.Routes == nil {
+		return ""
+	}
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	p := rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
+	if p == "" && r.Method == http.MethodHead {
+		p = rctx.Routes.Find(chi.NewRouteContext(), http.MethodGet, path)
+	}
+	return p
+}
+
+// KeyFunc adapts a key function over *http.Request to Policy.KeyFunc, e.g. to
+// limit by API key or user ID. A blank result or an error falls through to the
+// client address; a panic is recovered by the engine.
+func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc {
+	return limit.HTTPKeyFunc(f)
+}
+
+// CostFunc adapts a pricing function over *http.Request to Policy.CostFunc
+// (a result <= 0 means the policy's Cost).
+func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 {
+	return limit.HTTPCostFunc(f)
+}

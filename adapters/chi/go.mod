@@ -1,0 +1,17 @@
+module github.com/quotagate/quotagate/adapters/chi
+
+go 1.26
+
+require (
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/quotagate/quotagate/engine v0.0.0
+	github.com/quotagate/quotagate/stores/memory v0.0.0-00010101000000-000000000000
+)
+
+require github.com/quotagate/quotagate/conformance v0.0.0
+
+replace (
+	github.com/quotagate/quotagate/conformance => ../../conformance
+	github.com/quotagate/quotagate/engine => ../../engine
+	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
+)
