@@ -9,6 +9,7 @@ require (
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/metrics/prometheus v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0
+	github.com/quotagate/quotagate/stores/redis v0.0.0
 )
 
 require (
@@ -18,6 +19,7 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
@@ -28,4 +30,5 @@ replace (
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory
+	github.com/quotagate/quotagate/stores/redis => ../stores/redis
 )

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
+	redisstore "github.com/quotagate/quotagate/stores/redis"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
@@ -72,9 +73,6 @@ type Limiters struct {
 // Build creates the store and the three limiters from c. searchCost prices a
 // search request (the framework's typed helper reading ?expensive=1).
 func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
-	if c.Redis != "" {
-		return nil, errors.New("-redis: the Redis store is not yet supported by this build (it lands with the Redis store issue); run without -redis for the memory store")
-	}
 	trust, err := TrustOptions(c)
 	if err != nil {
 		return nil, err
@@ -87,9 +85,21 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := memstore.New()
+	// The memory store is the embedded default; with -redis it is the
+	// per-process store FailLocal falls back on while Redis is failing.
+	local, err := memstore.New()
 	if err != nil {
 		return nil, err
+	}
+	var store limit.Store = local
+	storeName, failure := "memory (embedded default)", limit.FailOpen
+	if c.Redis != "" {
+		rs, err := redisstore.NewFromURL(c.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("-redis: %w", err)
+		}
+		store, storeName, failure = rs, "redis (fail-local to memory while Redis is down)", limit.FailLocal
+		trust = append(trust, limit.WithLocalStore(local))
 	}
 	// One registry per server, never the global one: the three limiters
 	// share the observer (With keeps the options), so GET /metrics shows
@@ -101,27 +111,27 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
-		Disclosure: disclosure, HeaderStyle: style,
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	}, append(trust, limit.WithObserver(obs))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
 	login, err := global.With(limit.Policy{
 		Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5, Window: 60 * time.Second,
-		Disclosure: disclosure, HeaderStyle: style,
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("login policy: %w", err)
 	}
 	search, err := global.With(limit.Policy{
 		Scope: limit.PerRoute, Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5, Cost: 1,
-		CostFunc: searchCost, Disclosure: disclosure, HeaderStyle: style,
+		CostFunc: searchCost, Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
 	return &Limiters{
-		Global: global, Login: login, Search: search, StoreName: "memory (embedded default)",
+		Global: global, Login: login, Search: search, StoreName: storeName,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
 }
