@@ -1,0 +1,89 @@
+// Package redistest gives tests of other modules (the adapters' conformance
+// runs) Redis stores on the servers `make test` starts: Standalone reads
+// QUOTAGATE_REDIS_URL, Cluster reads QUOTAGATE_REDIS_CLUSTER. Without them the
+// calling test is skipped with a loud reason. Each store decides at an
+// injected clock and namespaces its keys, so tests sharing a server never see
+// each other's state.
+package redistest
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	redisstore "github.com/quotagate/quotagate/stores/redis"
+	"github.com/redis/rueidis"
+)
+
+// Environment variables exported by scripts/test.sh.
+const (
+	EnvURL     = "QUOTAGATE_REDIS_URL"     // redis://127.0.0.1:PORT
+	EnvCluster = "QUOTAGATE_REDIS_CLUSTER" // 127.0.0.1:P1,127.0.0.1:P2,...
+)
+
+// Standalone returns a store on the standalone server, or skips t.
+func Standalone(t testing.TB, clock func() time.Time) limit.Store {
+	t.Helper()
+	url := os.Getenv(EnvURL)
+	if url == "" {
+		t.Skipf("!!! SKIPPED: %s is not set, so this Redis standalone run did NOT happen (run `make test` with redis-server on PATH)", EnvURL)
+	}
+	opt, err := redisstore.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return open(t, opt, clock)
+}
+
+// Cluster returns a store on the Redis Cluster, or skips t.
+func Cluster(t testing.TB, clock func() time.Time) limit.Store {
+	t.Helper()
+	addrs := os.Getenv(EnvCluster)
+	if addrs == "" {
+		t.Skipf("!!! SKIPPED: %s is not set, so this Redis Cluster run did NOT happen (run `make test` with redis-server on PATH)", EnvCluster)
+	}
+	nodes := strings.Split(addrs, ",")
+	url := "redis://" + nodes[0]
+	for i, n := range nodes[1:] {
+		url += map[bool]string{true: "?", false: "&"}[i == 0] + "addr=" + n
+	}
+	opt, err := redisstore.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return open(t, opt, clock)
+}
+
+func open(t testing.TB, opt rueidis.ClientOption, clock func() time.Time) limit.Store {
+	t.Helper()
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("connecting to Redis: %v", err)
+	}
+	t.Cleanup(client.Close)
+	s, err := redisstore.New(client, redisstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &namespaced{Store: s, ns: "t" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-" + strconv.FormatInt(seq.Add(1), 10) + "."}
+}
+
+var seq atomic.Int64
+
+// namespaced prefixes every key with a per-store namespace. The prefix goes
+// before the key, so the key's hash tag stays its first "{...}".
+type namespaced struct {
+	*redisstore.Store
+	ns string
+}
+
+func (n *namespaced) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	o := *op
+	o.Key = append([]byte(n.ns), op.Key...)
+	return n.Store.Take(ctx, &o)
+}
