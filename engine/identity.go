@@ -60,14 +60,23 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 // addresses 0.0.0.0 and :: are not client addresses: ok is false for them and
 // for anything unparseable. It does not allocate.
 func ParseAddr(s string) (netip.Addr, bool) {
+	// Pick the one parser that fits the shape, so that a well-formed address
+	// never meets a failing parser (netip's errors allocate): a port follows
+	// "]:" or the only ':' of an IPv4 address; several ':' without brackets
+	// are a bare IPv6 address.
 	var a netip.Addr
-	if ap, err := netip.ParseAddrPort(s); err == nil {
+	var err error
+	switch {
+	case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
+		a, err = netip.ParseAddr(s[1 : len(s)-1])
+	case strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1:
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
 		a = ap.Addr()
-	} else if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-		if a, err = netip.ParseAddr(s[1 : len(s)-1]); err != nil {
-			return netip.Addr{}, false
-		}
-	} else if a, err = netip.ParseAddr(s); err != nil {
+	default:
+		a, err = netip.ParseAddr(s)
+	}
+	if err != nil {
 		return netip.Addr{}, false
 	}
 	a = a.WithZone("").Unmap()
