@@ -1,0 +1,45 @@
+package fiberlimit_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	fiberlimit "github.com/quotagate/quotagate/adapters/fiber"
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/valyala/fasthttp"
+)
+
+// BenchmarkHandler measures one allowed request through fiber's handler
+// with the limiter on app.Use (Shared) or at route level (PerRoute);
+// "fiber-only" is fiber alone. No socket: the fasthttp context is reused.
+func BenchmarkHandler(b *testing.B) {
+	for _, name := range []string{"fiber-only", "shared", "per-route"} {
+		b.Run(name, func(b *testing.B) {
+			app := fiber.New(fiber.Config{DisableStartupMessage: true})
+			h := func(*fiber.Ctx) error { return nil }
+			switch name {
+			case "fiber-only":
+				app.Get("/v1/notes/:id", h)
+			case "shared":
+				app.Use(fiberlimit.New(limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
+				app.Get("/v1/notes/:id", h)
+			case "per-route":
+				l := limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
+				app.Get("/v1/notes/:id", fiberlimit.New(l), h)
+			}
+			handler := app.Handler()
+			var req fasthttp.Request
+			req.SetRequestURI("/v1/notes/7")
+			req.Header.SetMethod("GET")
+			var fc fasthttp.RequestCtx
+			fc.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4711}, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				fc.Response.Reset()
+				handler(&fc)
+			}
+		})
+	}
+}
