@@ -78,8 +78,9 @@ func floorDiv(a, b int64) int64 {
 }
 
 // window returns the index and start of the window that contains now, and
-// now itself, clamped so that a clock that went backwards behind the stored
-// window is treated as the start of the stored window.
+// the instant the decision is computed at: now itself, or, when the clock went
+// backwards behind the stored window, the start of the stored window (the
+// delays are then shifted back to the real now, see shift).
 func (op *Op) window(s State, now int64) (idx, start, at int64) {
 	idx = floorDiv(now-op.PhaseMS, op.WindowMS)
 	if idx < s.Window {
@@ -104,6 +105,23 @@ func (op *Op) Apply(s State, now int64) (State, Result) {
 	return op.sliding(s, now)
 }
 
+// shift adds skew = at - now (> 0 only when the clock went backwards behind
+// the stored window) to the delays and the TTL computed at at, so that they
+// count from the real now: a client told to retry after RetryAfterMS is
+// admitted exactly then, not skew early.
+func (res *Result) shift(skew int64) {
+	if skew <= 0 {
+		return
+	}
+	res.ResetAfterMS += skew
+	if res.RetryAfterMS > 0 {
+		res.RetryAfterMS += skew
+	}
+	if res.TTLMS > 0 {
+		res.TTLMS += skew
+	}
+}
+
 func (op *Op) fixed(s State, now int64) (State, Result) {
 	w := op.WindowMS
 	idx, start, at := op.window(s, now)
@@ -117,10 +135,12 @@ func (op *Op) fixed(s State, now int64) (State, Result) {
 		res.Allowed = true
 		res.Remaining = op.Limit - count
 		res.TTLMS = res.ResetAfterMS + 1000
+		res.shift(at - now)
 		return State{Window: idx, Count: count}, res
 	}
 	res.Remaining = max(op.Limit-count, 0)
 	res.RetryAfterMS = res.ResetAfterMS
+	res.shift(at - now)
 	return s, res
 }
 
@@ -146,6 +166,7 @@ func (op *Op) sliding(s State, now int64) (State, Result) {
 		res.Remaining = max(floorDiv(limit*w-weighted, w)-curr, 0)
 		res.ResetAfterMS = slidingReset(curr, prev, toEnd, w)
 		res.TTLMS = toEnd + w
+		res.shift(at - now)
 		return State{Window: idx, Count: curr, Prev: prev}, res
 	}
 	res.Remaining = max(floorDiv(limit*w-weighted, w)-curr, 0)
@@ -166,6 +187,7 @@ func (op *Op) sliding(s State, now int64) (State, Result) {
 		e2 := max(w-(limit-cost)*w/curr, 0)
 		res.RetryAfterMS = toEnd + e2
 	}
+	res.shift(at - now)
 	return s, res
 }
 

@@ -233,3 +233,46 @@ func TestAlgorithmsAgainstReferenceModels(t *testing.T) {
 		})
 	}
 }
+
+// After the clock steps backwards, a denied request's RetryAfter still counts
+// from the real now: with no further traffic the same request is admitted at
+// exactly now+RetryAfter and not one millisecond earlier, in every algorithm.
+func TestRetryAfterIsExactAfterTheClockStepsBack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			for trial := 0; trial < 2000; trial++ {
+				limit := 1 + rng.Int64N(5)
+				w := limit * (1 + rng.Int64N(50))
+				op := Op{Algorithm: alg, Limit: limit, WindowMS: w, PhaseMS: rng.Int64N(w), Burst: limit, IntervalMS: w / limit, Cost: 1}
+				if alg == TokenBucket {
+					op.PhaseMS = 0
+				}
+				now := 1_000_000 + rng.Int64N(10_000)
+				var st State
+				for { // fill until denied
+					next, res := op.Apply(st, now)
+					if !res.Allowed {
+						break
+					}
+					st = next
+					now += rng.Int64N(2)
+				}
+				now -= 1 + rng.Int64N(3*w) // the clock steps back
+				_, res := op.Apply(st, now)
+				if res.Allowed {
+					continue // stepped back far enough to be admitted: nothing to check
+				}
+				if res.RetryAfterMS <= 0 || res.ResetAfterMS < 0 {
+					t.Fatalf("trial %d: delays %+v", trial, res)
+				}
+				if _, r := op.Apply(st, now+res.RetryAfterMS-1); r.Allowed {
+					t.Fatalf("trial %d: admitted 1 ms before RetryAfter %d (%+v, state %+v, now %d)", trial, res.RetryAfterMS, op, st, now)
+				}
+				if _, r := op.Apply(st, now+res.RetryAfterMS); !r.Allowed {
+					t.Fatalf("trial %d: denied at RetryAfter %d (%+v, state %+v, now %d)", trial, res.RetryAfterMS, op, st, now)
+				}
+			}
+		})
+	}
+}

@@ -15,6 +15,25 @@
 // decisions for the same inputs: time is integer milliseconds and every
 // intermediate product stays below 2^53, which [New] enforces.
 //
+// The identity of a request is, first match wins: the policy's KeyFunc; the
+// client address from a trusted forwarding header, only when one is
+// configured with [WithTrustedHeader] or [WithTrustedProxies] (each states
+// its threat model; without them no header is ever read); the socket peer;
+// else one shared fallback bucket at Limit/10. Addresses are normalised
+// (port and zone dropped, IPv4-mapped IPv6 unmapped, IPv6 grouped by /64) and
+// the source is reported as [Decision].KeySource.
+//
+// What a client is told is decided here as well: [Disclosure] levels, the
+// [HeaderStyle] of the RateLimit fields (draft-ietf-httpapi-ratelimit-headers
+// -10, the earlier triplet, or X-RateLimit-*), Retry-After (RFC 9110), the
+// RFC 9457 problem body (Policy.ProblemType) or a Policy.DenyResponse of the
+// caller's. Adapters apply a [Response] with [Response.WriteHeadersTo] or
+// [Response.WriteDenial], which also merge the fields of several limiters on
+// one request, so every adapter sends the same bytes. Policy.Skip and
+// Policy.SkipPaths exempt requests; Policy.OnLimited and Policy.OnStoreError
+// observe denials and store failures. docs/response-contract.md in the
+// repository shows every level and style.
+//
 // Non-HTTP call sites use [Limiter.Consume] with an identity string.
 //
 // The package imports only the standard library.

@@ -1,37 +1,12 @@
 package limit
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 )
-
-// mapStore is a minimal in-process Store at a fixed instant, for tests of
-// the engine alone (the real stores live in their own modules).
-type mapStore struct {
-	mu  sync.Mutex
-	m   map[string]State
-	now int64
-}
-
-func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]State{}
-	}
-	st, res := op.Apply(s.m[string(op.Key)], s.now)
-	if res.Allowed {
-		s.m[string(op.Key)] = st
-	}
-	return res, nil
-}
-
-func (s *mapStore) InProcess() {}
 
 func TestHTTPRequestView(t *testing.T) {
 	r := httptest.NewRequest("HEAD", "http://example.com/v1/notes/7?x=1", nil)
@@ -71,7 +46,7 @@ func TestHTTPHandler(t *testing.T) {
 			if tc.observer {
 				opts = append(opts, WithObserver(rec))
 			}
-			l := MustNew(&mapStore{now: 1_000_000}, tc.policy, opts...)
+			l := MustNew(newMapStore(1_000_000), tc.policy, opts...)
 			calls, hits := 0, 0
 			h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits++
@@ -91,7 +66,7 @@ func TestHTTPHandler(t *testing.T) {
 			if last.Code != http.StatusTooManyRequests || hits != 2 {
 				t.Fatalf("third request: %d with %d handler runs, want 429 and 2", last.Code, hits)
 			}
-			if got := last.Body.String(); got != string(body429) || last.Header().Get("Content-Type") != ProblemJSON {
+			if got := last.Body.String(); got != string(body429Default) || last.Header().Get("Content-Type") != ProblemJSON {
 				t.Fatalf("denial %q %v", got, last.Header())
 			}
 			if calls != tc.wantCalls {

@@ -38,12 +38,18 @@ func fnvAddString(h uint64, s string) uint64 {
 // colliding with a raw one.
 func (l *Limiter) appendIdentity(buf []byte, identity string) []byte {
 	if len(identity) > maxRawIdentity || l.cfg.hashKeys {
-		sum := sha256.Sum256([]byte(identity))
-		buf = append(buf, "h:"...)
-		return hex.AppendEncode(buf, sum[:])
+		return appendDigest(buf, []byte(identity))
 	}
 	buf = append(buf, "r:"...)
 	return append(buf, identity...)
+}
+
+// appendDigest appends the hashed key form of an identity: "h:" and the hex
+// SHA-256 digest of id.
+func appendDigest(buf, id []byte) []byte {
+	sum := sha256.Sum256(id)
+	buf = append(buf, "h:"...)
+	return hex.AppendEncode(buf, sum[:])
 }
 
 // appendKey appends the store key of (bucket, id) to buf, where id is the

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -45,21 +46,28 @@ var _ Header = http.Header(nil)
 type Decision struct {
 	// Allowed reports whether the request may proceed.
 	Allowed bool
-	// Outcome is allowed, limited or degraded.
+	// Outcome is allowed, limited, degraded, or skipped (Check only).
 	Outcome Outcome
+	// StoreFailed reports that the shared store failed (error, timeout or
+	// panic) and the policy's FailureMode decided: FailOpen admits (Outcome
+	// degraded); FailLocal admits (degraded) or denies (limited) by the
+	// local store's numbers; FailClosed rejects with 503 (limited).
+	StoreFailed bool
 	// Limit is the quota per window of the policy that decided (reduced for
 	// the fallback bucket).
 	Limit int64
 	// Remaining is how many more cost-1 requests would be admitted now;
-	// never negative; 0 when Outcome is degraded.
+	// never negative; 0 when no store decided (FailOpen, FailClosed).
 	Remaining int64
 	// ResetAfter is the time until the whole quota is back (FixedWindow: the
-	// end of the window); 0 when degraded.
+	// end of the window); 0 when no store decided.
 	ResetAfter time.Duration
 	// RetryAfter is, when denied, the earliest time after which the same
-	// request will be admitted with no further traffic; 0 when allowed.
+	// request will be admitted with no further traffic (1 s under
+	// FailClosed); 0 when allowed.
 	RetryAfter time.Duration
-	// ResetAt is the store's clock reading plus ResetAfter.
+	// ResetAt is the store's clock reading plus ResetAfter; the zero Time
+	// when no store decided.
 	ResetAt time.Time
 	// Bucket is the bucket name.
 	Bucket string
@@ -67,6 +75,20 @@ type Decision struct {
 	KeySource KeySource
 	// Policy is the deciding policy (read-only).
 	Policy *Policy
+
+	// numbers reports that a store (the shared one, or FailLocal's local
+	// one) produced Remaining, ResetAfter and ResetAt, so that they may be
+	// disclosed in RateLimit header fields.
+	numbers bool
+}
+
+// ConsumeCall is the Request.Native that hooks receive for Consume and
+// ConsumeN calls, which have no HTTP request: every other Request field is
+// empty. Identity is the identity the caller passed ("" for the fallback
+// bucket) and Cost the cost decided.
+type ConsumeCall struct {
+	Identity string
+	Cost     int64
 }
 
 // Limiter applies one Policy through one Store. It is safe for concurrent use
@@ -78,8 +100,11 @@ type Limiter struct {
 	res     resolved
 	cfg     *config
 	shared  string // the Shared-scope bucket: Name or signature
+	plainV4 bool   // IPv4 peers key as their own text: /32, no hashing, no trusted header
 	routes  routeCache
 	headers headerSet
+	body429 []byte              // the default 429 problem body, with ProblemType
+	skip    map[string]struct{} // Policy.SkipPaths; nil when empty
 	scratch sync.Pool
 }
 
@@ -135,11 +160,19 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
 	}
 	l := &Limiter{store: s, policy: p, res: res, cfg: cfg}
+	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.shared = res.signature
 	if p.Name != "" {
 		l.shared = p.Name
 	}
 	l.headers = newHeaderSet(l.shared, res)
+	l.body429 = problemBody(p.ProblemType, http.StatusTooManyRequests)
+	if len(p.SkipPaths) > 0 {
+		l.skip = make(map[string]struct{}, len(p.SkipPaths))
+		for _, path := range p.SkipPaths {
+			l.skip[path] = struct{}{}
+		}
+	}
 	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128), id: make([]byte, 0, 64)} }
 	return l, nil
 }
@@ -147,21 +180,39 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 // Policy returns the Limiter's policy as given to New.
 func (l *Limiter) Policy() Policy { return l.policy }
 
-// NeedsRoute reports whether Check reads Request.Route: for PerRoute buckets,
-// or for the handler label when an Observer is set. Adapters use it to skip
-// an expensive route lookup that nothing would read.
+// NeedsRoute reports whether anything reads Request.Route: a PerRoute
+// bucket, the handler label when an Observer is set, or a policy function
+// that receives the Request (KeyFunc, CostFunc, Skip, OnLimited,
+// OnStoreError, DenyResponse). Adapters use it to skip an expensive route
+// lookup that nothing would read.
 func (l *Limiter) NeedsRoute() bool {
 	_, nop := l.cfg.observer.(nopObserver)
-	return (l.policy.Scope == PerRoute && l.policy.Name == "") || !nop
+	p := &l.policy
+	return (p.Scope == PerRoute && p.Name == "") || !nop ||
+		p.KeyFunc != nil || p.CostFunc != nil || p.Skip != nil ||
+		p.OnLimited != nil || p.OnStoreError != nil || p.DenyResponse != nil
 }
 
 // Check decides one HTTP request and returns what the adapter must write: the
 // Decision, the header fields to set on the response (allowed or not), and,
 // when Denied, the status and body to send instead of calling the handler.
-// It never panics on request input and never blocks longer than the store
-// timeout.
+//
+// In order: SkipPaths and Skip (a skipped request returns at once, Outcome
+// OutcomeSkipped, nothing counted or reported); bucket, identity and cost;
+// the store call under the store timeout; on a store failure the count, the
+// rate-limited log line and OnStoreError; the Decision event; the header
+// fields; when denied, OnLimited and then DenyResponse. Hooks run
+// synchronously on the calling goroutine.
+//
+// It never panics on request input or in user-supplied functions, and never
+// blocks longer than the store timeout plus the time user functions take.
+// At the default disclosure an allowed request allocates nothing.
 func (l *Limiter) Check(ctx context.Context, r Request) Response {
 	var resp Response
+	if l.skipped(&r) {
+		resp.Decision = Decision{Allowed: true, Outcome: OutcomeSkipped, Policy: &l.policy}
+		return resp
+	}
 	sc := l.scratch.Get().(*scratch)
 	bucket := l.bucket(&r)
 	src := l.identity(&r, bucket, sc)
@@ -170,10 +221,18 @@ func (l *Limiter) Check(ctx context.Context, r Request) Response {
 	resp.Decision, err = l.decide(ctx, sc, bucket, src, cost)
 	l.scratch.Put(sc)
 	if err != nil {
-		l.storeFailed(bucket, err)
+		l.storeFailed(ctx, &r, bucket, err)
 	}
 	l.cfg.observer.Decision(DecisionEvent{Bucket: bucket, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: src})
-	l.respond(&resp, err != nil)
+	l.respond(&resp)
+	if resp.Denied() {
+		if l.policy.OnLimited != nil {
+			l.onLimited(ctx, &r, &resp.Decision)
+		}
+		if l.policy.DenyResponse != nil {
+			l.denyResponse(ctx, &r, &resp)
+		}
+	}
 	return resp
 }
 
@@ -188,7 +247,9 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
 // want to log it (it never means "denied"). Events are emitted as for Check,
-// with an empty handler.
+// with an empty handler. OnStoreError and OnLimited are called as for Check,
+// with a Request whose Native is a ConsumeCall; SkipPaths, Skip and
+// DenyResponse do not apply.
 func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {
 	sc := l.scratch.Get().(*scratch)
 	src := KeySourceConsume
@@ -207,10 +268,17 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	}
 	d, err := l.decide(ctx, sc, l.shared, src, cost)
 	l.scratch.Put(sc)
+	var r Request
+	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
+		r.Native = ConsumeCall{Identity: identity, Cost: cost}
+	}
 	if err != nil {
-		l.storeFailed(l.shared, err)
+		l.storeFailed(ctx, &r, l.shared, err)
 	}
 	l.cfg.observer.Decision(DecisionEvent{Bucket: l.shared, Outcome: d.Outcome, KeySource: src})
+	if !d.Allowed && l.policy.OnLimited != nil {
+		l.onLimited(ctx, &r, &d)
+	}
 	return d, err
 }
 
@@ -261,6 +329,7 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src Ke
 
 	res, err := l.take(ctx, l.store, op)
 	if err != nil {
+		d.StoreFailed = true
 		switch l.policy.FailureMode {
 		case FailLocal:
 			var lerr error
@@ -271,18 +340,25 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src Ke
 				}
 				return d, err
 			}
+			l.countStoreFailure(bucket, lerr) // a failed call of its own; the caller counts err
+			err = errors.Join(err, fmt.Errorf("limit: FailLocal's local store failed too: %w", lerr))
 			fallthrough // the local store failed too: fail open
 		case FailOpen:
 			d.Allowed, d.Outcome = true, OutcomeDegraded
 		case FailClosed:
 			d.Outcome = OutcomeLimited
-			d.RetryAfter = time.Second
+			d.RetryAfter = failClosedRetryAfter
 		}
 		return d, err
 	}
 	d.fill(res)
 	return d, nil
 }
+
+// failClosedRetryAfter is the Retry-After of a FailClosed 503: the outage's
+// length is unknown, so clients come back soon and meet either the recovered
+// store or another 503.
+const failClosedRetryAfter = time.Second
 
 func (d *Decision) fill(res Result) {
 	d.Allowed = res.Allowed
@@ -294,44 +370,58 @@ func (d *Decision) fill(res Result) {
 	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
 	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
 	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+	d.numbers = true
 }
 
-// take calls one store with a recovered panic and, for stores that do I/O,
-// the store timeout.
-func (l *Limiter) take(ctx context.Context, s Store, op *Op) (res Result, err error) {
+// take calls one store and reports the call's duration to the observer:
+// exactly one StoreDuration event per call, a failed or panicking one
+// included. With no observer set it does not read the clock.
+func (l *Limiter) take(ctx context.Context, s Store, op *Op) (Result, error) {
+	if _, nop := l.cfg.observer.(nopObserver); nop {
+		return l.call(ctx, s, op)
+	}
+	start := time.Now()
+	res, err := l.call(ctx, s, op)
+	name := "custom"
+	if n, ok := s.(NamedStore); ok {
+		name = n.StoreName()
+	}
+	l.cfg.observer.StoreDuration(name, "take", time.Since(start))
+	return res, err
+}
+
+// call runs Store.Take with a recovered panic (reported as ErrStorePanic)
+// and, for stores that do I/O, under the store timeout.
+func (l *Limiter) call(ctx context.Context, s Store, op *Op) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
 		}
 	}()
-	_, nop := l.cfg.observer.(nopObserver)
-	var start time.Time
-	if !nop {
-		start = time.Now()
-	}
 	if _, ok := s.(InProcessStore); ok {
-		res, err = s.Take(ctx, op)
-	} else {
-		tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
-		res, err = s.Take(tctx, op)
-		cancel()
+		return s.Take(ctx, op)
 	}
-	if !nop {
-		name := "custom"
-		if n, ok := s.(NamedStore); ok {
-			name = n.StoreName()
-		}
-		l.cfg.observer.StoreDuration(name, "take", time.Since(start))
-	}
-	return res, err
+	tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
+	defer cancel()
+	return s.Take(tctx, op)
 }
 
-// storeFailed counts a store failure and logs it at most once per 10 s.
-func (l *Limiter) storeFailed(bucket string, err error) {
+// storeFailed counts a failed decision's store failure and passes it to
+// OnStoreError.
+func (l *Limiter) storeFailed(ctx context.Context, r *Request, bucket string, err error) {
+	l.countStoreFailure(bucket, err)
+	if l.policy.OnStoreError != nil {
+		l.onStoreError(ctx, r, bucket, err)
+	}
+}
+
+// countStoreFailure counts one failed store call and logs it at most once
+// per 10 s.
+func (l *Limiter) countStoreFailure(bucket string, err error) {
 	l.cfg.observer.StoreError(bucket, l.policy.FailureMode)
-	if l.cfg.gates.store.allow(10 * time.Second) {
+	if l.cfg.gates.allowStore() {
 		l.cfg.logger.Warn("quotagate: store call failed; applying the failure mode (further failures are not logged for 10s)",
-			slog.String("bucket", bucket), slog.String("failure_mode", l.policy.FailureMode.String()), slog.String("error", err.Error()))
+			slog.String("bucket", bucket), slog.String("failure_mode", l.policy.FailureMode.String()), slog.String("error", sanitize(err.Error())))
 	}
 }
 
@@ -339,7 +429,7 @@ func (l *Limiter) storeFailed(bucket string, err error) {
 // line at most once per 10 minutes per kind.
 func (l *Limiter) issue(bucket string, kind Issue) {
 	l.cfg.observer.ClientAddressIssue(bucket, kind)
-	if l.cfg.gates.issue(kind).allow(10 * time.Minute) {
+	if l.cfg.gates.allowIssue(kind) {
 		l.cfg.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
 			slog.String("bucket", bucket), slog.String("issue", string(kind)))
 	}

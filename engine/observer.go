@@ -15,6 +15,10 @@ const (
 	// OutcomeDegraded: the store failed and the request was admitted without
 	// a shared decision (FailOpen, or FailLocal admitting it).
 	OutcomeDegraded Outcome = "degraded"
+	// OutcomeSkipped: Policy.SkipPaths or Policy.Skip exempted the request.
+	// It appears only in the Decision returned by Check, never in an event:
+	// skipped requests are not reported.
+	OutcomeSkipped Outcome = "skipped"
 )
 
 // KeySource says where the identity of a request came from; it is the
@@ -35,8 +39,10 @@ const (
 )
 
 // Issue names a reported problem; it is the issue label of
-// quotagate_client_address_issues_total. Each kind is logged at most once per
-// 10 minutes.
+// quotagate_client_address_issues_total. Besides client-address problems the
+// set holds the failures of user-supplied policy functions (KeyFunc, Skip,
+// hooks, DenyResponse), which are recovered rather than turned into a 500.
+// Each kind is logged at most once per 10 minutes.
 type Issue string
 
 const (
@@ -54,6 +60,15 @@ const (
 	IssueRouteUnknown Issue = "route-unknown"
 	// IssueKeyFuncPanic: Policy.KeyFunc panicked; identity fell through.
 	IssueKeyFuncPanic Issue = "key-func-panic"
+	// IssueSkipPanic: Policy.Skip panicked; the request was limited as if
+	// the predicate had returned false.
+	IssueSkipPanic Issue = "skip-panic"
+	// IssueHookPanic: Policy.OnLimited or Policy.OnStoreError panicked; the
+	// panic was recovered and the request got its normal response.
+	IssueHookPanic Issue = "hook-panic"
+	// IssueDenyResponseFallback: Policy.DenyResponse panicked, returned nil
+	// or a Status outside 400-599; the default denial was sent instead.
+	IssueDenyResponseFallback Issue = "deny-response-fallback"
 )
 
 // DecisionEvent describes one decision for an Observer. Every field comes from
@@ -72,16 +87,21 @@ type DecisionEvent struct {
 
 // Observer receives the engine's events, synchronously on the request path:
 // implementations must be fast, must not block, and must be safe for
-// concurrent use. The metrics/prometheus module (promlimit) implements it.
+// concurrent use. The engine passes only strings it already holds (no event
+// allocates) and takes no lock around the calls. The metrics/prometheus
+// module (promlimit) implements it.
 type Observer interface {
 	// Decision is called once per decided request (not for skipped ones).
 	Decision(e DecisionEvent)
 	// ClientAddressIssue is called once per request that met the issue.
 	ClientAddressIssue(bucket string, issue Issue)
-	// StoreError is called once per failed store call.
+	// StoreError is called once per failed store call (an error, a timeout
+	// or a panic), with the failing policy's FailureMode: under FailLocal a
+	// request whose local store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
-	// StoreDuration is called after every store call with the store's name
-	// (see NamedStore; "custom" otherwise) and the operation ("take").
+	// StoreDuration is called after every store call, failed ones included,
+	// with the store's name (see NamedStore; "custom" otherwise) and the
+	// operation ("take").
 	StoreDuration(store, op string, d time.Duration)
 }
 
@@ -92,3 +112,29 @@ func (nopObserver) Decision(DecisionEvent)                      {}
 func (nopObserver) ClientAddressIssue(string, Issue)            {}
 func (nopObserver) StoreError(string, FailureMode)              {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
+
+// guardedObserver recovers a panic of the wrapped Observer (an event is lost,
+// the request is not); a deferred call costs no allocation.
+type guardedObserver struct{ o Observer }
+
+func dropPanic() { _ = recover() }
+
+func (g guardedObserver) Decision(e DecisionEvent) {
+	defer dropPanic()
+	g.o.Decision(e)
+}
+
+func (g guardedObserver) ClientAddressIssue(bucket string, issue Issue) {
+	defer dropPanic()
+	g.o.ClientAddressIssue(bucket, issue)
+}
+
+func (g guardedObserver) StoreError(bucket string, mode FailureMode) {
+	defer dropPanic()
+	g.o.StoreError(bucket, mode)
+}
+
+func (g guardedObserver) StoreDuration(store, op string, d time.Duration) {
+	defer dropPanic()
+	g.o.StoreDuration(store, op, d)
+}

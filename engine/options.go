@@ -35,6 +35,7 @@ type config struct {
 	fallbackDivisor int64
 	ipv4Bits        int
 	ipv6Bits        int
+	trust           trustConfig
 	gates           *logGates
 }
 
@@ -83,13 +84,14 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithObserver sets the receiver of the engine's events (metrics). Default:
-// none. nil is an error.
+// none. nil is an error. A panic inside o is recovered and drops that one
+// event; the request is decided as if o had returned.
 func WithObserver(o Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
 		}
-		c.observer = o
+		c.observer = guardedObserver{o}
 		return nil
 	}
 }

@@ -1,7 +1,9 @@
 package limit
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -135,7 +137,7 @@ type Policy struct {
 	// reject a non-zero Burst.
 	Burst int64
 	// Cost is what one request takes from the quota (default 1, at most the
-	// capacity: Limit, or Burst for TokenBucket). Request.Cost overrides it.
+	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
 	Cost int64
 	// AlignWindows sets the FixedWindow/SlidingWindow phase to 0 for every
 	// identity (windows start on multiples of Window since the Unix epoch).
@@ -157,7 +159,60 @@ type Policy struct {
 	// HeaderStyle selects the RateLimit header fields (HeadersIETF by
 	// default; combine with |).
 	HeaderStyle HeaderStyle
+	// ProblemType is the "type" member of the default 429 body (RFC 9457
+	// problem details), a URI reference (RFC 3986) such as
+	// ProblemTypeQuotaExceeded. Default DefaultProblemType ("about:blank").
+	// New rejects a value that is not a URI reference: whitespace, control
+	// bytes, non-ASCII, '"', '\', '<', '>' or a malformed %-escape. The 503
+	// body of FailClosed always says "about:blank": it is not a quota problem.
+	ProblemType string
+
+	// SkipPaths lists request paths that bypass this limiter, compared with
+	// Request.Path byte for byte (no prefix, pattern or regular-expression
+	// form; "/health" does not match "/health/"). Each must start with '/'.
+	// A skipped request is not counted, emits no event, calls no hook and
+	// gets no header: Check returns a Response with Outcome OutcomeSkipped.
+	SkipPaths []string
+	// Skip, when set, is asked about every request not in SkipPaths; true
+	// skips it (as SkipPaths). It runs synchronously on the request path and
+	// must be safe for concurrent use. A panic counts as false (the request
+	// is limited as usual: a broken predicate never opens the limiter) and is
+	// reported as IssueSkipPanic.
+	Skip func(r Request) bool
+
+	// OnLimited, when set, is called synchronously for every denied request
+	// (429, and 503 under FailClosed), after the Decision and before the
+	// denial is built. A panic is recovered, reported as IssueHookPanic and
+	// logged at most once per 10 minutes; the request still gets its denial,
+	// never a 500. For Consume and ConsumeN, r is empty except Native, which
+	// holds a ConsumeCall.
+	OnLimited func(ctx context.Context, r Request, d Decision)
+	// OnStoreError, when set, is called synchronously once for every
+	// decision whose store call failed (error, timeout or panic; when
+	// FailLocal's local store failed too, err joins both errors), before the
+	// FailureMode's response is built. Panics are handled as for OnLimited. err may describe the
+	// backend: never show it to clients. For Consume and ConsumeN, r is as
+	// for OnLimited.
+	OnStoreError func(ctx context.Context, r Request, err error)
+	// DenyResponse, when set, builds the response to a denied request in
+	// place of the default problem body (see Denial for what it may
+	// replace). A nil result, a panic or a Status outside 400-599 falls back
+	// to the default denial, reported as IssueDenyResponseFallback and
+	// logged at most once per 10 minutes. It runs synchronously and must be
+	// safe for concurrent use. Consume never calls it.
+	DenyResponse func(ctx context.Context, r Request, d Decision) *Denial
 }
+
+// Problem types for Policy.ProblemType.
+const (
+	// DefaultProblemType is the RFC 9457 default: the problem is described
+	// by the status code alone.
+	DefaultProblemType = "about:blank"
+	// ProblemTypeQuotaExceeded is the problem type that
+	// draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
+	// exceeded quota (registration pending when this was written).
+	ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+)
 
 // resolved holds a validated policy's derived integers.
 type resolved struct {
@@ -205,6 +260,16 @@ func (p *Policy) resolve() (resolved, error) {
 	if p.Name != "" {
 		if err := checkName(p.Name); err != nil {
 			return r, err
+		}
+	}
+	if p.ProblemType != "" {
+		if err := checkURIReference(p.ProblemType); err != nil {
+			return r, fmt.Errorf("%w: ProblemType %q is not a URI reference (RFC 3986): %v", ErrInvalidPolicy, p.ProblemType, err)
+		}
+	}
+	for i, path := range p.SkipPaths {
+		if path == "" || path[0] != '/' {
+			return r, fmt.Errorf("%w: SkipPaths[%d] %q does not start with '/' (paths are compared with Request.Path exactly)", ErrInvalidPolicy, i, path)
 		}
 	}
 	r.limit, r.windowMS, r.cost = p.Limit, p.Window.Milliseconds(), p.Cost
@@ -291,4 +356,32 @@ func checkName(name string) error {
 		}
 	}
 	return nil
+}
+
+// checkURIReference reports whether s is an RFC 3986 URI-reference: only
+// unreserved, reserved and '%' HEXDIG HEXDIG bytes, and parseable by
+// net/url. Characters that would need escaping in JSON ('"', '\') or in a
+// header are thereby excluded.
+func checkURIReference(s string) error {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~:/?#[]@!$&'()*+,;=", c) >= 0:
+		case c == '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return fmt.Errorf("malformed %%-escape at byte %d", i)
+			}
+		default:
+			return fmt.Errorf("byte %#x at %d is not allowed in a URI", c, i)
+		}
+	}
+	if _, err := url.Parse(s); err != nil {
+		return err
+	}
+	return nil
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

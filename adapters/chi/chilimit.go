@@ -10,9 +10,11 @@ import (
 
 // Middleware returns chi middleware (func(http.Handler) http.Handler) that
 // decides every request with l. Allowed requests reach next with the engine's
-// header fields added (none at the default disclosure); denied requests get
-// the engine's denial (429 with Retry-After and an RFC 9457 body by default)
-// and next is not called. Safe for concurrent use; l may be shared by several
+// header fields applied (none at the default disclosure; several mounts on one
+// request merge as limit.Response.WriteHeadersTo describes); denied requests
+// get the engine's denial (429 with Retry-After and an RFC 9457 body by
+// default, or what Policy.DenyResponse built) and next is not called.
+// Requests the policy skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l may be shared by several
 // mounts, which then draw on the same buckets.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
@@ -71,17 +72,17 @@ func TestGlobalMountPerPeerBudgets(t *testing.T) {
 
 	a, b := limittest.ClientFrom("127.0.0.2"), limittest.ClientFrom("127.0.0.3")
 	for i := range 3 {
-		r := limittest.Do(t, a, "GET", url+"/ping")
+		r := conformance.Do(t, a, "GET", url+"/ping")
 		if r.Status != http.StatusCreated || r.Body != "pong" || r.Header.Get("X-Handler") != "yes" {
 			t.Fatalf("request %d from A: %d %q, want the handler's 201 pong", i, r.Status, r.Body)
 		}
 	}
-	r := limittest.Do(t, a, "GET", url+"/ping")
-	limittest.AssertDenial(t, r, engineResponse(t, p, 3))
+	r := conformance.Do(t, a, "GET", url+"/ping")
+	conformance.AssertDenial(t, r, engineResponse(t, p, 3))
 	if r.Header.Get("X-Handler") != "" || hits.n.Load() != 3 {
 		t.Fatalf("handler ran for a denied request (runs %d)", hits.n.Load())
 	}
-	if r := limittest.Do(t, b, "GET", url+"/ping"); r.Status != http.StatusCreated {
+	if r := conformance.Do(t, b, "GET", url+"/ping"); r.Status != http.StatusCreated {
 		t.Fatalf("first request from B: %d, want 201 (B has its own budget)", r.Status)
 	}
 }
@@ -135,7 +136,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 	for _, mount := range []string{"echo-use", "group-arg", "group-use", "route"} {
 		t.Run(mount, func(t *testing.T) {
 			t.Parallel()
-			obs := &limittest.Recorder{}
+			obs := &conformance.Recorder{}
 			l := limit.MustNew(newStore(t), limit.Policy{Limit: 4, Window: time.Minute, Scope: limit.PerRoute, Algorithm: limit.FixedWindow},
 				limit.WithObserver(obs))
 			var hits counter
@@ -144,11 +145,11 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			// ids 1, 2 and 3, GET and HEAD: one bucket of 4.
 			reqs := []struct{ method, path string }{{"GET", "/v1/notes/1"}, {"GET", "/v1/notes/2"}, {"HEAD", "/v1/notes/3"}, {"HEAD", "/v1/notes/1"}}
 			for _, q := range reqs {
-				if r := limittest.Do(t, c, q.method, url+q.path); r.Status != http.StatusOK {
+				if r := conformance.Do(t, c, q.method, url+q.path); r.Status != http.StatusOK {
 					t.Fatalf("%s %s: %d, want 200", q.method, q.path, r.Status)
 				}
 			}
-			if r := limittest.Do(t, c, "GET", url+"/v1/notes/99"); r.Status != http.StatusTooManyRequests {
+			if r := conformance.Do(t, c, "GET", url+"/v1/notes/99"); r.Status != http.StatusTooManyRequests {
 				t.Fatalf("5th request on the route: %d, want 429 (ids, GET and HEAD share one bucket)", r.Status)
 			}
 			if e := obs.Last(); e.Bucket != "/v1/notes/{id} 4p60f" || e.Handler != "/v1/notes/:id" {
@@ -157,7 +158,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			if hits.n.Load() != 4 {
 				t.Fatalf("handler ran %d times, want 4", hits.n.Load())
 			}
-			if r := limittest.Do(t, limittest.ClientFrom("127.0.0.6"), "GET", url+"/v1/notes/1"); r.Status != http.StatusOK {
+			if r := conformance.Do(t, limittest.ClientFrom("127.0.0.6"), "GET", url+"/v1/notes/1"); r.Status != http.StatusOK {
 				t.Fatalf("other client: %d, want 200 (its own bucket)", r.Status)
 			}
 		})
@@ -178,7 +179,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			obs := &limittest.Recorder{}
+			obs := &conformance.Recorder{}
 			l := limit.MustNew(newStore(t), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			e := echo.New()
 			h := func(c echo.Context) error { return nil }
@@ -188,7 +189,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 			} else {
 				e.Group("/g", echolimit.Middleware(l)).GET("/x", h)
 			}
-			r := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, e)+tc.path)
+			r := conformance.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, e)+tc.path)
 			if r.Status != http.StatusNotFound {
 				t.Fatalf("status %d, want echo's 404", r.Status)
 			}
@@ -212,13 +213,13 @@ func TestAllowedResponseKeepsHandlerAndError(t *testing.T) {
 	e.GET("/err", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "short and stout") })
 	url := serve(t, e)
 	c := limittest.ClientFrom("127.0.0.8")
-	r := limittest.Do(t, c, "GET", url+"/x")
+	r := conformance.Do(t, c, "GET", url+"/x")
 	if r.Status != http.StatusAccepted || r.Body != "accepted" || r.Header.Get("X-Handler") != "yes" {
 		t.Fatalf("%d %q, want the handler's 202 accepted", r.Status, r.Body)
 	}
-	limittest.AssertEngineFields(t, r.Header, engineResponse(t, p, 0))
+	conformance.AssertEngineFields(t, r.Header, engineResponse(t, p, 0))
 	// A handler's error still reaches echo's error handler.
-	if r := limittest.Do(t, c, "GET", url+"/err"); r.Status != http.StatusTeapot {
+	if r := conformance.Do(t, c, "GET", url+"/err"); r.Status != http.StatusTeapot {
 		t.Fatalf("handler error: %d, want 418", r.Status)
 	}
 }

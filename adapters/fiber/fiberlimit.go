@@ -40,10 +40,10 @@ func New(l *limit.Limiter) fiber.Handler {
 			req.Route = route(c)
 		}
 		resp := l.Check(c.UserContext(), req)
-		for _, f := range resp.Fields() {
-			// Header.Add copies name and value into fasthttp's own buffers.
-			fc.Response.Header.Add(f.Name, f.Value)
-		}
+		// The engine's merge rules (several mounts on one request) apply to
+		// fasthttp's header through respHeader, which copies every name and
+		// value into fasthttp's own buffers.
+		resp.WriteHeadersTo((*respHeader)(&fc.Response.Header))
 		if !resp.Denied() {
 			return c.Next()
 		}
@@ -144,6 +144,27 @@ func (h *header) Values(name string) []string {
 	})
 	return out
 }
+
+// respHeader is limit.HeaderWriter over fasthttp's response header; the
+// pointer conversion does not allocate.
+type respHeader fasthttp.ResponseHeader
+
+var (
+	_ limit.HeaderWriter = (*respHeader)(nil)
+	_ limit.Header       = (*header)(nil)
+)
+
+// Get returns the first value of name ("" when absent). It allocates a copy;
+// the engine calls it only to merge Triplet or Legacy fields of two mounts.
+func (h *respHeader) Get(name string) string {
+	return string((*fasthttp.ResponseHeader)(h).Peek(name))
+}
+
+// Set replaces every value of name.
+func (h *respHeader) Set(name, value string) { (*fasthttp.ResponseHeader)(h).Set(name, value) }
+
+// Add appends a value of name.
+func (h *respHeader) Add(name, value string) { (*fasthttp.ResponseHeader)(h).Add(name, value) }
 
 // KeyFunc adapts a key function over *fiber.Ctx to Policy.KeyFunc, e.g. to
 // limit by API key or authenticated user. A blank result or an error falls

@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0-00010101000000-000000000000
 	github.com/valyala/fasthttp v1.51.0
@@ -23,6 +24,7 @@ require (
 )
 
 replace (
+	github.com/quotagate/quotagate/conformance => ../../conformance
 	github.com/quotagate/quotagate/engine => ../../engine
 	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
 )

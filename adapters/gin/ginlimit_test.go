@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	ginlimit "github.com/quotagate/quotagate/adapters/gin"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
@@ -79,17 +80,17 @@ func TestGlobalMountPerPeerBudgets(t *testing.T) {
 
 			a, b := limittest.ClientFrom("127.0.0.2"), limittest.ClientFrom("127.0.0.3")
 			for i := range 3 {
-				rep := limittest.Do(t, a, "GET", url+"/ping")
+				rep := conformance.Do(t, a, "GET", url+"/ping")
 				if rep.Status != http.StatusCreated || rep.Body != "pong" || rep.Header.Get("X-Handler") != "yes" {
 					t.Fatalf("request %d from A: %d %q, want the handler's 201 pong", i, rep.Status, rep.Body)
 				}
 			}
-			rep := limittest.Do(t, a, "GET", url+"/ping")
-			limittest.AssertDenial(t, rep, engineResponse(t, p, 3))
+			rep := conformance.Do(t, a, "GET", url+"/ping")
+			conformance.AssertDenial(t, rep, engineResponse(t, p, 3))
 			if rep.Header.Get("X-Handler") != "" || hits.n.Load() != 3 {
 				t.Fatalf("handler ran for a denied request (runs %d)", hits.n.Load())
 			}
-			if rep := limittest.Do(t, b, "GET", url+"/ping"); rep.Status != http.StatusCreated {
+			if rep := conformance.Do(t, b, "GET", url+"/ping"); rep.Status != http.StatusCreated {
 				t.Fatalf("first request from B: %d, want 201 (B has its own budget)", rep.Status)
 			}
 		})
@@ -149,7 +150,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 	for _, mount := range []string{"engine-use", "group-arg", "group-use", "route"} {
 		t.Run(mount, func(t *testing.T) {
 			t.Parallel()
-			obs := &limittest.Recorder{}
+			obs := &conformance.Recorder{}
 			l := limit.MustNew(newStore(t), limit.Policy{Limit: 4, Window: time.Minute, Scope: limit.PerRoute, Algorithm: limit.FixedWindow},
 				limit.WithObserver(obs))
 			var hits counter
@@ -158,11 +159,11 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			// ids 1, 2 and 3, GET and HEAD: one bucket of 4.
 			reqs := []struct{ method, path string }{{"GET", "/v1/notes/1"}, {"GET", "/v1/notes/2"}, {"HEAD", "/v1/notes/3"}, {"HEAD", "/v1/notes/1"}}
 			for _, q := range reqs {
-				if rep := limittest.Do(t, c, q.method, url+q.path); rep.Status != http.StatusOK {
+				if rep := conformance.Do(t, c, q.method, url+q.path); rep.Status != http.StatusOK {
 					t.Fatalf("%s %s: %d, want 200", q.method, q.path, rep.Status)
 				}
 			}
-			if rep := limittest.Do(t, c, "GET", url+"/v1/notes/99"); rep.Status != http.StatusTooManyRequests {
+			if rep := conformance.Do(t, c, "GET", url+"/v1/notes/99"); rep.Status != http.StatusTooManyRequests {
 				t.Fatalf("5th request on the route: %d, want 429 (ids, GET and HEAD share one bucket)", rep.Status)
 			}
 			if e := obs.Last(); e.Bucket != "/v1/notes/{id} 4p60f" || e.Handler != "/v1/notes/:id" {
@@ -171,7 +172,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			if hits.n.Load() != 4 {
 				t.Fatalf("handler ran %d times, want 4", hits.n.Load())
 			}
-			if rep := limittest.Do(t, limittest.ClientFrom("127.0.0.6"), "GET", url+"/v1/notes/1"); rep.Status != http.StatusOK {
+			if rep := conformance.Do(t, limittest.ClientFrom("127.0.0.6"), "GET", url+"/v1/notes/1"); rep.Status != http.StatusOK {
 				t.Fatalf("other client: %d, want 200 (its own bucket)", rep.Status)
 			}
 		})
@@ -179,12 +180,12 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 }
 
 func TestNotFoundFallsBackToShared(t *testing.T) {
-	obs := &limittest.Recorder{}
+	obs := &conformance.Recorder{}
 	l := limit.MustNew(newStore(t), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 	r := gin.New()
 	r.Use(ginlimit.Middleware(l))
 	r.GET("/x", func(*gin.Context) {})
-	rep := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, r)+"/nothing")
+	rep := conformance.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, r)+"/nothing")
 	if rep.Status != http.StatusNotFound {
 		t.Fatalf("status %d, want gin's 404", rep.Status)
 	}
@@ -203,11 +204,11 @@ func TestAllowedResponseKeepsHandler(t *testing.T) {
 	r.Use(ginlimit.Middleware(limit.MustNew(newStore(t), p)))
 	var hits counter
 	r.GET("/x", hits.handler(http.StatusAccepted, "accepted"))
-	rep := limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, r)+"/x")
+	rep := conformance.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, r)+"/x")
 	if rep.Status != http.StatusAccepted || rep.Body != "accepted" || rep.Header.Get("X-Handler") != "yes" {
 		t.Fatalf("%d %q, want the handler's 202 accepted", rep.Status, rep.Body)
 	}
-	limittest.AssertEngineFields(t, rep.Header, engineResponse(t, p, 0))
+	conformance.AssertEngineFields(t, rep.Header, engineResponse(t, p, 0))
 }
 
 func TestKeyAndCostFuncsOverContext(t *testing.T) {

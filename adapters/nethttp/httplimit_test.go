@@ -13,6 +13,7 @@ import (
 	"time"
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
@@ -70,18 +71,18 @@ func TestGlobalMountPerPeerBudgets(t *testing.T) {
 
 	a, b := limittest.ClientFrom("127.0.0.2"), limittest.ClientFrom("127.0.0.3")
 	for i := range 3 {
-		r := limittest.Do(t, a, "GET", srv.URL+"/ping")
+		r := conformance.Do(t, a, "GET", srv.URL+"/ping")
 		if r.Status != http.StatusCreated || r.Body != "pong" || r.Header.Get("X-Handler") != "yes" {
 			t.Fatalf("request %d from A: %d %q, want the handler's 201 pong", i, r.Status, r.Body)
 		}
 	}
-	r := limittest.Do(t, a, "GET", srv.URL+"/ping")
-	limittest.AssertDenial(t, r, engineResponse(t, p, 3))
+	r := conformance.Do(t, a, "GET", srv.URL+"/ping")
+	conformance.AssertDenial(t, r, engineResponse(t, p, 3))
 	if r.Header.Get("X-Handler") != "" || hits.n.Load() != 3 {
 		t.Fatalf("handler ran for a denied request (runs %d)", hits.n.Load())
 	}
 	// B has its own budget.
-	if r := limittest.Do(t, b, "GET", srv.URL+"/ping"); r.Status != http.StatusCreated {
+	if r := conformance.Do(t, b, "GET", srv.URL+"/ping"); r.Status != http.StatusCreated {
 		t.Fatalf("first request from B: %d, want 201", r.Status)
 	}
 }
@@ -113,7 +114,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 		t.Run(mount, func(t *testing.T) {
 			t.Parallel()
 			store, _ := newStore(t)
-			obs := &limittest.Recorder{}
+			obs := &conformance.Recorder{}
 			l := limit.MustNew(store, limit.Policy{Limit: 4, Window: time.Minute, Scope: limit.PerRoute, Algorithm: limit.FixedWindow},
 				limit.WithObserver(obs))
 			var hits counter
@@ -123,11 +124,11 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			// ids 1, 2 and 3, GET and HEAD: one bucket of 4.
 			reqs := []struct{ method, path string }{{"GET", "/v1/notes/1"}, {"GET", "/v1/notes/2"}, {"HEAD", "/v1/notes/3"}, {"HEAD", "/v1/notes/1"}}
 			for _, q := range reqs {
-				if r := limittest.Do(t, c, q.method, srv.URL+q.path); r.Status != http.StatusOK {
+				if r := conformance.Do(t, c, q.method, srv.URL+q.path); r.Status != http.StatusOK {
 					t.Fatalf("%s %s: %d, want 200", q.method, q.path, r.Status)
 				}
 			}
-			if r := limittest.Do(t, c, "GET", srv.URL+"/v1/notes/99"); r.Status != http.StatusTooManyRequests {
+			if r := conformance.Do(t, c, "GET", srv.URL+"/v1/notes/99"); r.Status != http.StatusTooManyRequests {
 				t.Fatalf("5th request on the route: %d, want 429 (ids, GET and HEAD share one bucket)", r.Status)
 			}
 			if got := obs.Last().Bucket; got != "/v1/notes/{id} 4p60f" {
@@ -140,7 +141,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 				t.Fatalf("handler ran %d times, want 4", hits.n.Load())
 			}
 			// Another client has its own bucket on the same route.
-			if r := limittest.Do(t, limittest.ClientFrom("127.0.0.5"), "GET", srv.URL+"/v1/notes/1"); r.Status != http.StatusOK {
+			if r := conformance.Do(t, limittest.ClientFrom("127.0.0.5"), "GET", srv.URL+"/v1/notes/1"); r.Status != http.StatusOK {
 				t.Fatalf("other client: %d, want 200", r.Status)
 			}
 		})
@@ -149,13 +150,13 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 
 func TestHandlerLabelIsThePattern(t *testing.T) {
 	store, _ := newStore(t)
-	obs := &limittest.Recorder{}
+	obs := &conformance.Recorder{}
 	l := limit.MustNew(store, limit.Policy{}, limit.WithObserver(obs))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
 	srv := httptest.NewServer(httplimit.Middleware(l)(mux))
 	defer srv.Close()
-	limittest.Do(t, limittest.ClientFrom("127.0.0.6"), "HEAD", srv.URL+"/v1/notes/5")
+	conformance.Do(t, limittest.ClientFrom("127.0.0.6"), "HEAD", srv.URL+"/v1/notes/5")
 	if e := obs.Last(); e.Handler != "GET /v1/notes/{id}" || e.Bucket != "100p60" {
 		t.Fatalf("event %+v, want handler \"GET /v1/notes/{id}\" in the shared bucket", e)
 	}
@@ -175,7 +176,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			store, _ := newStore(t)
-			obs := &limittest.Recorder{}
+			obs := &conformance.Recorder{}
 			l := limit.MustNew(store, limit.Policy{Limit: 1, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
@@ -189,7 +190,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 			if tc.name == "method_not_allowed" {
 				method = "POST"
 			}
-			limittest.Do(t, limittest.ClientFrom("127.0.0.7"), method, srv.URL+tc.path)
+			conformance.Do(t, limittest.ClientFrom("127.0.0.7"), method, srv.URL+tc.path)
 			if got := obs.Last().Bucket; got != "1p60" {
 				t.Fatalf("bucket %q, want the Shared fallback \"1p60\"", got)
 			}
@@ -205,7 +206,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 // must not become a bucket (one per path would be unbounded).
 func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 	store, _ := newStore(t)
-	obs := &limittest.Recorder{}
+	obs := &conformance.Recorder{}
 	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute}, limit.WithObserver(obs))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/files/{name}/", func(http.ResponseWriter, *http.Request) {})
@@ -231,7 +232,7 @@ func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 		}
 	}
 	// The same path with GET is a redirect too, and reports the real pattern.
-	limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", srv.URL+"/files/c3")
+	conformance.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", srv.URL+"/files/c3")
 	if got := obs.Last().Bucket; got != "/files/{name}/ 100p60" {
 		t.Fatalf("GET redirect bucket %q, want the pattern's", got)
 	}
@@ -246,11 +247,11 @@ func TestAllowedResponseKeepsHandlerAndAddsEngineFields(t *testing.T) {
 	mux.Handle("GET /x", hits.handler(http.StatusAccepted, "accepted"))
 	srv := httptest.NewServer(httplimit.Middleware(limit.MustNew(store, p))(mux))
 	defer srv.Close()
-	r := limittest.Do(t, limittest.ClientFrom("127.0.0.9"), "GET", srv.URL+"/x")
+	r := conformance.Do(t, limittest.ClientFrom("127.0.0.9"), "GET", srv.URL+"/x")
 	if r.Status != http.StatusAccepted || r.Body != "accepted" || r.Header.Get("X-Handler") != "yes" {
 		t.Fatalf("%d %q, want the handler's 202 accepted", r.Status, r.Body)
 	}
-	limittest.AssertEngineFields(t, r.Header, engineResponse(t, p, 0))
+	conformance.AssertEngineFields(t, r.Header, engineResponse(t, p, 0))
 }
 
 func TestKeyFuncOverRequest(t *testing.T) {
@@ -294,13 +295,13 @@ func TestCostFuncOverRequest(t *testing.T) {
 	srv := httptest.NewServer(httplimit.Middleware(l)(mux))
 	defer srv.Close()
 	c := limittest.ClientFrom("127.0.0.11")
-	if r := limittest.Do(t, c, "GET", srv.URL+"/search"); r.Status != 200 {
+	if r := conformance.Do(t, c, "GET", srv.URL+"/search"); r.Status != 200 {
 		t.Fatalf("cheap search: %d", r.Status)
 	}
-	if r := limittest.Do(t, c, "GET", srv.URL+"/search?expensive=1"); r.Status != http.StatusTooManyRequests {
+	if r := conformance.Do(t, c, "GET", srv.URL+"/search?expensive=1"); r.Status != http.StatusTooManyRequests {
 		t.Fatalf("expensive search with 2 of 3 left: %d, want 429", r.Status)
 	}
-	if r := limittest.Do(t, c, "GET", srv.URL+"/search"); r.Status != 200 {
+	if r := conformance.Do(t, c, "GET", srv.URL+"/search"); r.Status != 200 {
 		t.Fatalf("a denied expensive search consumed the quota: %d", r.Status)
 	}
 }

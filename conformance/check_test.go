@@ -1,4 +1,4 @@
-package limittest_test
+package conformance_test
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
-	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // store is a minimal in-process store at a fixed instant.
@@ -51,31 +51,29 @@ func denial(t *testing.T, d limit.Disclosure) limit.Response {
 }
 
 // reply renders resp the way a correct adapter would.
-func reply(resp limit.Response) limittest.Reply {
+func reply(resp limit.Response) conformance.Reply {
 	h := http.Header{}
 	resp.WriteHeaders(h)
 	h.Set("Date", "Thu, 01 Jan 2026 00:00:00 GMT") // fields the engine does not own are ignored
-	return limittest.Reply{Status: resp.Status, Body: string(resp.Body), Header: h}
+	return conformance.Reply{Status: resp.Status, Body: string(resp.Body), Header: h}
 }
 
 func TestAssertDenial(t *testing.T) {
 	tests := []struct {
 		name       string
 		disclosure limit.Disclosure
-		spoil      func(*limittest.Reply)
+		spoil      func(*conformance.Reply)
 		wantErrors bool
 	}{
-		{"exact", limit.DiscloseOnLimit, func(*limittest.Reply) {}, false},
-		{"exact_bodiless", limit.DiscloseNone, func(*limittest.Reply) {}, false},
-		{"status", limit.DiscloseOnLimit, func(r *limittest.Reply) { r.Status = 503 }, true},
-		{"body", limit.DiscloseOnLimit, func(r *limittest.Reply) { r.Body += "\n" }, true},
-		{"missing_retry_after", limit.DiscloseOnLimit, func(r *limittest.Reply) { r.Header.Del("Retry-After") }, true},
-		{"policy_lines_reordered", limit.DiscloseOnLimit, func(r *limittest.Reply) {
-			v := r.Header.Values("Ratelimit-Policy")
-			r.Header["Ratelimit-Policy"] = []string{v[1], v[0]}
-		}, true},
-		{"extra_field", limit.DiscloseRetryAfter, func(r *limittest.Reply) { r.Header.Set("X-Ratelimit-Limit", "1") }, true},
-		{"content_type_without_body", limit.DiscloseNone, func(r *limittest.Reply) { r.Header.Set("Content-Type", "text/plain") }, true},
+		{"exact", limit.DiscloseOnLimit, func(*conformance.Reply) {}, false},
+		{"exact_bodiless", limit.DiscloseNone, func(*conformance.Reply) {}, false},
+		{"status", limit.DiscloseOnLimit, func(r *conformance.Reply) { r.Status = 503 }, true},
+		{"body", limit.DiscloseOnLimit, func(r *conformance.Reply) { r.Body += "\n" }, true},
+		{"missing_retry_after", limit.DiscloseOnLimit, func(r *conformance.Reply) { r.Header.Del("Retry-After") }, true},
+		{"value", limit.DiscloseOnLimit, func(r *conformance.Reply) { r.Header.Set("Ratelimit", r.Header.Get("Ratelimit")+";x") }, true},
+		{"triplet_missing", limit.DiscloseOnLimit, func(r *conformance.Reply) { r.Header.Del("Ratelimit-Remaining") }, true},
+		{"extra_field", limit.DiscloseRetryAfter, func(r *conformance.Reply) { r.Header.Set("X-Ratelimit-Limit", "1") }, true},
+		{"content_type_without_body", limit.DiscloseNone, func(r *conformance.Reply) { r.Header.Set("Content-Type", "text/plain") }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,7 +81,7 @@ func TestAssertDenial(t *testing.T) {
 			r := reply(want)
 			tc.spoil(&r)
 			ft := &fakeT{TB: t}
-			limittest.AssertDenial(ft, r, want)
+			conformance.AssertDenial(ft, r, want)
 			if got := len(ft.errs) > 0; got != tc.wantErrors {
 				t.Fatalf("errors %q, want errors: %v", ft.errs, tc.wantErrors)
 			}

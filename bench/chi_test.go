@@ -1,0 +1,143 @@
+package bench
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/httprate"
+	chilimit "github.com/quotagate/quotagate/adapters/chi"
+	limit "github.com/quotagate/quotagate/engine"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+// A quota no benchmark run can exhaust: every contender measures its allowed
+// path, which is what nearly every production request takes.
+const (
+	quota  = 1 << 28
+	window = time.Hour
+)
+
+// sink is a reusable ResponseWriter, so that the harness itself allocates
+// nothing per request and allocs/op belong to router + limiter.
+type sink struct {
+	h      http.Header
+	status int
+}
+
+func (w *sink) Header() http.Header         { return w.h }
+func (w *sink) Write(b []byte) (int, error) { return len(b), nil }
+func (w *sink) WriteHeader(s int)           { w.status = s }
+
+func ok(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }
+
+type contender struct {
+	name string
+	mw   func() func(http.Handler) http.Handler
+}
+
+func quotagate(d limit.Disclosure) func() func(http.Handler) http.Handler {
+	return func() func(http.Handler) http.Handler {
+		s, err := memstore.New()
+		if err != nil {
+			panic(err)
+		}
+		return chilimit.Middleware(limit.MustNew(s, limit.Policy{Limit: quota, Window: window, Disclosure: d}))
+	}
+}
+
+var contenders = []contender{
+	// the router alone: what the limiters add is the difference
+	{"chi-only", func() func(http.Handler) http.Handler {
+		return func(next http.Handler) http.Handler { return next }
+	}},
+	{"quotagate-default", quotagate(limit.DiscloseRetryAfter)},
+	{"quotagate-always", quotagate(limit.DiscloseAlways)},
+	// httprate sends X-RateLimit-* on every response, like our Always level
+	{"httprate", func() func(http.Handler) http.Handler {
+		return httprate.LimitByIP(quota, window)
+	}},
+}
+
+func requests(keys int) []*http.Request {
+	rs := make([]*http.Request, keys)
+	for i := range rs {
+		r, err := http.NewRequest("GET", "/v1/notes/1", nil)
+		if err != nil {
+			panic(err)
+		}
+		r.RemoteAddr = fmt.Sprintf("10.%d.%d.%d:%d", i>>16&255, i>>8&255, i&255, 1024+i%50000)
+		rs[i] = r
+	}
+	return rs
+}
+
+func router(mw func(http.Handler) http.Handler) http.Handler {
+	r := chi.NewRouter()
+	r.Use(mw)
+	r.Get("/v1/notes/{id}", ok)
+	return r
+}
+
+// BenchmarkChiMiddleware: per request through a chi router, 1 and 100 000
+// client addresses, serial and parallel.
+func BenchmarkChiMiddleware(b *testing.B) {
+	for _, keys := range []int{1, 100_000} {
+		rs := requests(keys)
+		for _, c := range contenders {
+			b.Run(c.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				h := router(c.mw())
+				w := &sink{h: http.Header{}}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					clear(w.h)
+					h.ServeHTTP(w, rs[i%keys])
+					if w.status != 0 && w.status != http.StatusOK {
+						b.Fatalf("status %d", w.status)
+					}
+					i++
+				}
+			})
+			b.Run(c.name+"/parallel/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				h := router(c.mw())
+				var seed atomic.Int64
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					w := &sink{h: http.Header{}}
+					i := int(seed.Add(7919))
+					for pb.Next() {
+						clear(w.h)
+						h.ServeHTTP(w, rs[i%keys])
+						i++
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkMiddlewareOnly: the middleware wrapped straight around the handler,
+// no router, so that nothing but the limiter is measured.
+func BenchmarkMiddlewareOnly(b *testing.B) {
+	for _, keys := range []int{1, 100_000} {
+		rs := requests(keys)
+		for _, c := range contenders {
+			b.Run(c.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				h := c.mw()(http.HandlerFunc(ok))
+				w := &sink{h: http.Header{}}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					clear(w.h)
+					h.ServeHTTP(w, rs[i%keys])
+					i++
+				}
+			})
+		}
+	}
+}

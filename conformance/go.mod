@@ -1,0 +1,7 @@
+module github.com/quotagate/quotagate/conformance
+
+go 1.26
+
+require github.com/quotagate/quotagate/engine v0.0.0
+
+replace github.com/quotagate/quotagate/engine => ../engine

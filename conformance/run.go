@@ -1,0 +1,301 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// RunAdapter runs every scenario through harness h against stores made by
+// newStore, each scenario as a subtest with a fresh store, a fake clock at
+// epoch and a fresh server. storeName labels the matrix row written to
+// $QUOTAGATE_MATRIX_DIR (when set) for `make test` to print.
+func RunAdapter(t *testing.T, h Harness, storeName string, newStore NewStoreFunc) {
+	var passed, failed, skipped int
+	for _, sc := range Scenarios() {
+		var wasSkipped atomic.Bool
+		ok := t.Run(sc.Name, func(t *testing.T) {
+			t.Cleanup(func() { wasSkipped.Store(t.Skipped()) })
+			runScenario(t, h, sc, newStore)
+		})
+		switch {
+		case wasSkipped.Load():
+			skipped++
+		case ok:
+			passed++
+		default:
+			failed++
+		}
+	}
+	writeMatrix(t, h.Name(), storeName, passed, failed, skipped)
+}
+
+func writeMatrix(t *testing.T, adapter, store string, passed, failed, skipped int) {
+	dir := os.Getenv("QUOTAGATE_MATRIX_DIR")
+	if dir == "" {
+		return
+	}
+	name := fmt.Sprintf("%s-%s-%d.tsv", adapter, store, os.Getpid())
+	line := fmt.Sprintf("%s\t%s\t%d\t%d\t%d\n", adapter, store, passed, failed, skipped)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(line), 0o644); err != nil {
+		t.Logf("conformance: cannot write the matrix row: %v", err)
+	}
+}
+
+// recorder counts the engine's decision events by outcome.
+type recorder struct {
+	mu       sync.Mutex
+	outcomes map[limit.Outcome]int
+}
+
+func (r *recorder) Decision(e limit.DecisionEvent) {
+	r.mu.Lock()
+	r.outcomes[e.Outcome]++
+	r.mu.Unlock()
+}
+func (r *recorder) ClientAddressIssue(string, limit.Issue)      {}
+func (r *recorder) StoreError(string, limit.FailureMode)        {}
+func (r *recorder) StoreDuration(string, string, time.Duration) {}
+
+func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
+	clock := limittest.NewClock(epoch)
+	var store limit.Store = newStore(t, clock.Now)
+	var flaky *Flaky
+	if sc.Failure {
+		flaky = &Flaky{Store: store}
+		store = flaky
+	}
+	opts := append([]limit.Option(nil), sc.Options...)
+	rec := &recorder{outcomes: map[limit.Outcome]int{}}
+	if sc.Events {
+		opts = append(opts, limit.WithObserver(rec))
+	}
+	opts = append(opts, limit.WithLocalStore(newStore(t, clock.Now)))
+	limiters := map[string]*limit.Limiter{}
+	for name, p := range sc.Policies {
+		l, err := limit.New(store, p, opts...)
+		if err != nil {
+			t.Fatalf("policy %s: %v", name, err)
+		}
+		limiters[name] = l
+	}
+	mounts := func(names []string) []*limit.Limiter {
+		var ls []*limit.Limiter
+		for _, n := range names {
+			l, ok := limiters[n]
+			if !ok {
+				t.Fatalf("scenario mounts unknown policy %q", n)
+			}
+			ls = append(ls, l)
+		}
+		return ls
+	}
+	routes := map[string]*Route{}
+	route := func(rs RouteSpec) *Route {
+		r := &Route{Method: rs.Method, Path: rs.Path, Limiters: mounts(rs.Mounts), Status: rs.Status, Body: rs.Body}
+		routes[rs.Method+" "+rs.Path] = r
+		return r
+	}
+	app := &App{Global: mounts(sc.App.Global)}
+	for _, g := range sc.App.Groups {
+		grp := &Group{Prefix: g.Prefix, Limiters: mounts(g.Mounts)}
+		for _, rs := range g.Routes {
+			grp.Routes = append(grp.Routes, route(rs))
+		}
+		app.Groups = append(app.Groups, grp)
+	}
+	for _, rs := range sc.App.Routes {
+		app.Routes = append(app.Routes, route(rs))
+	}
+
+	base, unixPath := serve(t, h, app)
+	clients := map[string]*http.Client{}
+	client := func(from string) *http.Client {
+		if c, ok := clients[from]; ok {
+			return c
+		}
+		var c *http.Client
+		if from == "unix" {
+			c = unixClient(unixPath)
+		} else {
+			c = limittest.ClientFrom(from)
+		}
+		t.Cleanup(c.CloseIdleConnections)
+		clients[from] = c
+		return c
+	}
+
+	responses := map[limit.Outcome]int{}
+	for i, st := range sc.Steps {
+		clock.Advance(st.Advance)
+		if st.Store != "" {
+			if flaky == nil {
+				t.Fatalf("step %d switches the store but the scenario has no Failure", i)
+			}
+			flaky.Set(st.Store)
+		}
+		n := max(st.Times, 1)
+		for k := 0; k < n; k++ {
+			got := send(t, client(st.Client), st, base)
+			where := fmt.Sprintf("step %d (%s %s from %s, #%d)", i, st.Method, st.Path, st.Client, k+1)
+			check(t, where, st.Want, got)
+			switch {
+			case got.status == http.StatusTooManyRequests || got.status == http.StatusServiceUnavailable:
+				responses[limit.OutcomeLimited]++
+			default:
+				responses[limit.OutcomeAllowed]++
+			}
+		}
+	}
+	// handler-run accounting across the whole scenario: every response whose
+	// handler header was seen matches a hit on the route.
+	if sc.Concurrent != nil {
+		runConcurrent(t, client(sc.Concurrent.Client), base, sc.Concurrent)
+	}
+	if sc.Events {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if rec.outcomes[limit.OutcomeAllowed] != responses[limit.OutcomeAllowed] ||
+			rec.outcomes[limit.OutcomeLimited] != responses[limit.OutcomeLimited] || rec.outcomes[limit.OutcomeDegraded] != 0 {
+			t.Fatalf("events %v, responses %v: want one event per response with the same outcome", rec.outcomes, responses)
+		}
+	}
+}
+
+// serve starts the harness on a TCP listener (and, for scenarios with a
+// "unix" client, on a Unix socket too) and returns the base URL and socket
+// path.
+func serve(t *testing.T, h Harness, app *App) (string, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Serve(t, ln, app)
+	// A short path: Unix socket paths are limited to ~100 bytes.
+	dir, err := os.MkdirTemp("", "qg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	unixPath := filepath.Join(dir, "s")
+	uln, err := net.Listen("unix", unixPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Serve(t, uln, app)
+	return "http://" + ln.Addr().String(), unixPath
+}
+
+func unixClient(path string) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	return &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}},
+	}
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func send(t *testing.T, c *http.Client, st Step, base string) response {
+	t.Helper()
+	req, err := http.NewRequest(st.Method, base+st.Path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range st.Header {
+		req.Header.Add(kv[0], kv[1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", st.Method, st.Path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", st.Method, st.Path, err)
+	}
+	return response{resp.StatusCode, resp.Header, string(b)}
+}
+
+func check(t *testing.T, where string, want Want, got response) {
+	t.Helper()
+	if want.Status != 0 && got.status != want.Status {
+		t.Errorf("%s: status %d, want %d (body %q)", where, got.status, want.Status, got.body)
+	}
+	for name, v := range want.Header {
+		vals := got.header.Values(name)
+		switch {
+		case v == "-" && len(vals) > 0:
+			t.Errorf("%s: header %s = %q, want it absent", where, name, vals)
+		case v != "-" && strings.Join(vals, ", ") != v:
+			t.Errorf("%s: header %s = %q, want %q", where, name, vals, v)
+		}
+	}
+	if want.Body != "" && got.body != want.Body {
+		t.Errorf("%s: body %q, want %q", where, got.body, want.Body)
+	}
+	ran := got.header.Get(HandlerHeader) == "ran"
+	switch want.Handler {
+	case "ran":
+		if !ran {
+			t.Errorf("%s: the handler did not run", where)
+		}
+	case "not-run":
+		if ran {
+			t.Errorf("%s: the handler ran for a denied request", where)
+		}
+	}
+	if got.status == http.StatusTooManyRequests && ran {
+		t.Errorf("%s: a 429 carries the handler's header: the handler ran", where)
+	}
+}
+
+func runConcurrent(t *testing.T, c *http.Client, base string, cc *Concurrent) {
+	var wg sync.WaitGroup
+	var allowed, other atomic.Int64
+	start := make(chan struct{})
+	for i := 0; i < cc.Clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			resp, err := c.Get(base + cc.Path)
+			if err != nil {
+				other.Add(1)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			switch resp.StatusCode {
+			case http.StatusOK:
+				allowed.Add(1)
+			case http.StatusTooManyRequests:
+			default:
+				other.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if allowed.Load() != int64(cc.Allowed) || other.Load() != 0 {
+		t.Fatalf("%d concurrent requests: %d admitted (%d errors), want exactly %d", cc.Clients, allowed.Load(), other.Load(), cc.Allowed)
+	}
+}

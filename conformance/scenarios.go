@@ -1,0 +1,400 @@
+package conformance
+
+import (
+	"strconv"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// Scenario is one named behaviour every adapter x store must show. It is
+// data: the policies, the app layout, and the requests with their expected
+// responses.
+type Scenario struct {
+	Name string
+	// Policies by name; App mounts refer to these names.
+	Policies map[string]limit.Policy
+	// Options are passed to every limiter of the scenario.
+	Options []limit.Option
+	// Failure wraps the store in a Flaky store that steps can break.
+	Failure bool
+	App     AppSpec
+	Steps   []Step
+	// Concurrent, when set, runs after Steps: many clients at once.
+	Concurrent *Concurrent
+	// Events checks the engine's decision events against the responses.
+	Events bool
+}
+
+// AppSpec lays out the routes and mounts by policy name.
+type AppSpec struct {
+	Global []string
+	Groups []GroupSpec
+	Routes []RouteSpec
+}
+
+// GroupSpec is a Group by policy name.
+type GroupSpec struct {
+	Prefix string
+	Mounts []string
+	Routes []RouteSpec
+}
+
+// RouteSpec is a Route by policy name.
+type RouteSpec struct {
+	Method, Path string
+	Mounts       []string
+	Status       int
+	Body         string
+}
+
+// Step is one or more identical requests.
+type Step struct {
+	// Client is the loopback address the request dials from ("127.0.0.2"),
+	// or "unix" for a connection over a Unix socket (no client address).
+	Client string
+	Method string
+	Path   string
+	// Header lines to send; several lines of one field are separate entries.
+	Header [][2]string
+	// Advance moves the fake clock before the request(s).
+	Advance time.Duration
+	// Store, when set, switches the Flaky store first: "fail", "hang", "ok".
+	Store string
+	// Times sends the request this many times (default 1), each expecting Want.
+	Times int
+	Want  Want
+}
+
+// Want is the expected response.
+type Want struct {
+	Status int
+	// Header values that must match exactly; the value "-" means absent.
+	Header map[string]string
+	// Body, when not "", must match exactly.
+	Body string
+	// Handler is "ran", "not-run" or "" (unchecked).
+	Handler string
+}
+
+// Concurrent sends Clients requests at once from one client address and
+// expects exactly Allowed of them to be admitted.
+type Concurrent struct {
+	Client  string
+	Path    string
+	Clients int
+	Allowed int
+}
+
+// epoch is the fake clock's start: a multiple of every window used below, so
+// that aligned windows start at the first step.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+const (
+	problem429 = `{"type":"about:blank","title":"Too Many Requests","status":429}`
+	ok         = 200
+	limited    = 429
+)
+
+func get(client, path string, want int) Step {
+	return Step{Client: client, Method: "GET", Path: path, Want: Want{Status: want}}
+}
+
+func times(s Step, n int) Step { s.Times = n; return s }
+
+func after(d time.Duration, s Step) Step { s.Advance = d; return s }
+
+func fixed(limitN int64, window time.Duration) limit.Policy {
+	return limit.Policy{Algorithm: limit.FixedWindow, Limit: limitN, Window: window, AlignWindows: true}
+}
+
+// costFromHeader prices a request by its X-Cost header (default 1): a
+// framework-neutral CostFunc, since every adapter passes header access.
+func costFromHeader(r limit.Request) int64 {
+	if r.Header == nil {
+		return 0
+	}
+	for _, v := range r.Header.Values("X-Cost") {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return 0
+}
+
+// Scenarios is the shared list. Adapters run all of it against every store.
+func Scenarios() []Scenario {
+	return []Scenario{
+		{
+			Name:     "01-per-peer-isolation",
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 2),
+				get("127.0.0.2", "/a", limited),
+				times(get("127.0.0.3", "/a", ok), 2),
+				get("127.0.0.3", "/a", limited),
+			},
+		},
+		{
+			Name: "02-per-route-buckets-from-templates",
+			Policies: map[string]limit.Policy{"r": {Scope: limit.PerRoute, Algorithm: limit.FixedWindow,
+				Limit: 2, Window: time.Minute, AlignWindows: true}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "GET", Path: "/v1/notes/{id}", Mounts: []string{"r"}},
+				{Method: "GET", Path: "/v1/other", Mounts: []string{"r"}},
+			}},
+			Steps: []Step{
+				get("127.0.0.2", "/v1/notes/1", ok),
+				get("127.0.0.2", "/v1/notes/2", ok),
+				get("127.0.0.2", "/v1/notes/3", limited),
+				get("127.0.0.2", "/v1/other", ok),
+			},
+		},
+		{
+			Name: "03-head-and-get-share-a-bucket",
+			Policies: map[string]limit.Policy{"r": {Scope: limit.PerRoute, Algorithm: limit.FixedWindow,
+				Limit: 2, Window: time.Minute, AlignWindows: true}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "GET", Path: "/v1/notes/{id}", Mounts: []string{"r"}},
+				{Method: "HEAD", Path: "/v1/notes/{id}", Mounts: []string{"r"}},
+			}},
+			Steps: []Step{
+				get("127.0.0.2", "/v1/notes/1", ok),
+				{Client: "127.0.0.2", Method: "HEAD", Path: "/v1/notes/2", Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "HEAD", Path: "/v1/notes/1", Want: Want{Status: limited}},
+				get("127.0.0.2", "/v1/notes/1", limited),
+			},
+		},
+		{
+			Name:     "04-global-and-per-route-each-count-once",
+			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute), "login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
+				{Method: "POST", Path: "/login", Mounts: []string{"login"}},
+				{Method: "GET", Path: "/a"},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 2),
+				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run"}},
+				// the global limit counted all three logins once each
+				get("127.0.0.2", "/a", limited),
+			},
+		},
+		{
+			Name:     "05-named-bucket-shared-by-two-routes",
+			Policies: map[string]limit.Policy{"n": {Name: "search-quota", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "GET", Path: "/search", Mounts: []string{"n"}},
+				{Method: "GET", Path: "/v2/search", Mounts: []string{"n"}},
+			}},
+			Steps: []Step{
+				get("127.0.0.2", "/search", ok),
+				times(get("127.0.0.2", "/v2/search", ok), 2),
+				get("127.0.0.2", "/search", limited),
+			},
+		},
+		{
+			Name:     "07-handler-not-run-on-denial-status-kept-when-allowed",
+			Policies: map[string]limit.Policy{"g": fixed(1, time.Minute)},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
+				{Method: "POST", Path: "/items", Status: 201, Body: "created"},
+			}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "POST", Path: "/items", Want: Want{Status: 201, Body: "created", Handler: "ran"}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/items", Want: Want{Status: limited, Handler: "not-run"}},
+			},
+		},
+		{
+			Name:     "08a-fixed-window-timeline",
+			Policies: map[string]limit.Policy{"g": fixed(3, 10*time.Second)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 3),
+				get("127.0.0.2", "/a", limited),
+				after(9999*time.Millisecond, get("127.0.0.2", "/a", limited)),
+				after(time.Millisecond, times(get("127.0.0.2", "/a", ok), 3)), // exactly at the boundary
+				get("127.0.0.2", "/a", limited),
+			},
+		},
+		{
+			Name: "08b-sliding-window-timeline",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.SlidingWindow, Limit: 4,
+				Window: 10 * time.Second, AlignWindows: true}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 4),
+				get("127.0.0.2", "/a", limited),
+				// next window, elapsed 0: the previous 4 still weigh 4
+				after(10*time.Second, get("127.0.0.2", "/a", limited)),
+				// half way: they weigh 2, so 2 more fit
+				after(5*time.Second, times(get("127.0.0.2", "/a", ok), 2)),
+				get("127.0.0.2", "/a", limited),
+			},
+		},
+		{
+			Name: "08c-token-bucket-timeline",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.TokenBucket, Limit: 1,
+				Window: time.Second, Burst: 3}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 3),
+				get("127.0.0.2", "/a", limited),
+				after(999*time.Millisecond, get("127.0.0.2", "/a", limited)),
+				after(time.Millisecond, get("127.0.0.2", "/a", ok)),
+				get("127.0.0.2", "/a", limited),
+				after(time.Hour, times(get("127.0.0.2", "/a", ok), 3)), // refills to Burst, not beyond
+				get("127.0.0.2", "/a", limited),
+			},
+		},
+		{
+			Name:     "09-retry-after-is-exact",
+			Policies: map[string]limit.Policy{"g": fixed(2, 10*time.Second)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				after(3*time.Second, times(get("127.0.0.2", "/a", ok), 2)),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Header: map[string]string{"Retry-After": "7"}}},
+				after(6999*time.Millisecond, Step{Client: "127.0.0.2", Method: "GET", Path: "/a",
+					Want: Want{Status: limited, Header: map[string]string{"Retry-After": "1"}}}),
+				after(time.Millisecond, get("127.0.0.2", "/a", ok)),
+			},
+		},
+		{
+			Name: "10a-disclosure-always-ietf",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 2, Window: 10 * time.Second,
+				AlignWindows: true, Disclosure: limit.DiscloseAlways}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit-Policy": `"2p10f";q=2;w=10`, "RateLimit": `"2p10f";r=1;t=10`, "Retry-After": "-"}}},
+				after(4*time.Second, Step{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit": `"2p10f";r=0;t=6`}}}),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit-Policy": `"2p10f";q=2;w=10`, "RateLimit": `"2p10f";r=0;t=6`, "Retry-After": "6",
+					"Cache-Control": "no-store"}}},
+			},
+		},
+		{
+			Name: "10b-disclosure-none",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: 10 * time.Second,
+				AlignWindows: true, Disclosure: limit.DiscloseNone}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{"RateLimit": "-"}}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit": "-", "RateLimit-Policy": "-", "Retry-After": "-"}}},
+			},
+		},
+		{
+			Name: "10c-disclosure-on-limit-triplet-and-legacy",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: 10 * time.Second,
+				AlignWindows: true, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersTriplet | limit.HeadersLegacy}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit-Limit": "-", "X-RateLimit-Limit": "-"}}},
+				after(2*time.Second, Step{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit-Limit": "1", "RateLimit-Remaining": "0", "RateLimit-Reset": "8", "RateLimit-Policy": "1;w=10",
+					"X-RateLimit-Limit": "1", "X-RateLimit-Remaining": "0",
+					"X-RateLimit-Reset": strconv.FormatInt(epoch.Unix()+10, 10), "Retry-After": "8", "RateLimit": "-"}}}),
+			},
+		},
+		{
+			Name:     "11-denial-body",
+			Policies: map[string]limit.Policy{"g": fixed(1, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				get("127.0.0.2", "/a", ok),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Body: problem429,
+					Header: map[string]string{"Content-Type": limit.ProblemJSON, "Cache-Control": "no-store", "Retry-After": "60"}}},
+			},
+		},
+		{
+			Name:     "12a-spoofed-forwarding-headers-ignored-without-trust",
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.1"}, {"X-Real-IP", "203.0.113.1"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.2"}, {"True-Client-IP", "203.0.113.2"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.3"}, {"Forwarded", "for=203.0.113.3"}, {"CF-Connecting-IP", "203.0.113.3"}}, Want: Want{Status: limited}},
+			},
+		},
+		{
+			Name:     "13-fallback-bucket-without-client-address",
+			Policies: map[string]limit.Policy{"g": fixed(20, time.Minute)},
+			Options:  []limit.Option{limit.WithFallbackDivisor(10)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("unix", "/a", ok), 2),
+				get("unix", "/a", limited),
+				times(get("127.0.0.2", "/a", ok), 3), // a real address keeps the full limit
+			},
+		},
+		{
+			Name: "14-cost-above-one",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute,
+				AlignWindows: true, CostFunc: costFromHeader}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Cost", "3"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Cost", "3"}}, Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Cost", "2"}}, Want: Want{Status: ok}},
+				get("127.0.0.2", "/a", limited),
+			},
+		},
+		{
+			Name:     "15a-fail-open",
+			Failure:  true,
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailOpen}},
+			Options:  []limit.Option{limit.WithStoreTimeout(50 * time.Millisecond)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				get("127.0.0.2", "/a", ok),
+				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Times: 2, Want: Want{Status: ok, Handler: "ran"}},
+				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Handler: "ran"}},
+				{Store: "ok", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited}},
+			},
+		},
+		{
+			Name:     "15b-fail-closed",
+			Failure:  true,
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailClosed}},
+			Options:  []limit.Option{limit.WithStoreTimeout(50 * time.Millisecond)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run",
+					Header: map[string]string{"Retry-After": "1", "Cache-Control": "no-store"}}},
+				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run"}},
+				{Store: "ok", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok}},
+			},
+		},
+		{
+			Name:     "15c-fail-local",
+			Failure:  true,
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailLocal}},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				// the local store applies the same policy while the shared one fails
+				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Times: 2, Want: Want{Status: ok}},
+				get("127.0.0.2", "/a", limited),
+				get("127.0.0.3", "/a", ok),
+			},
+		},
+		{
+			Name:       "17-concurrency-exactness",
+			Policies:   map[string]limit.Policy{"g": fixed(10, time.Minute)},
+			App:        AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/a", Clients: 100, Allowed: 10},
+		},
+		{
+			Name:     "18-events-match-responses",
+			Events:   true,
+			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 3),
+				times(get("127.0.0.2", "/a", limited), 4),
+				times(get("127.0.0.3", "/a", ok), 2),
+			},
+		},
+	}
+}

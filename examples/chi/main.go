@@ -1,0 +1,51 @@
+// Command chi is the example API served by a go-chi/chi v5 router with
+// quotagate (see DESIGN.md, "The example servers"):
+//
+//	GET  /health          not limited
+//	GET  /metrics         Prometheus metrics (quotagate_*), not limited
+//	GET  /v1/notes/{id}   global limit only (HEAD too)
+//	POST /v1/login        + per-route fixed window 5/60s
+//	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//
+// Run: go run ./chi -addr 127.0.0.1:8080
+package main
+
+import (
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	chilimit "github.com/quotagate/quotagate/adapters/chi"
+	"github.com/quotagate/quotagate/examples/internal/app"
+)
+
+func main() {
+	searchCost := chilimit.CostFunc(func(r *http.Request) int64 {
+		if r.URL.Query().Get("expensive") == "1" {
+			return 3
+		}
+		return 1
+	})
+	app.Main("chi", searchCost, func(l *app.Limiters) http.Handler {
+		r := chi.NewRouter()
+		r.Get("/health", text(app.HealthBody))
+		r.Method(http.MethodGet, "/metrics", l.Metrics)
+		r.Group(func(r chi.Router) {
+			r.Use(chilimit.Middleware(l.Global))
+			r.Get("/v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) {
+				text(app.NoteBody(chi.URLParam(r, "id")))(w, r)
+			})
+			r.Head("/v1/notes/{id}", text(""))
+			r.With(chilimit.Middleware(l.Login)).Post("/v1/login", text(app.LoginBody))
+			r.With(chilimit.Middleware(l.Search)).Get("/v1/search", text(app.SearchBody))
+		})
+		return r
+	})
+}
+
+func text(body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}
+}

@@ -1,0 +1,335 @@
+// Command demo runs one example server on a free loopback port and drives real
+// HTTP traffic at it from several client addresses (127.0.0.2, 127.0.0.3, ...:
+// each dials from its own loopback address, so the server sees distinct socket
+// peers), prints what each client got per route, checks it against the example
+// policies and against the server's GET /metrics, ends by printing the
+// quotagate_ lines of /metrics, stops the server and exits 0 (1 when the
+// limiter misbehaved).
+//
+//	cd examples && go run ./demo -framework chi
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+func main() {
+	framework := flag.String("framework", "chi", "example server to run: chi, echo, gin, fiber, nethttp")
+	flag.Parse()
+	if err := run(*framework); err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		os.Exit(1)
+	}
+}
+
+// row is one line of the table: one client on one route.
+type row struct {
+	route, client            string
+	sent, ok, limited, other int
+	retryAfter               string
+}
+
+func run(framework string) error {
+	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
+		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
+	}
+	dir, err := os.MkdirTemp("", "quotagate-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "server")
+	fmt.Printf("building examples/%s ...\n", framework)
+	build := exec.Command("go", "build", "-o", bin, "./"+framework)
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./%s: %w", framework, err)
+	}
+
+	srv := exec.Command(bin, "-addr", "127.0.0.1:0")
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = srv.Process.Kill()
+			<-done
+		}
+	}()
+	base, banner, err := waitForStart(stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Println("server:", banner)
+	fmt.Println("store: memory, the embedded default (nothing to install)")
+	fmt.Println()
+
+	var rows []row
+	send := func(route, client, method, path string, n int) row {
+		r := row{route: route, client: client}
+		c := limittest.ClientFrom(client)
+		defer c.CloseIdleConnections()
+		for i := 0; i < n; i++ {
+			p := strings.ReplaceAll(path, "{i}", fmt.Sprint(i%7+1))
+			status, h, err := request(c, method, base+p)
+			r.sent++
+			switch {
+			case err != nil:
+				r.other++
+			case status == http.StatusOK:
+				r.ok++
+			case status == http.StatusTooManyRequests:
+				r.limited++
+				if r.retryAfter == "" {
+					r.retryAfter = h.Get("Retry-After") + " s"
+				}
+			default:
+				r.other++
+			}
+		}
+		if r.retryAfter == "" {
+			r.retryAfter = "-"
+		}
+		rows = append(rows, r)
+		return r
+	}
+
+	loginA := send("POST /v1/login", "127.0.0.2", "POST", "/v1/login", 8)
+	loginB := send("POST /v1/login", "127.0.0.3", "POST", "/v1/login", 3)
+	search := send("GET /v1/search", "127.0.0.4", "GET", "/v1/search", 8)
+	expensive := send("GET /v1/search?expensive=1", "127.0.0.6", "GET", "/v1/search?expensive=1", 3)
+	notes := send("GET /v1/notes/{id}", "127.0.0.5", "GET", "/v1/notes/{i}", 95)
+	heads := send("HEAD /v1/notes/{id}", "127.0.0.5", "HEAD", "/v1/notes/{i}", 10)
+	health := send("GET /health", "127.0.0.5", "GET", "/health", 3)
+
+	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROUTE\tCLIENT\tSENT\t200\t429\tOTHER\tFIRST RETRY-AFTER")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", r.route, r.client, r.sent, r.ok, r.limited, r.other, r.retryAfter)
+	}
+	tw.Flush()
+	fmt.Println()
+
+	// What the example policies promise; a demo that shows otherwise fails.
+	var problems []string
+	check := func(ok bool, msg string) {
+		mark := "ok  "
+		if !ok {
+			mark = "FAIL"
+			problems = append(problems, msg)
+		}
+		fmt.Println(mark, msg)
+	}
+	check(loginA.ok == 5 && loginA.limited == 3, "login: client 127.0.0.2 gets 5 x 200, then 429 (fixed window 5/60s per client)")
+	check(loginB.ok == 3 && loginB.limited == 0, "login: client 127.0.0.3 still gets 200 while 127.0.0.2 is limited")
+	check(search.ok >= 5 && search.ok <= 6 && search.limited >= 2, "search: burst of 5, then 429 (token bucket 1/s)")
+	check(expensive.ok == 1 && expensive.limited == 2, "search: ?expensive=1 costs 3 of the burst of 5")
+	check(notes.ok+heads.ok == 100 && notes.limited+heads.limited == 5, "notes: GET and HEAD share the global 100/60s; request 101 gets 429")
+	check(health.ok == 3, "health: not limited, even for a limited client")
+	for _, r := range rows {
+		check(r.other == 0, fmt.Sprintf("%s from %s: no status other than 200/429", r.route, r.client))
+	}
+
+	// GET /metrics: the limiter's own account of the same traffic.
+	lines, err := metricLines(base + "/metrics")
+	if err != nil {
+		return err
+	}
+	m := parseRequests(lines)
+	perRoute := func(handler, outcome string) float64 { return m.sum(handler, true, outcome) }
+	global := func(handler, outcome string) float64 { return m.sum(handler, false, outcome) }
+	check(perRoute("/v1/login", "allowed") == float64(loginA.ok+loginB.ok) && perRoute("/v1/login", "limited") == float64(loginA.limited+loginB.limited),
+		"metrics: the login bucket counts the table's login 200s as allowed and its 429s as limited")
+	check(perRoute("/v1/search", "allowed") == float64(search.ok+expensive.ok) && perRoute("/v1/search", "limited") == float64(search.limited+expensive.limited),
+		"metrics: the search bucket counts the table's search 200s and 429s")
+	check(global("/v1/notes/{id}", "allowed") == float64(notes.ok+heads.ok) && global("/v1/notes/{id}", "limited") == float64(notes.limited+heads.limited),
+		"metrics: the global bucket counts the table's notes 200s and 429s (GET and HEAD)")
+	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
+	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
+
+	if len(problems) == 0 {
+		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
+	}
+	printMetrics(lines)
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// metricLines fetches a Prometheus text exposition and returns its
+// quotagate_ sample lines.
+func metricLines(url string) ([]string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("GET /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", resp.StatusCode)
+	}
+	var lines []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "quotagate_") {
+			lines = append(lines, sc.Text())
+		}
+	}
+	return lines, sc.Err()
+}
+
+// printMetrics prints the quotagate_ lines of /metrics, leaving out the
+// histogram's per-bucket lines (its _sum and _count stay).
+func printMetrics(lines []string) {
+	fmt.Println("\nGET /metrics (quotagate_ lines):")
+	omitted := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "quotagate_store_duration_seconds_bucket") {
+			omitted++
+			continue
+		}
+		fmt.Println("  " + l)
+	}
+	if omitted > 0 {
+		fmt.Printf("  (%d quotagate_store_duration_seconds_bucket lines omitted)\n", omitted)
+	}
+}
+
+// requestSeries are the quotagate_requests_total samples.
+type requestSeries struct {
+	samples  []requestSample
+	handlers map[string]float64
+}
+
+type requestSample struct {
+	bucket, handler, outcome string
+	value                    float64
+}
+
+// parseRequests reads quotagate_requests_total lines
+// (name{bucket="...",handler="...",key_source="...",outcome="..."} value).
+func parseRequests(lines []string) requestSeries {
+	rs := requestSeries{handlers: map[string]float64{}}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "quotagate_requests_total{") {
+			continue
+		}
+		end := strings.LastIndexByte(l, '}')
+		if end < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(strings.TrimSpace(l[end+1:]), &v); err != nil {
+			continue
+		}
+		s := requestSample{bucket: label(l, "bucket"), handler: label(l, "handler"), outcome: label(l, "outcome"), value: v}
+		rs.samples = append(rs.samples, s)
+		rs.handlers[s.handler] += v
+	}
+	return rs
+}
+
+// label returns the value of name="..." in a sample line (values here hold
+// no escaped quotes).
+func label(line, name string) string {
+	i := strings.Index(line, name+`="`)
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	if j := strings.IndexByte(rest, '"'); j >= 0 {
+		return rest[:j]
+	}
+	return ""
+}
+
+// sum adds the samples of handler with outcome, in the route's own bucket
+// (perRoute: the bucket starts with the route template) or in the global one.
+func (rs requestSeries) sum(handler string, perRoute bool, outcome string) float64 {
+	var n float64
+	for _, s := range rs.samples {
+		if s.handler == handler && s.outcome == outcome && strings.HasPrefix(s.bucket, "/") == perRoute {
+			n += s.value
+		}
+	}
+	return n
+}
+
+// total adds every sample with outcome.
+func (rs requestSeries) total(outcome string) float64 {
+	var n float64
+	for _, s := range rs.samples {
+		if s.outcome == outcome {
+			n += s.value
+		}
+	}
+	return n
+}
+
+// waitForStart reads the server's start-up line ("... listening on http://ADDR ...")
+// and returns the base URL; the rest of stdout is passed through.
+func waitForStart(stdout io.Reader) (string, string, error) {
+	type result struct{ base, line string }
+	found := make(chan result, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			if i := strings.Index(line, "listening on http://"); i >= 0 && !sent {
+				addr := strings.Fields(line[i+len("listening on "):])[0]
+				found <- result{addr, line}
+				sent = true
+				continue
+			}
+			fmt.Println("server:", line)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	select {
+	case r := <-found:
+		return r.base, r.line, nil
+	case <-ctx.Done():
+		return "", "", errors.New("the server did not print its start-up line within 30 s")
+	}
+}
+
+func request(c *http.Client, method, url string) (int, http.Header, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header, nil
+}

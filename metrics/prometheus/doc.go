@@ -1,0 +1,30 @@
+// Package promlimit exposes quotagate's rate-limit events as Prometheus
+// metrics (github.com/prometheus/client_golang). It implements limit.Observer:
+//
+//	reg := prometheus.NewRegistry()
+//	obs, err := promlimit.New(reg)
+//	...
+//	l, err := limit.New(store, policy, limit.WithObserver(obs))
+//	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// Metrics (every label value comes from configuration or a closed set, never
+// from the client identity, the request path or a header, so the number of
+// series does not grow with traffic):
+//
+//	quotagate_requests_total{bucket,handler,outcome,key_source}   counter
+//	quotagate_client_address_issues_total{bucket,issue}           counter
+//	quotagate_store_errors_total{bucket,failure_mode}             counter
+//	quotagate_store_duration_seconds{store,op}                    histogram
+//
+// bucket is the bucket name ("100p60", "/v1/login 5p60f", a policy Name);
+// handler is the router's own route spelling ("/v1/notes/{id}",
+// "/v1/notes/:id"), "" when no route matched or for Limiter.Consume; outcome
+// is allowed, limited or degraded; key_source is key-func, header, socket,
+// fallback or consume; issue is one of the limit.Issue values; failure_mode is
+// open, local or closed; store is the store's name (memory, redis, custom) and
+// op the operation (take).
+//
+// The library never touches the global registry: the caller passes a
+// prometheus.Registerer (or nil to register nothing). See docs/observability.md
+// for the dashboard and the alerts.
+package promlimit

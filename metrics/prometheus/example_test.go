@@ -1,0 +1,47 @@
+package promlimit_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	limit "github.com/quotagate/quotagate/engine"
+	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+// A limiter reporting to a caller-owned registry, served on /metrics.
+func Example() {
+	reg := prometheus.NewRegistry()
+	obs, err := promlimit.New(reg)
+	if err != nil {
+		panic(err)
+	}
+	store, _ := memstore.New()
+	l, err := limit.New(store, limit.Policy{Limit: 2, Window: time.Minute}, limit.WithObserver(obs))
+	if err != nil {
+		panic(err)
+	}
+	for range 3 {
+		l.Check(context.Background(), limit.Request{Route: "/v1/notes/{id}", Peer: "192.0.2.1:4000"})
+	}
+
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) // mount on GET /metrics, outside the limiter
+	rec := httptest.NewRecorder()
+	metrics.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "quotagate_requests_total") {
+			fmt.Println(sc.Text())
+		}
+	}
+	// Output:
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 2
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 0
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
+}

@@ -1,0 +1,515 @@
+package promlimit_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// flaky wraps a store; while down, every call fails. It counts calls and
+// failed calls.
+type flaky struct {
+	inner        limit.Store
+	down         atomic.Bool
+	calls, fails atomic.Int64
+}
+
+var errOutage = errors.New("connection refused")
+
+func (f *flaky) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	f.calls.Add(1)
+	if f.down.Load() || f.inner == nil {
+		f.fails.Add(1)
+		return limit.Result{}, errOutage
+	}
+	return f.inner.Take(ctx, op)
+}
+
+func (f *flaky) InProcess()        {}
+func (f *flaky) StoreName() string { return "memory" }
+
+func newMemstore(t testing.TB, clock *limittest.Clock) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(memstore.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// histogram returns the sample count and the bucket upper bounds of
+// quotagate_store_duration_seconds{store,op} gathered from g.
+func histogram(t *testing.T, g prometheus.Gatherer, store, op string) (uint64, []float64) {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != promlimit.StoreDurationSeconds {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if labels(m)["store"] == store && labels(m)["op"] == op {
+				var upper []float64
+				for _, b := range m.GetHistogram().GetBucket() {
+					upper = append(upper, b.GetUpperBound())
+				}
+				return m.GetHistogram().GetSampleCount(), upper
+			}
+		}
+	}
+	t.Fatalf("no %s{store=%q,op=%q} series", promlimit.StoreDurationSeconds, store, op)
+	return 0, nil
+}
+
+func labels(m *dto.Metric) map[string]string {
+	out := map[string]string{}
+	for _, lp := range m.GetLabel() {
+		out[lp.GetName()] = lp.GetValue()
+	}
+	return out
+}
+
+// TestScriptedRunExactSeries drives a real limiter (memstore, fake clock)
+// through allowed, limited, fallback, route-unknown and outage requests and
+// compares every counter series exactly.
+func TestScriptedRunExactSeries(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	obs, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := limittest.NewClock(epoch)
+	store := &flaky{inner: newMemstore(t, clock)}
+	global, err := limit.New(store, limit.Policy{Limit: 3, Window: time.Minute, Algorithm: limit.FixedWindow}, limit.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	check := func(l *limit.Limiter, route, peer string, want limit.Outcome) {
+		t.Helper()
+		d := l.Check(ctx, limit.Request{Route: route, Method: "GET", Path: "/raw/" + peer, Peer: peer}).Decision
+		if d.Outcome != want {
+			t.Fatalf("Check(%q, %q): outcome %s, want %s", route, peer, d.Outcome, want)
+		}
+	}
+	const a = "192.0.2.1:40000"
+	for range 3 {
+		check(global, "/v1/notes/{id}", a, limit.OutcomeAllowed)
+	}
+	check(global, "/v1/notes/{id}", a, limit.OutcomeLimited)
+	check(global, "/v1/notes/{id}", "", limit.OutcomeAllowed) // fallback limit max(1, 3/10) = 1
+	check(global, "/v1/notes/{id}", "", limit.OutcomeLimited)
+	check(login, "/v1/login", a, limit.OutcomeAllowed)
+	check(login, "/v1/login", a, limit.OutcomeAllowed)
+	check(login, "/v1/login", a, limit.OutcomeLimited)
+	check(login, "", a, limit.OutcomeAllowed) // route-unknown: the shared bucket 2p60f
+	store.down.Store(true)
+	check(global, "/v1/notes/{id}", a, limit.OutcomeDegraded)
+	store.down.Store(false)
+	clock.Advance(time.Minute)
+	check(global, "/v1/notes/{id}", a, limit.OutcomeAllowed)
+
+	want := `
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# TYPE quotagate_requests_total counter
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="allowed"} 2
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="degraded"} 0
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="limited"} 1
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="allowed"} 1
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="degraded"} 0
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="limited"} 0
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="allowed"} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="degraded"} 0
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="limited"} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 4
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
+# HELP quotagate_client_address_issues_total Requests whose client identity or route could not be derived as configured, by bucket and issue.
+# TYPE quotagate_client_address_issues_total counter
+quotagate_client_address_issues_total{bucket="2p60f",issue="route-unknown"} 1
+quotagate_client_address_issues_total{bucket="3p60f",issue="no-client-address"} 2
+# HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
+# TYPE quotagate_store_errors_total counter
+quotagate_store_errors_total{bucket="3p60f",failure_mode="open"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		promlimit.RequestsTotal, promlimit.ClientAddressIssuesTotal, promlimit.StoreErrorsTotal); err != nil {
+		t.Error(err)
+	}
+	// The same through the Observer as a Collector.
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want),
+		promlimit.RequestsTotal, promlimit.ClientAddressIssuesTotal, promlimit.StoreErrorsTotal); err != nil {
+		t.Error(err)
+	}
+	n, upper := histogram(t, reg, "memory", "take")
+	if n != uint64(store.calls.Load()) || n != 12 {
+		t.Errorf("store duration samples: %d, store calls: %d, want 12 each", n, store.calls.Load())
+	}
+	if want := promlimit.DefaultDurationBuckets(); len(upper) != len(want) || upper[0] != 0.00005 || upper[len(upper)-1] != 1 {
+		t.Errorf("duration buckets %v, want %v", upper, want)
+	}
+	if got := testutil.CollectAndCount(obs); got != 12+2+1+1 {
+		t.Errorf("%d series in all, want 16", got)
+	}
+
+	problems, err := testutil.CollectAndLint(obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) != 0 {
+		t.Errorf("GatherAndLint: %v %v", problems, err)
+	}
+}
+
+// TestStoreOutage: with the store down, FailOpen requests count as degraded,
+// FailClosed ones as limited, FailLocal ones by the local store's answer, and
+// quotagate_store_errors_total equals the failed store calls.
+func TestStoreOutage(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	down := &flaky{} // no inner store: every call fails
+	clock := limittest.NewClock(epoch)
+	open := limit.MustNew(down, limit.Policy{Name: "open", Limit: 100},
+		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
+	closed, err := open.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := open.With(limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := func(i int) limit.Request {
+		return limit.Request{Route: "/v1/notes/{id}", Peer: "198.51.100.7:" + strconv.Itoa(1000+i)}
+	}
+	for i := range 7 {
+		if resp := open.Check(ctx, req(i)); resp.Denied() || resp.Decision.Outcome != limit.OutcomeDegraded {
+			t.Fatalf("FailOpen during an outage: %+v", resp.Decision)
+		}
+	}
+	for i := range 3 {
+		if resp := closed.Check(ctx, req(i)); resp.Status != http.StatusServiceUnavailable {
+			t.Fatalf("FailClosed during an outage: status %d", resp.Status)
+		}
+	}
+	for i := range 3 {
+		local.Check(ctx, req(i)) // local store: 2 admitted (degraded), then limited
+	}
+	if _, err := open.Consume(ctx, "job-1"); !errors.Is(err, errOutage) {
+		t.Fatalf("Consume during an outage: error %v, want the store's", err)
+	}
+
+	want := `
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# TYPE quotagate_requests_total counter
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 0
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 3
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 2
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="allowed"} 0
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="degraded"} 1
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="limited"} 0
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 7
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 0
+# HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
+# TYPE quotagate_store_errors_total counter
+quotagate_store_errors_total{bucket="closed",failure_mode="closed"} 3
+quotagate_store_errors_total{bucket="local",failure_mode="local"} 3
+quotagate_store_errors_total{bucket="open",failure_mode="open"} 8
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(want), promlimit.RequestsTotal, promlimit.StoreErrorsTotal); err != nil {
+		t.Error(err)
+	}
+	var errs float64
+	for _, v := range values(t, obs, promlimit.StoreErrorsTotal) {
+		errs += v
+	}
+	if errs != float64(down.fails.Load()) || down.fails.Load() != 14 {
+		t.Errorf("store errors counted %v, failed store calls %d; want equal, 14", errs, down.fails.Load())
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(obs)
+	if n, _ := histogram(t, reg, "memory", "take"); n != 14+3 { // 14 failed calls + 3 local-store calls
+		t.Errorf("store duration samples %d, want 17", n)
+	}
+}
+
+// values gathers obs and returns the values of metric's counter series keyed
+// by their label values in label-name order, joined with "|".
+func values(t *testing.T, obs prometheus.Collector, metric string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(obs)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var vals []string
+			for _, lp := range m.GetLabel() {
+				vals = append(vals, lp.GetValue())
+			}
+			out[strings.Join(vals, "|")] = m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func TestNilRegistererCollectsWithoutRegistering(t *testing.T) {
+	t.Parallel()
+	obs, err := promlimit.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs.Decision(limit.DecisionEvent{Bucket: "b", Handler: "/h", Outcome: limit.OutcomeLimited, KeySource: limit.KeySourceSocket})
+	if got := testutil.CollectAndCount(obs, promlimit.RequestsTotal); got != 3 {
+		t.Errorf("%d request series, want 3 (limited and its two zero siblings)", got)
+	}
+	// Nothing was registered anywhere, so a registry accepts the Observer
+	// itself, and a New on that registry reuses its collectors.
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(obs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := testutil.GatherAndCount(reg, promlimit.RequestsTotal); err != nil || got != 3 {
+		t.Errorf("gathered %d request series (%v), want 3", got, err)
+	}
+}
+
+// TestAlreadyRegisteredShares: two Observers on one registry (two limiters in
+// one process) count into the same series.
+func TestAlreadyRegisteredShares(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	first := promlimit.MustNew(reg)
+	second, err := promlimit.New(reg)
+	if err != nil {
+		t.Fatalf("second New on the same registry: %v", err)
+	}
+	e := limit.DecisionEvent{Bucket: "100p60", Handler: "/a", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket}
+	first.Decision(e)
+	second.Decision(e)
+	second.Decision(e)
+	first.StoreError("100p60", limit.FailOpen)
+	second.StoreError("100p60", limit.FailOpen)
+	first.StoreDuration("memory", "take", time.Millisecond)
+	second.StoreDuration("memory", "take", time.Millisecond)
+	want := `
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# TYPE quotagate_requests_total counter
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="allowed"} 3
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="degraded"} 0
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="limited"} 0
+# HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
+# TYPE quotagate_store_errors_total counter
+quotagate_store_errors_total{bucket="100p60",failure_mode="open"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), promlimit.RequestsTotal, promlimit.StoreErrorsTotal); err != nil {
+		t.Error(err)
+	}
+	if n, _ := histogram(t, reg, "memory", "take"); n != 2 {
+		t.Errorf("shared histogram has %d samples, want 2", n)
+	}
+	// A wrapping registerer (a prefix-free label wrap) is unwrapped by the
+	// registry, so a third Observer through it shares too.
+	if _, err := promlimit.New(prometheus.WrapRegistererWith(nil, reg)); err != nil {
+		t.Errorf("New through a wrapping registerer: %v", err)
+	}
+}
+
+// TestRegistrationConflict: a foreign collector under one of the names is an
+// error naming the metric, and New leaves nothing of its own registered.
+func TestRegistrationConflict(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		foreign prometheus.Collector
+	}{
+		{"same_desc_other_type", prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: promlimit.StoreDurationSeconds,
+			Help: "Duration of rate-limit store calls in seconds, failed calls included, by store and operation.",
+		}, []string{"store", "op"})},
+		{"other_labels", prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: promlimit.StoreDurationSeconds, Help: "something else",
+		}, []string{"backend"})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(tt.foreign)
+			_, err := promlimit.New(reg)
+			if err == nil || !strings.Contains(err.Error(), promlimit.StoreDurationSeconds) {
+				t.Fatalf("New with a conflicting %s: error %v, want one naming it", promlimit.StoreDurationSeconds, err)
+			}
+			// The three metrics New registered before the conflict are gone:
+			// registering a collector with the same descriptor succeeds.
+			again := prometheus.NewCounterVec(prometheus.CounterOpts{
+				Name: promlimit.RequestsTotal,
+				Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).",
+			}, []string{"bucket", "handler", "outcome", "key_source"})
+			if err := reg.Register(again); err != nil {
+				t.Errorf("%s still registered after the failed New: %v", promlimit.RequestsTotal, err)
+			}
+		})
+	}
+}
+
+func TestDurationBucketsOption(t *testing.T) {
+	t.Parallel()
+	bad := []struct {
+		name string
+		b    []float64
+	}{
+		{"none", nil},
+		{"zero", []float64{0, 1}},
+		{"negative", []float64{-1}},
+		{"nan", []float64{math.NaN()}},
+		{"inf", []float64{1, math.Inf(1)}},
+		{"not_increasing", []float64{0.1, 0.1}},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := promlimit.New(nil, promlimit.WithDurationBuckets(tt.b...))
+			if !errors.Is(err, promlimit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithDurationBuckets") {
+				t.Errorf("WithDurationBuckets(%v): error %v, want ErrInvalidOption naming the option", tt.b, err)
+			}
+		})
+	}
+	t.Run("custom", func(t *testing.T) {
+		t.Parallel()
+		reg := prometheus.NewPedanticRegistry()
+		obs := promlimit.MustNew(reg, promlimit.WithDurationBuckets(0.001, 0.01))
+		obs.StoreDuration("redis", "take", 5*time.Millisecond)
+		if n, upper := histogram(t, reg, "redis", "take"); n != 1 || len(upper) != 2 || upper[1] != 0.01 {
+			t.Errorf("custom buckets: %d samples, bounds %v", n, upper)
+		}
+	})
+}
+
+// TestUnsafeLabelValues: invalid UTF-8 from a misbehaving adapter never
+// panics and is exposed with replacement characters.
+func TestUnsafeLabelValues(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	obs.Decision(limit.DecisionEvent{Bucket: "b\xff", Handler: "/x\xfe", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
+	obs.ClientAddressIssue("b\xff", limit.IssueRouteUnknown)
+	obs.StoreError("b\xff", limit.FailOpen)
+	obs.StoreDuration("s\xff", "take", time.Millisecond)
+	if got := testutil.CollectAndCount(obs); got != 3+1+1+1 {
+		t.Errorf("%d series, want 6", got)
+	}
+	if problems, err := testutil.CollectAndLint(obs); err != nil || len(problems) != 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}
+
+// TestConcurrentEvents: many goroutines meeting new and seen label sets at
+// once lose no event (run with -race).
+func TestConcurrentEvents(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	const workers, perWorker, handlers = 8, 500, 20
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				h := "/h" + strconv.Itoa((i+w)%handlers)
+				obs.Decision(limit.DecisionEvent{Bucket: "b", Handler: h, Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
+				obs.StoreDuration("memory", "take", time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+	var total float64
+	got := values(t, obs, promlimit.RequestsTotal)
+	for h := range handlers {
+		total += got["b|/h"+strconv.Itoa(h)+"|socket|allowed"]
+	}
+	if total != workers*perWorker {
+		t.Errorf("counted %v decisions, want %d", total, workers*perWorker)
+	}
+}
+
+// TestBeyondCacheBound: label sets past the cache bound are still counted.
+func TestBeyondCacheBound(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	const n = 5000 // > the 4096 cached label sets
+	for range 2 {
+		for i := range n {
+			obs.ClientAddressIssue("bucket-"+strconv.Itoa(i), limit.IssueNoClientAddress)
+		}
+	}
+	if got := testutil.CollectAndCount(obs, promlimit.ClientAddressIssuesTotal); got != n {
+		t.Fatalf("%d series, want %d", got, n)
+	}
+	got := values(t, obs, promlimit.ClientAddressIssuesTotal)
+	for i := range n {
+		if v := got["bucket-"+strconv.Itoa(i)+"|no-client-address"]; v != 2 {
+			t.Fatalf("bucket-%d: %v, want 2", i, v)
+		}
+	}
+}
+
+func TestHandlerServesQuotagateMetrics(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	obs.Decision(limit.DecisionEvent{Bucket: "100p60", Handler: "/v1/notes/{id}", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
+	srv := httptest.NewServer(obs.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	line := `quotagate_requests_total{bucket="100p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 1`
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), line) {
+		t.Errorf("GET /metrics: %d\n%s\nwant a line %s", resp.StatusCode, body, line)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type %q, want the text exposition format", ct)
+	}
+}

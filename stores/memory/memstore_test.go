@@ -1,0 +1,163 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newStore(t testing.TB, opts ...memstore.Option) (*memstore.Store, *limittest.Clock) {
+	t.Helper()
+	clock := limittest.NewClock(epoch)
+	s, err := memstore.New(append([]memstore.Option{memstore.WithClock(clock.Now)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, clock
+}
+
+func peer(i int) string { return fmt.Sprintf("10.%d.%d.%d:4242", i>>16&255, i>>8&255, i&255) }
+
+func TestOptionsAreValidated(t *testing.T) {
+	if _, err := memstore.New(memstore.WithMaxKeys(0)); err == nil {
+		t.Fatal("WithMaxKeys(0): want an error")
+	}
+	if _, err := memstore.New(memstore.WithClock(nil)); err == nil {
+		t.Fatal("WithClock(nil): want an error")
+	}
+}
+
+func TestMaxKeysBoundsMemory(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxKeys(640))
+	l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
+	for i := 0; i < 20_000; i++ {
+		l.Check(context.Background(), limit.Request{Peer: peer(i)})
+	}
+	if n := s.Len(); n > 640 {
+		t.Fatalf("%d entries held, MaxKeys 640", n)
+	}
+}
+
+func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
+	s, clock := newStore(t, memstore.WithMaxKeys(64*16)) // 16 per shard
+	short := limit.MustNew(s, limit.Policy{Name: "short", Limit: 5, Window: time.Second, Algorithm: limit.FixedWindow})
+	long := limit.MustNew(s, limit.Policy{Name: "long", Limit: 2, Window: time.Hour, Algorithm: limit.FixedWindow, AlignWindows: true})
+	ctx := context.Background()
+	// fill every shard with short-lived entries, then let them all expire
+	for i := 0; i < 3000; i++ {
+		short.Check(ctx, limit.Request{Peer: peer(i)})
+	}
+	if n := s.Len(); n != 64*16 {
+		t.Fatalf("%d entries after the fill, want the cap %d", n, 64*16)
+	}
+	clock.Advance(3 * time.Second)
+	// a long-lived identity uses its whole quota...
+	for i := 0; i < 2; i++ {
+		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"})
+	}
+	// ...then new identities arrive in every (full) shard: the expired
+	// entries make room, the live one stays.
+	for i := 3000; i < 3300; i++ {
+		short.Check(ctx, limit.Request{Peer: peer(i)})
+	}
+	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}).Decision; d.Allowed {
+		t.Fatal("a live, exhausted entry was evicted while expired entries could be reclaimed")
+	}
+	if n := s.Len(); n > 400 {
+		t.Fatalf("%d entries held, want the expired ones reclaimed", n)
+	}
+}
+
+func TestConcurrentDecisionsAreExact(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s, _ := newStore(t)
+			p := limit.Policy{Algorithm: alg, Limit: 10, Window: 10 * time.Second}
+			l := limit.MustNew(s, p)
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for i := 0; i < 100; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					if !l.Check(context.Background(), limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+						allowed.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if allowed.Load() != 10 {
+				t.Fatalf("%d admitted, want exactly 10", allowed.Load())
+			}
+		})
+	}
+}
+
+func TestExpiredStateStartsAfresh(t *testing.T) {
+	s, clock := newStore(t)
+	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second})
+	ctx := context.Background()
+	l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
+	if !l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+		t.Fatal("second request in the window admitted")
+	}
+	clock.Advance(2 * time.Second)
+	if l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+		t.Fatal("denied after the window and its TTL passed")
+	}
+}
+
+func TestClockGoingBackwardsIsHandled(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s, clock := newStore(t)
+			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 2, Window: 10 * time.Second})
+			ctx := context.Background()
+			for i := 0; i < 2; i++ {
+				l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
+			}
+			clock.Advance(-time.Hour)
+			r := l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
+			if !r.Denied() {
+				t.Fatal("a clock step backwards refilled the quota")
+			}
+			if r.Decision.RetryAfter <= 0 || r.Decision.ResetAfter < 0 || r.Decision.Remaining < 0 {
+				t.Fatalf("negative or zero delays after a backwards clock: %+v", r.Decision)
+			}
+		})
+	}
+}
+
+// The allowed path of engine + memory store allocates nothing: default
+// disclosure, a socket-peer identity, a key already present.
+func TestAllowedPathAllocatesNothing(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s, _ := newStore(t)
+			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1_000_000, Window: 1000 * time.Second, Scope: limit.PerRoute})
+			req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/1", Peer: "[2001:db8::7%eth0]:443"}
+			ctx := context.Background()
+			l.Check(ctx, req)
+			allocs := testing.AllocsPerRun(1000, func() {
+				if l.Check(ctx, req).Denied() {
+					t.Fatal("denied")
+				}
+			})
+			if allocs != 0 {
+				t.Fatalf("%.1f allocations per allowed decision, want 0", allocs)
+			}
+		})
+	}
+}
