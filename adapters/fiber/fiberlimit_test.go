@@ -329,6 +329,43 @@ func TestHeaderValuesEveryLine(t *testing.T) {
 	}
 }
 
+// With a trusted X-Forwarded-For (one proxy hop), the engine reads the
+// header through the adapter's fasthttp view: several lines are one list, so
+// the client is the rightmost member of the last line.
+func TestTrustedHeaderAcrossLines(t *testing.T) {
+	obs := &conformance.Recorder{}
+	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
+	app := newApp()
+	app.Use(fiberlimit.New(l))
+	app.Get("/x", func(c *fiber.Ctx) error { return nil })
+	url := serve(t, app)
+	c := limittest.ClientFrom("127.0.0.12") // the proxy: one peer for every client
+	send := func(lines ...string) int {
+		req, _ := http.NewRequest("GET", url+"/x", nil)
+		for _, v := range lines {
+			req.Header.Add("X-Forwarded-For", v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := send("203.0.113.1, 198.51.100.7", "192.0.2.50"); got != 200 {
+		t.Fatalf("client 192.0.2.50: %d, want 200", got)
+	}
+	if e := obs.Last(); e.KeySource != limit.KeySourceHeader {
+		t.Fatalf("key source %s, want header", e.KeySource)
+	}
+	if got := send("198.51.100.7", "192.0.2.51"); got != 200 {
+		t.Fatalf("client 192.0.2.51 behind the same proxy: %d, want 200 (own budget)", got)
+	}
+	if got := send("203.0.113.9", "192.0.2.50"); got != http.StatusTooManyRequests {
+		t.Fatalf("client 192.0.2.50 again (other left members): %d, want 429", got)
+	}
+}
+
 func TestKeyAndCostFuncsOverCtx(t *testing.T) {
 	l := limit.MustNew(newStore(t), limit.Policy{Limit: 3,
 		KeyFunc: fiberlimit.KeyFunc(func(c *fiber.Ctx) (string, error) {

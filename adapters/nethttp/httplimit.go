@@ -10,22 +10,39 @@ import (
 
 // Middleware returns net/http middleware (func(http.Handler) http.Handler)
 // that decides every request with l before next. Allowed requests reach next
-// with the engine's header fields added (none at the default disclosure) and
-// keep next's status and body; denied requests get the engine's denial (429
-// with Retry-After and an RFC 9457 body by default) and next is not called.
+// with the engine's header fields applied (none at the default disclosure)
+// and keep next's status and body; denied requests get the engine's denial
+// (429 with Retry-After and an RFC 9457 body by default) and next is not
+// called; requests the policy skips reach next untouched.
 //
-// When next is a *http.ServeMux, the route template is looked up in it before
-// routing (RoutePattern); otherwise it is r.Pattern, set by the ServeMux that
-// routed r to this middleware. Safe for concurrent use; l may be shared by
-// several mounts, which then draw on the same buckets.
+// The route template comes from the ServeMux: when next is a *http.ServeMux,
+// or another Middleware mount directly around one (several global limiters
+// stacked on one mux), it is looked up in that mux before routing
+// (RoutePattern); otherwise it is r.Pattern, set by the ServeMux that routed r
+// to this middleware. Safe for concurrent use; l may be shared by several
+// mounts, which then draw on the same buckets.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
+		var mux *http.ServeMux
+		switch n := next.(type) {
+		case *http.ServeMux:
+			mux = n
+		case *mount:
+			mux = n.mux
+		}
 		route := routed
-		if mux, ok := next.(*http.ServeMux); ok {
+		if mux != nil {
 			route = func(r *http.Request) string { return RoutePattern(mux, r) }
 		}
-		return l.HTTPHandler(next, route)
+		return &mount{Handler: l.HTTPHandler(next, route), mux: mux}
 	}
+}
+
+// mount is a Middleware handler; it remembers the ServeMux it stands in
+// front of, if any, so that mounts stacked on it look routes up there too.
+type mount struct {
+	http.Handler
+	mux *http.ServeMux
 }
 
 // routed returns the pattern of the ServeMux that already routed r.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,6 +160,33 @@ func TestHandlerLabelIsThePattern(t *testing.T) {
 	conformance.Do(t, limittest.ClientFrom("127.0.0.6"), "HEAD", srv.URL+"/v1/notes/5")
 	if e := obs.Last(); e.Handler != "GET /v1/notes/{id}" || e.Bucket != "100p60" {
 		t.Fatalf("event %+v, want handler \"GET /v1/notes/{id}\" in the shared bucket", e)
+	}
+}
+
+// Several global limiters stacked on one mux all see the route: each mount
+// looks it up in the mux the innermost one wraps.
+func TestStackedMountsSeeTheRoute(t *testing.T) {
+	store, _ := newStore(t)
+	obs := &conformance.Recorder{}
+	outer := limit.MustNew(store, limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	inner, err := outer.With(limit.Policy{Limit: 3, Scope: limit.PerRoute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
+	srv := httptest.NewServer(httplimit.Middleware(outer)(httplimit.Middleware(inner)(mux)))
+	defer srv.Close()
+	conformance.Do(t, limittest.ClientFrom("127.0.0.12"), "GET", srv.URL+"/v1/notes/1")
+	var buckets []string
+	for _, e := range obs.Decisions() {
+		buckets = append(buckets, e.Bucket)
+	}
+	if want := []string{"/v1/notes/{id} 2p60", "/v1/notes/{id} 3p60"}; !slices.Equal(buckets, want) {
+		t.Fatalf("buckets %q, want %q (outer, then inner)", buckets, want)
+	}
+	if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+		t.Fatalf("%d route-unknown issues, want 0", n)
 	}
 }
 
