@@ -25,15 +25,17 @@ func HTTPRequest(r *http.Request, route string) Request {
 
 // HTTPHandler returns an http.Handler that decides every request with l
 // before next, for adapters whose middleware has the standard
-// func(http.Handler) http.Handler shape (chi, net/http). An allowed request
-// reaches next with the engine's header fields added (none at the default
-// disclosure) and its status and body left to next; a denied request gets
-// the engine's denial (Response.WriteDenial) and next is not called.
+// func(http.Handler) http.Handler shape (chi, net/http's ServeMux). An
+// allowed request reaches next with the engine's header fields applied
+// (Response.WriteHeaders: none at the default disclosure; several mounts on
+// one request merge) and its status and body left to next; a denied request
+// gets the engine's denial (Response.WriteDenial) and next is not called; a
+// request the policy skips reaches next untouched.
 //
 // route returns the matched route template of a request ("" when unknown);
-// it is called only when l.NeedsRoute() (PerRoute scope or an Observer set),
-// and a nil route means the route is never known. The handler is safe for
-// concurrent use.
+// it is called only when l.NeedsRoute(), and a nil route means the route is
+// never known. The handler is safe for concurrent use and adds no allocation
+// of its own.
 func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) string) http.Handler {
 	if !l.NeedsRoute() {
 		route = nil
