@@ -83,8 +83,18 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		opts = append(opts, limit.WithObserver(rec))
 	}
 	opts = append(opts, limit.WithLocalStore(newStore(t, clock.Now)))
+	var onLimited atomic.Int64
 	limiters := map[string]*limit.Limiter{}
 	for name, p := range sc.Policies {
+		if sc.CountOnLimited {
+			inner := p.OnLimited
+			p.OnLimited = func(ctx context.Context, r limit.Request, d limit.Decision) {
+				onLimited.Add(1)
+				if inner != nil {
+					inner(ctx, r, d)
+				}
+			}
+		}
 		l, err := limit.New(store, p, opts...)
 		if err != nil {
 			t.Fatalf("policy %s: %v", name, err)
@@ -152,6 +162,7 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 			where := fmt.Sprintf("step %d (%s %s from %s, #%d)", i, st.Method, st.Path, st.Client, k+1)
 			check(t, where, st.Want, got)
 			switch {
+			case st.Want.Skipped:
 			case got.status == http.StatusTooManyRequests || got.status == http.StatusServiceUnavailable:
 				responses[limit.OutcomeLimited]++
 			default:
@@ -163,6 +174,9 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	// handler header was seen matches a hit on the route.
 	if sc.Concurrent != nil {
 		runConcurrent(t, client(sc.Concurrent.Client), base, sc.Concurrent)
+	}
+	if sc.CountOnLimited && onLimited.Load() != int64(responses[limit.OutcomeLimited]) {
+		t.Fatalf("OnLimited ran %d times for %d denials", onLimited.Load(), responses[limit.OutcomeLimited])
 	}
 	if sc.Events {
 		rec.mu.Lock()

@@ -1,6 +1,9 @@
 package conformance
 
 import (
+	"context"
+	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
@@ -24,6 +27,9 @@ type Scenario struct {
 	Concurrent *Concurrent
 	// Events checks the engine's decision events against the responses.
 	Events bool
+	// CountOnLimited wraps every policy's OnLimited hook (after any the
+	// policy has) with a counter that must equal the number of 429s.
+	CountOnLimited bool
 }
 
 // AppSpec lays out the routes and mounts by policy name.
@@ -75,6 +81,9 @@ type Want struct {
 	Body string
 	// Handler is "ran", "not-run" or "" (unchecked).
 	Handler string
+	// Skipped marks a request the limiter skips: it must produce no
+	// decision event (checked by scenarios with Events).
+	Skipped bool
 }
 
 // Concurrent sends Clients requests at once from one client address and
@@ -120,6 +129,21 @@ func costFromHeader(r limit.Request) int64 {
 		}
 	}
 	return 0
+}
+
+// headerIs returns a Skip predicate: true when the request carries name: value.
+func headerIs(name, value string) func(limit.Request) bool {
+	return func(r limit.Request) bool {
+		if r.Header == nil {
+			return false
+		}
+		for _, v := range r.Header.Values(name) {
+			if v == value {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Scenarios is the shared list. Adapters run all of it against every store.
@@ -191,6 +215,20 @@ func Scenarios() []Scenario {
 				get("127.0.0.2", "/search", ok),
 				times(get("127.0.0.2", "/v2/search", ok), 2),
 				get("127.0.0.2", "/search", limited),
+			},
+		},
+		{
+			Name: "06-skip-list-and-predicate",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true,
+				SkipPaths: []string{"/health"}, Skip: headerIs("X-Internal", "1")}},
+			Events: true,
+			App:    AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/health"}, {Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/health", Want: Want{Status: ok, Handler: "ran", Skipped: true}}, 3),
+				get("127.0.0.2", "/a", ok),
+				get("127.0.0.2", "/a", limited),
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Internal", "1"}}, Want: Want{Status: ok, Handler: "ran", Skipped: true}}, 2),
+				get("127.0.0.2", "/a", limited),
 			},
 		},
 		{
@@ -319,6 +357,37 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Name:     "12b-trusted-header-hops",
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			Options:  []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				// two sockets, one client behind the proxy: one bucket
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.5"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.3", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.5"}}, Want: Want{Status: ok}},
+				// a spoofed left part changes nothing: the proxy's hop is read from the right
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "198.51.100.1, 203.0.113.5"}}, Want: Want{Status: limited}},
+				// several header lines are one list
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "198.51.100.1"}, {"X-Forwarded-For", "203.0.113.5"}}, Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "203.0.113.6"}}, Want: Want{Status: ok}},
+				// header absent: the socket peer
+				times(get("127.0.0.4", "/a", ok), 2),
+				get("127.0.0.4", "/a", limited),
+			},
+		},
+		{
+			Name:     "12c-trusted-proxies-walk",
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			Options:  []limit.Option{limit.WithTrustedProxies(netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("10.0.0.0/8"))},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "198.51.100.7, 10.1.2.3"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.3", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "6.6.6.6, 198.51.100.7"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "198.51.100.7"}}, Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Header: [][2]string{{"X-Forwarded-For", "198.51.100.8, 10.9.9.9, 127.0.0.5"}}, Want: Want{Status: ok}},
+			},
+		},
+		{
 			Name:     "13-fallback-bucket-without-client-address",
 			Policies: map[string]limit.Policy{"g": fixed(20, time.Minute)},
 			Options:  []limit.Option{limit.WithFallbackDivisor(10)},
@@ -377,6 +446,36 @@ func Scenarios() []Scenario {
 				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Times: 2, Want: Want{Status: ok}},
 				get("127.0.0.2", "/a", limited),
 				get("127.0.0.3", "/a", ok),
+			},
+		},
+		{
+			Name:           "16a-on-limited-hook-called-once-per-denial",
+			CountOnLimited: true,
+			Policies:       map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			App:            AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(get("127.0.0.2", "/a", ok), 2),
+				times(get("127.0.0.2", "/a", limited), 3),
+			},
+		},
+		{
+			Name: "16b-panicking-hook-and-deny-response",
+			Policies: map[string]limit.Policy{
+				"p": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true,
+					OnLimited:    func(context.Context, limit.Request, limit.Decision) { panic("hook bug") },
+					DenyResponse: func(context.Context, limit.Request, limit.Decision) *limit.Denial { panic("builder bug") }},
+				"c": {Name: "custom", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true,
+					DenyResponse: func(context.Context, limit.Request, limit.Decision) *limit.Denial {
+						return &limit.Denial{Header: http.Header{"X-Slow-Down": {"yes"}}, Body: []byte("slow down")}
+					}},
+			},
+			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/p", Mounts: []string{"p"}}, {Method: "GET", Path: "/c", Mounts: []string{"c"}}}},
+			Steps: []Step{
+				get("127.0.0.2", "/p", ok),
+				{Client: "127.0.0.2", Method: "GET", Path: "/p", Want: Want{Status: limited, Body: problem429, Handler: "not-run"}},
+				get("127.0.0.2", "/c", ok),
+				{Client: "127.0.0.2", Method: "GET", Path: "/c", Want: Want{Status: limited, Body: "slow down", Handler: "not-run",
+					Header: map[string]string{"X-Slow-Down": "yes", "Retry-After": "60", "Cache-Control": "no-store"}}},
 			},
 		},
 		{

@@ -10,15 +10,26 @@ import (
 // signature, or for PerRoute the normalised route template plus the signature
 // ("/v1/notes/{id} 100p60"). A PerRoute request with no matched route falls
 // back to Shared and reports IssueRouteUnknown.
-func (l *Limiter) bucket(r *Request) string {
+func (l *Limiter) bucket(r *Request) bucketRef {
 	if l.policy.Name != "" || l.policy.Scope != PerRoute {
-		return l.shared
+		return l.sharedRef
 	}
 	if r.Route == "" {
 		l.issue(l.shared, IssueRouteUnknown)
-		return l.shared
+		return l.sharedRef
 	}
 	return l.routes.bucket(r.Route, l.res.signature)
+}
+
+// bucketRef is a bucket name with its FNV-1a hash, computed once per bucket
+// (the store key's hash tag mixes it with the identity's hash).
+type bucketRef struct {
+	name string
+	hash uint64
+}
+
+func newBucketRef(name string) bucketRef {
+	return bucketRef{name, fnvAddString(fnvOffset, name)}
 }
 
 // maxCachedRoutes bounds the route cache. Templates come from the router's
@@ -30,17 +41,17 @@ const maxCachedRoutes = 4096
 // lock-free (an immutable map behind an atomic pointer); a miss copies the map
 // under a mutex. Lookups with a string key do not allocate.
 type routeCache struct {
-	m  atomic.Pointer[map[string]string]
+	m  atomic.Pointer[map[string]bucketRef]
 	mu sync.Mutex
 }
 
-func (c *routeCache) bucket(route, sig string) string {
+func (c *routeCache) bucket(route, sig string) bucketRef {
 	if m := c.m.Load(); m != nil {
 		if b, ok := (*m)[route]; ok {
 			return b
 		}
 	}
-	b := NormalizeRoute(route) + " " + sig
+	b := newBucketRef(NormalizeRoute(route) + " " + sig)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()
@@ -51,7 +62,7 @@ func (c *routeCache) bucket(route, sig string) string {
 	if n >= maxCachedRoutes {
 		return b
 	}
-	next := make(map[string]string, n+1)
+	next := make(map[string]bucketRef, n+1)
 	if old != nil {
 		for k, v := range *old {
 			next[k] = v

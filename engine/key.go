@@ -57,27 +57,38 @@ func appendDigest(buf, id []byte) []byte {
 //
 //	<prefix>:{<tag>}:<bucket>:<algorithm letter>:<r|h>:<identity>
 //
-// The tag is 8 hex digits of the FNV-1a hash of (bucket, id): the braces make
-// it the Redis Cluster hash tag, so every key of one (bucket, identity) lives
-// in one slot, and braces later in the bucket (route templates) cannot take
-// the slot over because Redis uses the first "{...}" only. It also returns the
-// 64-bit hash (for store sharding) and the window phase: FNV-1a of the
-// identity modulo the window, or 0 with AlignWindows or a TokenBucket.
-func (l *Limiter) appendKey(buf []byte, bucket string, id []byte) ([]byte, uint64, int64) {
-	h := fnvAddString(fnvOffset, bucket)
-	h *= fnvPrime // a zero separator byte between the two parts (h ^= 0 is a no-op)
-	h = fnvAdd(h, id)
+// The tag is 8 hex digits of a 64-bit hash of (bucket, identity): the
+// bucket's FNV-1a hash (computed once per bucket) mixed with the identity's.
+// The braces make it the Redis Cluster hash tag, so every key of one (bucket,
+// identity) lives in one slot, and braces later in the bucket (route
+// templates) cannot take the slot over because Redis uses the first "{...}"
+// only. It also returns the 64-bit hash (for store sharding) and the window
+// phase: FNV-1a of the identity modulo the window, or 0 with AlignWindows or a
+// TokenBucket.
+func (l *Limiter) appendKey(buf []byte, bucket bucketRef, id []byte) ([]byte, uint64, int64) {
+	ih := fnvAdd(fnvOffset, id)
+	h := mix64(bucket.hash ^ ih*0x9e3779b97f4a7c15)
 	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
 	buf = append(buf, l.cfg.keyPrefix...)
 	buf = append(buf, ":{"...)
 	buf = hex.AppendEncode(buf, tag[:])
 	buf = append(buf, "}:"...)
-	buf = append(buf, bucket...)
+	buf = append(buf, bucket.name...)
 	buf = append(buf, ':', l.policy.Algorithm.letter(), ':')
 	buf = append(buf, id...)
 	var phase int64
 	if !l.policy.AlignWindows && l.policy.Algorithm != TokenBucket {
-		phase = int64(fnvAdd(fnvOffset, id) % uint64(l.res.windowMS))
+		phase = int64(ih % uint64(l.res.windowMS))
 	}
 	return buf, h, phase
+}
+
+// mix64 is the splitmix64 finaliser: every input bit affects every output bit.
+func mix64(h uint64) uint64 {
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
 }

@@ -95,17 +95,21 @@ type ConsumeCall struct {
 // and is meant to be created once and shared (by several mounts too: every
 // mount of one Limiter draws on the same buckets).
 type Limiter struct {
-	store   Store
-	policy  Policy
-	res     resolved
-	cfg     *config
-	shared  string // the Shared-scope bucket: Name or signature
-	plainV4 bool   // IPv4 peers key as their own text: /32, no hashing, no trusted header
-	routes  routeCache
-	headers headerSet
-	body429 []byte              // the default 429 problem body, with ProblemType
-	skip    map[string]struct{} // Policy.SkipPaths; nil when empty
-	scratch sync.Pool
+	store     Store
+	policy    Policy
+	res       resolved
+	cfg       *config
+	shared    string    // the Shared-scope bucket: Name or signature
+	sharedRef bucketRef // shared with its hash
+	primary   storeRef  // the store, with what take needs to know about it
+	local     storeRef  // WithLocalStore's store (FailLocal), or none
+	observing bool      // an Observer is set: time store calls
+	plainV4   bool      // IPv4 peers key as their own text: /32, no hashing, no trusted header
+	routes    routeCache
+	headers   headerSet
+	body429   []byte              // the default 429 problem body, with ProblemType
+	skip      map[string]struct{} // Policy.SkipPaths; nil when empty
+	scratch   sync.Pool
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does not
@@ -165,6 +169,10 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 	if p.Name != "" {
 		l.shared = p.Name
 	}
+	l.sharedRef = newBucketRef(l.shared)
+	l.primary, l.local = newStoreRef(s), newStoreRef(cfg.localStore)
+	_, nop := cfg.observer.(nopObserver)
+	l.observing = !nop
 	l.headers = newHeaderSet(l.shared, res)
 	l.body429 = problemBody(p.ProblemType, http.StatusTooManyRequests)
 	if len(p.SkipPaths) > 0 {
@@ -207,18 +215,20 @@ func (l *Limiter) NeedsRoute() bool {
 // It never panics on request input or in user-supplied functions, and never
 // blocks longer than the store timeout plus the time user functions take.
 // At the default disclosure an allowed request allocates nothing.
-func (l *Limiter) Check(ctx context.Context, r Request) Response {
-	var resp Response
+func (l *Limiter) Check(ctx context.Context, r Request) (resp Response) {
+	// resp is the named result, written in place: no copy of the ~500-byte
+	// Response on return.
 	if l.skipped(&r) {
 		resp.Decision = Decision{Allowed: true, Outcome: OutcomeSkipped, Policy: &l.policy}
 		return resp
 	}
 	sc := l.scratch.Get().(*scratch)
-	bucket := l.bucket(&r)
+	bref := l.bucket(&r)
+	bucket := bref.name
 	src := l.identity(&r, bucket, sc)
 	cost := l.cost(&r)
 	var err error
-	resp.Decision, err = l.decide(ctx, sc, bucket, src, cost)
+	resp.Decision, err = l.decide(ctx, sc, bref, src, cost)
 	l.scratch.Put(sc)
 	if err != nil {
 		l.storeFailed(ctx, &r, bucket, err)
@@ -266,7 +276,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if n > 0 {
 		cost = n
 	}
-	d, err := l.decide(ctx, sc, l.shared, src, cost)
+	d, err := l.decide(ctx, sc, l.sharedRef, src, cost)
 	l.scratch.Put(sc)
 	var r Request
 	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
@@ -301,7 +311,7 @@ func (l *Limiter) cost(r *Request) (n int64) {
 
 // decide builds the Op in sc (identity already in sc.id), asks the store and
 // turns the result into a Decision, applying the FailureMode on error.
-func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src KeySource, cost int64) (Decision, error) {
+func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src KeySource, cost int64) (Decision, error) {
 	op := &sc.op
 	*op = Op{
 		Algorithm:  l.policy.Algorithm,
@@ -325,22 +335,22 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket string, src Ke
 	op.Cost = min(op.Cost, capacity+1) // above capacity: denied; keeps products exact
 	sc.key, op.Hash, op.PhaseMS = l.appendKey(sc.key[:0], bucket, sc.id)
 	op.Key = sc.key
-	d := Decision{Limit: op.Limit, Bucket: bucket, KeySource: src, Policy: &l.policy}
+	d := Decision{Limit: op.Limit, Bucket: bucket.name, KeySource: src, Policy: &l.policy}
 
-	res, err := l.take(ctx, l.store, op)
+	res, err := l.take(ctx, &l.primary, op)
 	if err != nil {
 		d.StoreFailed = true
 		switch l.policy.FailureMode {
 		case FailLocal:
 			var lerr error
-			if res, lerr = l.take(ctx, l.cfg.localStore, op); lerr == nil {
+			if res, lerr = l.take(ctx, &l.local, op); lerr == nil {
 				d.fill(res)
 				if d.Allowed {
 					d.Outcome = OutcomeDegraded
 				}
 				return d, err
 			}
-			l.countStoreFailure(bucket, lerr) // a failed call of its own; the caller counts err
+			l.countStoreFailure(bucket.name, lerr) // a failed call of its own; the caller counts err
 			err = errors.Join(err, fmt.Errorf("limit: FailLocal's local store failed too: %w", lerr))
 			fallthrough // the local store failed too: fail open
 		case FailOpen:
@@ -376,29 +386,45 @@ func (d *Decision) fill(res Result) {
 // take calls one store and reports the call's duration to the observer:
 // exactly one StoreDuration event per call, a failed or panicking one
 // included. With no observer set it does not read the clock.
-func (l *Limiter) take(ctx context.Context, s Store, op *Op) (Result, error) {
-	if _, nop := l.cfg.observer.(nopObserver); nop {
+func (l *Limiter) take(ctx context.Context, s *storeRef, op *Op) (Result, error) {
+	if !l.observing {
 		return l.call(ctx, s, op)
 	}
 	start := time.Now()
 	res, err := l.call(ctx, s, op)
-	name := "custom"
-	if n, ok := s.(NamedStore); ok {
-		name = n.StoreName()
-	}
-	l.cfg.observer.StoreDuration(name, "take", time.Since(start))
+	l.cfg.observer.StoreDuration(s.name, "take", time.Since(start))
 	return res, err
+}
+
+// storeRef is a Store with its optional interfaces resolved once, at New,
+// instead of by type assertions on every call.
+type storeRef struct {
+	Store
+	inProcess bool
+	name      string // the store label of metrics: StoreName(), or "custom"
+}
+
+func newStoreRef(s Store) storeRef {
+	if s == nil {
+		return storeRef{}
+	}
+	r := storeRef{Store: s, name: "custom"}
+	_, r.inProcess = s.(InProcessStore)
+	if n, ok := s.(NamedStore); ok {
+		r.name = n.StoreName()
+	}
+	return r
 }
 
 // call runs Store.Take with a recovered panic (reported as ErrStorePanic)
 // and, for stores that do I/O, under the store timeout.
-func (l *Limiter) call(ctx context.Context, s Store, op *Op) (res Result, err error) {
+func (l *Limiter) call(ctx context.Context, s *storeRef, op *Op) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
 		}
 	}()
-	if _, ok := s.(InProcessStore); ok {
+	if s.inProcess {
 		return s.Take(ctx, op)
 	}
 	tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)

@@ -197,7 +197,7 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 	phase := func(id string) int64 {
 		sc := &scratch{}
 		sc.id = l.appendIdentity(nil, id)
-		_, _, ph := l.appendKey(nil, l.shared, sc.id)
+		_, _, ph := l.appendKey(nil, l.sharedRef, sc.id)
 		return ph
 	}
 	if phase("198.51.100.1") != phase("198.51.100.1") {
@@ -215,7 +215,7 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 		t.Fatalf("phases barely differ between identities: %v", seen)
 	}
 	aligned := MustNew(newMapStore(0), Policy{Algorithm: FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true})
-	if _, _, ph := aligned.appendKey(nil, aligned.shared, []byte("r:198.51.100.1")); ph != 0 {
+	if _, _, ph := aligned.appendKey(nil, aligned.sharedRef, []byte("r:198.51.100.1")); ph != 0 {
 		t.Fatalf("AlignWindows phase %d, want 0", ph)
 	}
 }

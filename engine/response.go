@@ -2,6 +2,7 @@ package limit
 
 import (
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 )
@@ -173,7 +174,7 @@ type HeaderWriter interface {
 var _ HeaderWriter = http.Header(nil)
 
 // WriteHeaders applies the header fields to h; see WriteHeadersTo.
-func (r *Response) WriteHeaders(h http.Header) { r.WriteHeadersTo(h) }
+func (r *Response) WriteHeaders(h http.Header) { r.WriteHeadersTo(canonicalHeader(h)) }
 
 // WriteHeadersTo applies the header fields to h, following the rules that
 // let two limiters on one request (a global and a per-route mount) both
@@ -215,6 +216,7 @@ func (r *Response) WriteHeadersTo(h HeaderWriter) {
 		}
 	}
 	for name, vs := range r.DenialHeader {
+		name = textproto.CanonicalMIMEHeaderKey(name)
 		for i, v := range vs {
 			if i == 0 {
 				h.Set(name, v)
@@ -403,3 +405,18 @@ func (l *Limiter) rateLimitFields(resp *Response, t, deltaMS int64) {
 		resp.add(HeaderXRateLimitReset, strconv.FormatInt(ceilDiv(nowMS+deltaMS, 1000), 10))
 	}
 }
+
+// canonicalHeader writes to an http.Header without canonicalising names: the
+// engine's field names are canonical constants already (DenialHeader names are
+// canonicalised by applyFields), which saves a CanonicalMIMEHeaderKey per
+// field on every response.
+type canonicalHeader http.Header
+
+func (h canonicalHeader) Get(name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+func (h canonicalHeader) Set(name, value string) { h[name] = []string{value} }
+func (h canonicalHeader) Add(name, value string) { h[name] = append(h[name], value) }

@@ -424,28 +424,35 @@ func TestResponseContractGolden(t *testing.T) {
 // section between the markers is generated from the table above, and this
 // test keeps the two equal (-update-doc rewrites the section).
 const (
-	docPath  = "../../docs/response-contract.md"
-	docBegin = "<!-- BEGIN GENERATED from adapters/chi/contract_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
-	docEnd   = "<!-- END GENERATED -->"
+	docPath = "../../docs/response-contract.md"
+	// readmePath renders the level table and one example per style.
+	readmePath = "../../README.md"
+	docBegin   = "<!-- BEGIN GENERATED from adapters/chi/contract_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
+	docEnd     = "<!-- END GENERATED -->"
 )
 
 func TestResponseContractDoc(t *testing.T) {
-	raw, err := os.ReadFile(docPath)
-	if err != nil {
-		t.Fatalf("%v (the golden table must be rendered there)", err)
-	}
-	doc := string(raw)
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the generated-section markers", docPath)
-	}
-	want := docBegin + "\n" + renderContract() + docEnd
-	if got := doc[i : j+len(docEnd)]; got != want {
-		if !*updateDoc {
-			t.Fatalf("%s is out of date with the golden table: run go test -run TestResponseContractDoc -update-doc in adapters/chi", docPath)
+	for _, doc := range []struct {
+		path string
+		full bool
+	}{{docPath, true}, {readmePath, false}} {
+		raw, err := os.ReadFile(doc.path)
+		if err != nil {
+			t.Fatalf("%v (the golden table must be rendered there)", err)
 		}
-		if err := os.WriteFile(docPath, []byte(doc[:i]+want+doc[j+len(docEnd):]), 0o644); err != nil {
-			t.Fatal(err)
+		text := string(raw)
+		i, j := strings.Index(text, docBegin), strings.Index(text, docEnd)
+		if i < 0 || j < i {
+			t.Fatalf("%s lacks the generated-section markers", doc.path)
+		}
+		want := docBegin + "\n" + renderContract(doc.full) + docEnd
+		if got := text[i : j+len(docEnd)]; got != want {
+			if !*updateDoc {
+				t.Fatalf("%s is out of date with the golden table: run go test -run TestResponseContractDoc -update-doc in adapters/chi", doc.path)
+			}
+			if err := os.WriteFile(doc.path, []byte(text[:i]+want+text[j+len(docEnd):]), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
@@ -493,10 +500,12 @@ func httpResponse(r contractRow) string {
 	return b.String()
 }
 
-func renderContract() string {
+// renderContract renders the level table and one example response per style,
+// and with full the whole golden table too.
+func renderContract(full bool) string {
 	var b strings.Builder
 	b.WriteString("\n### Which header fields each disclosure level sends\n\n")
-	b.WriteString("With the default header style (`HeadersIETF`); the other styles send their own\nRateLimit fields in the same cells (see the full table below).\n\n")
+	b.WriteString("With the default header style (`HeadersIETF`); the other styles send their own\nRateLimit fields in the same cells (see the full table).\n\n")
 	b.WriteString("| Disclosure |")
 	for _, o := range outcomeOrder {
 		b.WriteString(" " + outcomeDoc[o] + " |")
@@ -513,6 +522,10 @@ func renderContract() string {
 	b.WriteString("`DiscloseAlways`, so that every field of the style appears: the denied request\nfirst, then the allowed one. Go writes field names in its canonical case\n(`Ratelimit-Policy`); HTTP field names are case-insensitive.\n")
 	for _, s := range styleOrder {
 		fmt.Fprintf(&b, "\n#### %s\n\n```http\n%s```\n\n```http\n%s```\n", styleDoc[s], httpResponse(findRow("always", s, "denied")), httpResponse(findRow("always", s, "allowed")))
+	}
+	if !full {
+		b.WriteString("\nThe full golden table (every level x style x outcome, with values) is in\n[docs/response-contract.md](docs/response-contract.md).\n")
+		return b.String()
 	}
 	b.WriteString("\n### The full golden table\n\n")
 	b.WriteString("Every header field the server sends except `Date`, with its value; bodies: `429` =\n`" + body429 + "`, `503` = `" + body503 + "`.\n\n")

@@ -36,18 +36,22 @@ type Store struct {
 
 type shard struct {
 	mu        sync.Mutex
-	m         map[string]*entry
+	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
 	max       int
 	nextSweep int64 // Unix ms before which a sweep would find nothing expired
 	_         [64]byte
 }
 
-// entry is one (bucket, identity). Entries are pointers so that updating a
-// present key writes through the pointer instead of re-inserting the key
-// (an insert with a []byte-converted key would allocate the string).
+// entry is one (bucket, identity). The map is keyed by the engine's 64-bit
+// hash of the key (op.Hash), which is cheaper to look up than the ~40-byte key
+// string; the key itself is kept to tell the rare colliding keys apart, which
+// chain on next. Entries are pointers so that updating a present key writes
+// through the pointer instead of re-inserting it.
 type entry struct {
-	st  limit.State
-	exp int64 // Unix ms at which the entry is dead
+	key  string
+	st   limit.State
+	exp  int64 // Unix ms at which the entry is dead
+	next *entry
 }
 
 var (
@@ -98,7 +102,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	per := (maxKeys + shardCount - 1) / shardCount
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 		s.shards[i].max = per
 	}
 	return s, nil
@@ -110,7 +114,10 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	now := s.nowMS()
 	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
 	sh.mu.Lock()
-	e := sh.m[string(op.Key)]
+	e := sh.m[op.Hash]
+	for e != nil && e.key != string(op.Key) {
+		e = e.next
+	}
 	var st limit.State
 	if e != nil && e.exp > now {
 		st = e.st
@@ -118,7 +125,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	next, res := op.Apply(st, now)
 	if res.Allowed {
 		if e == nil {
-			e = sh.insert(op.Key, now)
+			e = sh.insert(op.Hash, op.Key, now)
 		}
 		e.st, e.exp = next, now+res.TTLMS
 	}
@@ -136,28 +143,55 @@ func (s *Store) nowMS() int64 {
 
 // insert adds a key, making room first when the shard is full: expired
 // entries go first (a sweep runs only when one could find something), then
-// an arbitrary live entry.
-func (sh *shard) insert(key []byte, now int64) *entry {
+// an arbitrary live entry. A chain of colliding keys counts and goes as one
+// map slot.
+func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
 	if len(sh.m) >= sh.max && now >= sh.nextSweep {
 		next := int64(1<<63 - 1)
-		for k, e := range sh.m {
-			if e.exp <= now {
-				delete(sh.m, k)
-			} else if e.exp < next {
-				next = e.exp
+		for h, e := range sh.m {
+			live := e.prune(now)
+			if live == nil {
+				delete(sh.m, h)
+				continue
+			}
+			if live != e {
+				sh.m[h] = live
+			}
+			for ; live != nil; live = live.next {
+				next = min(next, live.exp)
 			}
 		}
 		sh.nextSweep = next
 	}
-	if len(sh.m) >= sh.max {
-		for k := range sh.m {
-			delete(sh.m, k)
+	head := sh.m[hash]
+	if head == nil && len(sh.m) >= sh.max {
+		for h := range sh.m {
+			delete(sh.m, h)
 			break
 		}
 	}
-	e := new(entry)
-	sh.m[string(key)] = e
+	e := &entry{key: string(key), next: head}
+	sh.m[hash] = e
 	return e
+}
+
+// prune drops the expired entries of a chain and returns its new head.
+func (e *entry) prune(now int64) *entry {
+	var head, tail *entry
+	for ; e != nil; e = e.next {
+		if e.exp > now {
+			if tail == nil {
+				head = e
+			} else {
+				tail.next = e
+			}
+			tail = e
+		}
+	}
+	if tail != nil {
+		tail.next = nil
+	}
+	return head
 }
 
 // InProcess marks Store as an in-process store: the engine calls it without a
@@ -174,7 +208,11 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		for _, e := range sh.m {
+			for ; e != nil; e = e.next {
+				n++
+			}
+		}
 		sh.mu.Unlock()
 	}
 	return n

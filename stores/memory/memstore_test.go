@@ -161,3 +161,25 @@ func TestAllowedPathAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// Keys whose 64-bit hashes collide keep separate state.
+func TestHashCollisionsKeepKeysApart(t *testing.T) {
+	s, _ := newStore(t)
+	a := limit.Op{Key: []byte("qg:{x}:b:f:r:a"), Hash: 42, Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000, Cost: 1}
+	b := a
+	b.Key = []byte("qg:{x}:b:f:r:b")
+	ctx := context.Background()
+	for _, op := range []*limit.Op{&a, &b} {
+		if res, _ := s.Take(ctx, op); !res.Allowed {
+			t.Fatalf("first call for %s denied: the colliding key's state leaked", op.Key)
+		}
+	}
+	for _, op := range []*limit.Op{&a, &b} {
+		if res, _ := s.Take(ctx, op); res.Allowed {
+			t.Fatalf("second call for %s admitted", op.Key)
+		}
+	}
+	if n := s.Len(); n != 2 {
+		t.Fatalf("Len %d, want 2", n)
+	}
+}
