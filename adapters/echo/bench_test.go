@@ -45,3 +45,18 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
+
+// On the allowed path at the default disclosure the only allocation is the
+// middleware closure echo builds per request for e.Use middleware.
+func TestMiddlewareAllocations(t *testing.T) {
+	e := echo.New()
+	e.Use(echolimit.Middleware(limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})))
+	e.GET("/v1/notes/:id", func(echo.Context) error { return nil })
+	r := httptest.NewRequest("GET", "/v1/notes/7", nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := &discard{h: http.Header{}}
+	e.ServeHTTP(w, r)
+	if got := testing.AllocsPerRun(500, func() { e.ServeHTTP(w, r) }); got > 1+raceSlack {
+		t.Fatalf("%.1f allocations per allowed request, want at most %d (echo's per-request chain)", got, 1+raceSlack)
+	}
+}

@@ -43,3 +43,25 @@ func BenchmarkHandler(b *testing.B) {
 		})
 	}
 }
+
+// On the allowed path at the default disclosure the handler allocates the
+// two copies it must make: the request path and the peer address text.
+func TestHandlerAllocations(t *testing.T) {
+	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
+	handler := app.Handler()
+	var req fasthttp.Request
+	req.SetRequestURI("/v1/notes/7")
+	req.Header.SetMethod("GET")
+	var fc fasthttp.RequestCtx
+	fc.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4711}, nil)
+	handler(&fc)
+	got := testing.AllocsPerRun(500, func() {
+		fc.Response.Reset()
+		handler(&fc)
+	})
+	if got > 2+raceSlack {
+		t.Fatalf("%.1f allocations per allowed request, want at most %d (path and peer copies)", got, 2+raceSlack)
+	}
+}

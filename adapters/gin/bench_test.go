@@ -43,3 +43,18 @@ func BenchmarkMiddleware(b *testing.B) {
 		})
 	}
 }
+
+// gin and the middleware together allocate nothing on the allowed path at
+// the default disclosure.
+func TestMiddlewareAllocations(t *testing.T) {
+	r := gin.New()
+	r.Use(ginlimit.Middleware(limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})))
+	r.GET("/v1/notes/:id", func(*gin.Context) {})
+	req := httptest.NewRequest("GET", "/v1/notes/7", nil)
+	req.RemoteAddr = "192.0.2.1:4711"
+	w := &discard{h: http.Header{}}
+	r.ServeHTTP(w, req)
+	if got := testing.AllocsPerRun(500, func() { r.ServeHTTP(w, req) }); got > raceSlack {
+		t.Fatalf("%.1f allocations per allowed request, want %d", got, raceSlack)
+	}
+}
