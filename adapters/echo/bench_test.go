@@ -49,6 +49,9 @@ func BenchmarkMiddleware(b *testing.B) {
 // On the allowed path at the default disclosure the only allocation is the
 // middleware closure echo builds per request for e.Use middleware.
 func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("SKIPPED under -race: sync.Pool (the framework's context pool and the engine's) drops items at random there, so allocation counts vary; run `go test -run Allocations` without -race")
+	}
 	e := echo.New()
 	e.Use(echolimit.Middleware(limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})))
 	e.GET("/v1/notes/:id", func(echo.Context) error { return nil })
@@ -56,7 +59,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	r.RemoteAddr = "192.0.2.1:4711"
 	w := &discard{h: http.Header{}}
 	e.ServeHTTP(w, r)
-	if got := testing.AllocsPerRun(500, func() { e.ServeHTTP(w, r) }); got > 1+raceSlack {
-		t.Fatalf("%.1f allocations per allowed request, want at most %d (echo's per-request chain)", got, 1+raceSlack)
+	if got := testing.AllocsPerRun(500, func() { e.ServeHTTP(w, r) }); got > 1 {
+		t.Fatalf("%.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
 	}
 }

@@ -47,6 +47,9 @@ func BenchmarkHandler(b *testing.B) {
 // On the allowed path at the default disclosure the handler allocates the
 // two copies it must make: the request path and the peer address text.
 func TestHandlerAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("SKIPPED under -race: sync.Pool (the framework's context pool and the engine's) drops items at random there, so allocation counts vary; run `go test -run Allocations` without -race")
+	}
 	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
@@ -61,7 +64,7 @@ func TestHandlerAllocations(t *testing.T) {
 		fc.Response.Reset()
 		handler(&fc)
 	})
-	if got > 2+raceSlack {
-		t.Fatalf("%.1f allocations per allowed request, want at most %d (path and peer copies)", got, 2+raceSlack)
+	if got > 2 {
+		t.Fatalf("%.1f allocations per allowed request, want at most 2 (path and peer copies)", got)
 	}
 }

@@ -47,6 +47,9 @@ func BenchmarkMiddleware(b *testing.B) {
 // gin and the middleware together allocate nothing on the allowed path at
 // the default disclosure.
 func TestMiddlewareAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("SKIPPED under -race: sync.Pool (the framework's context pool and the engine's) drops items at random there, so allocation counts vary; run `go test -run Allocations` without -race")
+	}
 	r := gin.New()
 	r.Use(ginlimit.Middleware(limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})))
 	r.GET("/v1/notes/:id", func(*gin.Context) {})
@@ -54,7 +57,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	req.RemoteAddr = "192.0.2.1:4711"
 	w := &discard{h: http.Header{}}
 	r.ServeHTTP(w, req)
-	if got := testing.AllocsPerRun(500, func() { r.ServeHTTP(w, req) }); got > raceSlack {
-		t.Fatalf("%.1f allocations per allowed request, want %d", got, raceSlack)
+	if got := testing.AllocsPerRun(500, func() { r.ServeHTTP(w, req) }); got > 0 {
+		t.Fatalf("%.1f allocations per allowed request, want 0", got)
 	}
 }
