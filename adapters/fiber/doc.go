@@ -11,7 +11,8 @@
 // before it knows which route will match: c.Route() there is the mount
 // itself. So in a Use mount the route is unknown, and a PerRoute policy falls
 // back to its Shared bucket and reports the route-unknown issue on every
-// request. Shared policies (the usual global limit) are unaffected. For
+// request, and the metrics' handler label is empty. Shared policies (the
+// usual global limit) decide the same either way. For
 // PerRoute buckets, mount the handler at route level, where c.Route().Path is
 // the matched template ("/v1/notes/:id", spelled "/v1/notes/{id}" in bucket
 // names):

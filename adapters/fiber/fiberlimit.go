@@ -14,14 +14,15 @@ import (
 // (none at the default disclosure), and keep the handlers' status, body and
 // error; denied requests get the engine's denial (429 with Retry-After and an
 // RFC 9457 body by default), c.Next() is not called and nil is returned, so
-// fiber's ErrorHandler is not involved. Safe for concurrent use; l may be
-// shared by several mounts, which then draw on the same buckets.
+// fiber's ErrorHandler is not involved; requests the policy skips continue
+// untouched. Safe for concurrent use; l may be shared by several mounts,
+// which then draw on the same buckets.
 //
 // The route template is read only when l.NeedsRoute(): at route level
 // (app.Get(path, New(l), h)) it is c.Route().Path; in a Use mount (app.Use,
 // Group.Use, app.Group(prefix, New(l))) the matched route is not known yet,
-// so it is "" and a PerRoute policy falls back to its Shared bucket and
-// reports the route-unknown issue.
+// so it is "": a PerRoute policy falls back to its Shared bucket and reports
+// the route-unknown issue, and the metrics' handler label is empty.
 func New(l *limit.Limiter) fiber.Handler {
 	needRoute := l.NeedsRoute()
 	return func(c *fiber.Ctx) error {
