@@ -9,9 +9,10 @@ import (
 // Allowed requests reach next with the engine's header fields added (none at
 // the default disclosure) and keep next's status, body and error; denied
 // requests get the engine's denial (429 with Retry-After and an RFC 9457 body
-// by default), next is not called and nil is returned. The route template is
-// c.Path(), read only when l.NeedsRoute(). Safe for concurrent use; l may be
-// shared by several mounts, which then draw on the same buckets.
+// by default), next is not called and nil is returned; requests the policy
+// skips reach next untouched. The route template is c.Path(), read only when
+// l.NeedsRoute(). Safe for concurrent use; l may be shared by several mounts,
+// which then draw on the same buckets.
 func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 	needRoute := l.NeedsRoute()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {

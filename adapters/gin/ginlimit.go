@@ -10,9 +10,10 @@ import (
 // added (none at the default disclosure) and keep the handlers' status and
 // body; denied requests get the engine's denial (429 with Retry-After and an
 // RFC 9457 body by default) and the chain is aborted (c.Abort), so no later
-// handler runs. The route template is c.FullPath(), read only when
-// l.NeedsRoute(). Safe for concurrent use; l may be shared by several mounts,
-// which then draw on the same buckets.
+// handler runs; requests the policy skips continue untouched. The route
+// template is c.FullPath(), read only when l.NeedsRoute(). Safe for
+// concurrent use; l may be shared by several mounts, which then draw on the
+// same buckets.
 func Middleware(l *limit.Limiter) gin.HandlerFunc {
 	needRoute := l.NeedsRoute()
 	return func(c *gin.Context) {
