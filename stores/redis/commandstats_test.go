@@ -1,0 +1,125 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/redis/rueidis"
+)
+
+// commandCalls sums INFO commandstats "calls" per command over the nodes.
+func commandCalls(t *testing.T, nodes []rueidis.Client) map[string]int64 {
+	t.Helper()
+	calls := map[string]int64{}
+	for _, n := range nodes {
+		info, err := n.Do(context.Background(), n.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatalf("INFO commandstats: %v", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			// cmdstat_evalsha:calls=300,usec=...,rejected_calls=0,failed_calls=0
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "calls="); ok {
+					c, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						t.Fatalf("INFO line %q: %v", line, err)
+					}
+					calls[strings.TrimPrefix(name, "cmdstat_")] += c
+				}
+			}
+		}
+	}
+	return calls
+}
+
+// TestOneCallPerDecision counts server-side commands (INFO commandstats,
+// which also counts the commands a script runs): N decisions are exactly N
+// EVALSHA and no EVAL; inside, one TIME, one GET, and per admitted request
+// one SET (value and TTL together), per denied one a PTTL check and nothing
+// written.
+func TestOneCallPerDecision(t *testing.T) {
+	run := func(t *testing.T, be *backend, addrs []string) {
+		nodes := make([]rueidis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = nodeClient(t, a)
+		}
+		ctx := ctxT(t)
+		// Load the scripts everywhere first: a node's first EVALSHA would
+		// answer NOSCRIPT and be followed by an EVAL.
+		for _, n := range nodes {
+			for _, src := range []string{slidingSource, fixedSource, gcraSource} {
+				if err := n.Do(ctx, n.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
+					t.Fatalf("SCRIPT LOAD: %v", err)
+				}
+			}
+		}
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		s, err := New(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lims []*limit.Limiter
+		for _, alg := range algorithms {
+			lims = append(lims, limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour},
+				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second)))
+		}
+		// The client connects lazily: let it do its handshake before counting.
+		if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if err := n.Do(ctx, n.B().ConfigResetstat().Build()).Error(); err != nil {
+				t.Fatalf("CONFIG RESETSTAT: %v", err)
+			}
+		}
+		var decisions, allowed, denied int64
+		for _, l := range lims {
+			for i := range 100 {
+				d, err := l.Consume(ctx, fmt.Sprintf("id%d", i%5)) // 20 calls per identity
+				if err != nil {
+					t.Fatal(err)
+				}
+				decisions++
+				if d.Allowed {
+					allowed++
+				} else {
+					denied++
+				}
+			}
+		}
+		calls := commandCalls(t, nodes)
+		t.Logf("%d decisions (%d allowed, %d denied): commandstats %v", decisions, allowed, denied, calls)
+		want := map[string]int64{
+			"evalsha": decisions, "eval": 0, "time": decisions, "get": decisions,
+			"set": allowed, "pexpire": 0, "pexpireat": 0, "pttl": denied,
+		}
+		for cmd, n := range want {
+			if calls[cmd] != n {
+				t.Errorf("%s: %d calls, want %d", cmd, calls[cmd], n)
+			}
+		}
+		if allowed == 0 || denied == 0 {
+			t.Errorf("want both outcomes: %d allowed, %d denied", allowed, denied)
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		be := standaloneBackend(t)
+		opt, _ := ParseURL(skipNoEnv(t, envURL, "real standalone Redis"))
+		run(t, be, opt.InitAddress)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		be := clusterBackend(t)
+		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
+	})
+}

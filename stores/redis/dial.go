@@ -1,0 +1,176 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// Client defaults that ParseURL applies when the URL does not set them.
+const (
+	// DefaultDialTimeout bounds one connection attempt (URL: dial_timeout).
+	// rueidis' own default is 5 s; a limiter would rather fail over to its
+	// FailureMode sooner.
+	DefaultDialTimeout = time.Second
+	// DefaultConnWriteTimeout is how long a connection may go without an
+	// answer before rueidis declares it dead and redials (URL:
+	// write_timeout). Each decision is bounded by the engine's store timeout
+	// anyway (100 ms by default); this bounds how long the calls that timed
+	// out keep waiting on a hung server in the background. rueidis' default
+	// is 10 s.
+	DefaultConnWriteTimeout = time.Second
+)
+
+// Reconnect backoff of a Store that could not reach Redis at construction.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// ParseURL returns the rueidis.ClientOption for a Redis URL, with the
+// defaults that suit a rate limiter. It accepts what rueidis.ParseURL does:
+//
+//	redis://[user:password@]host:port[/db]           standalone (Cluster is detected)
+//	rediss://...                                     TLS
+//	redis://host:port?addr=host2:port&addr=host3:port Cluster seed nodes
+//	redis://sentinel:26379?master_set=mymaster       Sentinel
+//	unix:///path/to/redis.sock
+//
+// plus the query parameters dial_timeout, write_timeout, db, client_name,
+// protocol=2. On top of rueidis' defaults it sets:
+//
+//   - DisableCache: true. The Store never reads through client-side caching;
+//     without it rueidis would still ask every connection for CLIENT TRACKING
+//     (RESP3), which servers without tracking refuse.
+//   - AlwaysPipelining: true. Every call goes through the connection's
+//     pipeline, so a call whose deadline expires is abandoned without closing
+//     the shared connection (otherwise a lone caller's timeout closes it and
+//     the next callers pay a reconnect: a storm under a slow server).
+//     Auto-pipelining of concurrent calls stays on (never set
+//     DisableAutoPipelining for a limiter: each decision would take a pooled
+//     connection of its own).
+//   - Dialer.Timeout DefaultDialTimeout and ConnWriteTimeout
+//     DefaultConnWriteTimeout, unless the URL sets dial_timeout/write_timeout.
+func ParseURL(url string) (rueidis.ClientOption, error) {
+	if strings.TrimSpace(url) == "" {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Redis URL is empty", ErrInvalidOption)
+	}
+	opt, err := rueidis.ParseURL(url)
+	if err != nil {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Redis URL: %w", ErrInvalidOption, err)
+	}
+	opt.DisableCache = true
+	opt.AlwaysPipelining = true
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = DefaultDialTimeout
+	}
+	if opt.ConnWriteTimeout == 0 {
+		opt.ConnWriteTimeout = DefaultConnWriteTimeout
+	}
+	return opt, nil
+}
+
+// NewFromURL is ParseURL then Dial: the way an application turns its -redis
+// flag into a Store. Close the Store when done.
+func NewFromURL(url string, opts ...Option) (*Store, error) {
+	opt, err := ParseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	return Dial(opt, opts...)
+}
+
+// Dial creates a rueidis client from opt and returns a Store that owns it
+// (Close closes it). It tries to connect once, synchronously (bounded by
+// opt.Dialer.Timeout). When Redis is unreachable (connection refused or
+// reset, timeout, a server still loading), Dial still returns a working
+// Store and a nil error: the Store keeps connecting in the background (50 ms
+// backoff doubling to 1 s) and, until it succeeds, Take fails at once with an
+// error wrapping ErrNotConnected, so requests follow the policy's
+// FailureMode; once connected, rueidis reconnects by itself. Other failures
+// (bad options, authentication refused) are returned, wrapped in
+// ErrInvalidOption when they are the options' fault.
+func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
+	cfg, err := buildConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.client != nil {
+		cfg.client(&opt)
+	}
+	if len(opt.InitAddress) == 0 {
+		return nil, fmt.Errorf("%w: no Redis address (ClientOption.InitAddress is empty)", ErrInvalidOption)
+	}
+	s := &Store{clock: cfg.clock, owned: true}
+	c, err := rueidis.NewClient(opt)
+	if err == nil {
+		s.client.Store(&clientRef{c})
+		return s, nil
+	}
+	if !transient(err) {
+		if errors.Is(err, rueidis.ErrNoAddr) || errors.Is(err, rueidis.ErrNoCache) ||
+			errors.Is(err, rueidis.ErrWrongPipelineMultiplex) || errors.Is(err, rueidis.ErrNoSendToReplicas) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		return nil, fmt.Errorf("redisstore: connecting to %v: %w", opt.InitAddress, err)
+	}
+	s.lastErr.Store(&errRef{err})
+	s.stop = make(chan struct{})
+	s.stopped = make(chan struct{})
+	go s.connectLoop(opt)
+	return s, nil
+}
+
+// connectLoop retries rueidis.NewClient until it succeeds or Close is called.
+func (s *Store) connectLoop(opt rueidis.ClientOption) {
+	defer close(s.stopped)
+	delay := minBackoff
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		c, err := rueidis.NewClient(opt)
+		if err == nil {
+			// Published before stopped is closed, so Close sees and closes it.
+			s.client.Store(&clientRef{c})
+			return
+		}
+		s.lastErr.Store(&errRef{err})
+		delay = min(2*delay, maxBackoff)
+		t.Reset(delay)
+	}
+}
+
+// transient reports whether a connection error means "Redis is not there
+// (yet)" rather than "this configuration cannot work".
+func transient(err error) bool {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.Is(err, rueidis.ErrClosing):
+		return true
+	}
+	if re, ok := rueidis.IsRedisErr(err); ok {
+		msg := re.Error()
+		return re.IsLoading() || re.IsClusterDown() || re.IsTryAgain() ||
+			strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "BUSY")
+	}
+	return false
+}

@@ -1,0 +1,300 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/redis/rueidis"
+)
+
+func TestConstructorErrors(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
+	tests := []struct {
+		name string
+		f    func() (*Store, error)
+		want string
+	}{
+		{"nil_client", func() (*Store, error) { return New(nil) }, "client is nil"},
+		{"nil_clock", func() (*Store, error) { return New(client, WithClock(nil)) }, "WithClock(nil)"},
+		{"nil_client_option", func() (*Store, error) { return NewFromURL("redis://"+mr.Addr(), WithClientOption(nil)) }, "WithClientOption(nil)"},
+		{"empty_url", func() (*Store, error) { return NewFromURL(" ") }, "URL is empty"},
+		{"bad_scheme", func() (*Store, error) { return NewFromURL("http://127.0.0.1:6379") }, "invalid URL scheme"},
+		{"bad_db", func() (*Store, error) { return NewFromURL("redis://127.0.0.1:6379/x") }, "invalid database number"},
+		{"no_address", func() (*Store, error) { return Dial(rueidis.ClientOption{}) }, "no Redis address"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tc.f()
+			if err == nil {
+				s.Close()
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want ErrInvalidOption mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	tests := []struct {
+		name, url string
+		check     func(t *testing.T, o rueidis.ClientOption)
+	}{
+		{"limiter_defaults", "redis://127.0.0.1:6380", func(t *testing.T, o rueidis.ClientOption) {
+			if len(o.InitAddress) != 1 || o.InitAddress[0] != "127.0.0.1:6380" {
+				t.Errorf("InitAddress %v", o.InitAddress)
+			}
+			if !o.DisableCache || !o.AlwaysPipelining || o.DisableAutoPipelining {
+				t.Errorf("DisableCache %v AlwaysPipelining %v DisableAutoPipelining %v, want true true false",
+					o.DisableCache, o.AlwaysPipelining, o.DisableAutoPipelining)
+			}
+			if o.Dialer.Timeout != DefaultDialTimeout || o.ConnWriteTimeout != DefaultConnWriteTimeout {
+				t.Errorf("dial timeout %v write timeout %v", o.Dialer.Timeout, o.ConnWriteTimeout)
+			}
+		}},
+		{"url_timeouts_kept", "redis://h:1?dial_timeout=3s&write_timeout=250ms", func(t *testing.T, o rueidis.ClientOption) {
+			if o.Dialer.Timeout != 3*time.Second || o.ConnWriteTimeout != 250*time.Millisecond {
+				t.Errorf("dial timeout %v write timeout %v, want 3s 250ms", o.Dialer.Timeout, o.ConnWriteTimeout)
+			}
+		}},
+		{"cluster_seeds", "redis://a:7000?addr=b:7001&addr=c:7002", func(t *testing.T, o rueidis.ClientOption) {
+			if strings.Join(o.InitAddress, ",") != "a:7000,b:7001,c:7002" {
+				t.Errorf("InitAddress %v", o.InitAddress)
+			}
+		}},
+		{"sentinel", "redis://:pw@s1:26379?master_set=mymaster", func(t *testing.T, o rueidis.ClientOption) {
+			if o.Sentinel.MasterSet != "mymaster" || o.Password != "pw" {
+				t.Errorf("MasterSet %q password %q", o.Sentinel.MasterSet, o.Password)
+			}
+		}},
+		{"db_and_tls", "rediss://h:6379/3", func(t *testing.T, o rueidis.ClientOption) {
+			if o.SelectDB != 3 || o.TLSConfig == nil {
+				t.Errorf("SelectDB %d TLS %v", o.SelectDB, o.TLSConfig != nil)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := ParseURL(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
+
+// TestParseReply feeds replies of the wrong shape, produced by a real
+// script call on miniredis, to the reply parser.
+func TestParseReply(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
+	ctx := context.Background()
+	eval := func(src string) rueidis.RedisResult {
+		return c.Do(ctx, c.B().Eval().Script(src).Numkeys(0).Build())
+	}
+	for _, src := range []string{"return {1, 2}", "return {1, 2, 3, 4, 5, 'x'}", "return 'six'"} {
+		if _, err := parseReply(eval(src)); err == nil {
+			t.Errorf("%s: no error", src)
+		}
+	}
+	if _, err := parseReply(eval("return {1, 2, 3, 4, 5, 'x'}")); !errors.Is(err, ErrBadReply) {
+		t.Errorf("non-integer element: %v, want ErrBadReply", err)
+	}
+	if _, err := parseReply(eval("return redis.error_reply('boom')")); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("script error: %v, want it passed on", err)
+	}
+	got, err := parseReply(eval("return {0, 4, 1500, 700, 1764457000123, 0}"))
+	want := limit.Result{Remaining: 4, ResetAfterMS: 1500, RetryAfterMS: 700, NowMS: 1764457000123}
+	if err != nil || got != want {
+		t.Errorf("got %+v, %v; want %+v", got, err, want)
+	}
+}
+
+// TestItoa checks the scripts' integer formatting where Lua's own tostring
+// ("%.14g" in Redis) is not exact, on every backend.
+func TestItoa(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		c := be.newClient(t)
+		vals := []int64{0, 7, -5, 99_999_999_999_999, 100_000_000_000_000, 123_456_789_012_345,
+			1<<53 - 1, 1 << 52, -(1 << 52) - 3, 1_000_000_000_000_007, 10_000_000}
+		var src strings.Builder
+		src.WriteString(prelude + "return {")
+		for _, v := range vals {
+			src.WriteString("itoa(" + strconv.FormatInt(v, 10) + "), ")
+		}
+		src.WriteString("}")
+		key := testPrefix(t) + ":{itoa}"
+		got, err := c.Do(context.Background(), c.B().Eval().Script(src.String()).Numkeys(1).Key(key).Arg("1").Build()).AsStrSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			if want := strconv.FormatInt(v, 10); i >= len(got) || got[i] != want {
+				t.Errorf("itoa(%d) = %q, want %q", v, got[i], want)
+			}
+		}
+	})
+}
+
+// TestOwnership: Close closes a client Dial created, never one passed to New.
+func TestOwnership(t *testing.T) {
+	mr := miniredis.RunT(t)
+	ctx := context.Background()
+	op := ttlOps(testPrefix(t), "x")[0]
+
+	client := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
+	s, err := New(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close() // idempotent
+	if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+		t.Errorf("the caller's client was closed by Store.Close: %v", err)
+	}
+
+	s, err = NewFromURL("redis://" + mr.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Take(ctx, &op); err != nil {
+		t.Fatal(err)
+	}
+	if s.StoreName() != "redis" || s.Client() == nil {
+		t.Errorf("StoreName %q Client %v", s.StoreName(), s.Client())
+	}
+	s.Close()
+	if _, err := s.Take(ctx, &op); !errors.Is(err, ErrClosed) {
+		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestConnectsLater: a Store whose Redis is not there at construction works
+// as soon as it appears (miniredis half of TestOutage/closed-port-at-start).
+func TestConnectsLater(t *testing.T) {
+	port := freePort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	s, err := NewFromURL("redis://" + addr)
+	if err != nil {
+		t.Fatalf("NewFromURL with Redis down: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	op := ttlOps(testPrefix(t), "x")[0]
+	if _, err := s.Take(ctx, &op); !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("Take before Redis exists: %v, want ErrNotConnected with the dial error", err)
+	}
+	if s.Client() != nil {
+		t.Error("Client() before connecting is not nil")
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr(addr); err != nil {
+		t.Fatal(err)
+	}
+	defer mr.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Ping(ctx) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not connected 10 s after Redis appeared: %v", s.Ping(ctx))
+		}
+		time.Sleep(10 * time.Millisecond) // polling the background connect
+	}
+	if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+		t.Fatalf("Take after connecting: %+v, %v", res, err)
+	}
+}
+
+// TestCloseWhileConnecting: Close stops the background connect loop (goleak
+// in TestMain catches a loop left running).
+func TestCloseWhileConnecting(t *testing.T) {
+	s, err := NewFromURL("redis://127.0.0.1:" + strconv.Itoa(freePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := s.Ping(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Ping after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestTakeHonoursDeadline: a context already past its deadline fails at once.
+func TestTakeHonoursDeadline(t *testing.T) {
+	s := newStore(t, miniBackend(t))
+	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
+	defer cancel()
+	op := ttlOps(testPrefix(t), "x")[0]
+	if _, err := s.Take(ctx, &op); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Take with an expired context: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// TestTakeAllocs guards the per-call allocations of Take on a real server:
+// one string for the key and arguments, rueidis' reply array (one more
+// under -race, whose instrumentation moves a value to the heap).
+func TestTakeAllocs(t *testing.T) {
+	s := newStore(t, standaloneBackend(t))
+	prefix := testPrefix(t)
+	t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
+	ctx := context.Background()
+	for _, op := range ttlOps(prefix, "allocs") {
+		op.Limit = 1 << 30
+		if op.Algorithm == limit.TokenBucket {
+			op.Burst = 1 << 30
+		}
+		for range 500 { // warm up: script loaded, every pooled connection dialled
+			if _, err := s.Take(ctx, &op); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := testing.AllocsPerRun(200, func() {
+			if _, err := s.Take(ctx, &op); err != nil {
+				t.Fatal(err)
+			}
+		})
+		bound := 2.0
+		if raceEnabled {
+			bound = 3
+		}
+		t.Logf("%v: %.1f allocs per Take", op.Algorithm, n)
+		if n > bound {
+			t.Errorf("%v: %.1f allocs per Take, want <= %.0f", op.Algorithm, n, bound)
+		}
+	}
+}
+
+// TestNewFromURLCluster: a Cluster URL ("?addr=" seeds) gives a cluster
+// client that routes every key to its slot.
+func TestNewFromURLCluster(t *testing.T) {
+	addrs := strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ",")
+	url := "redis://" + addrs[0]
+	for i, a := range addrs[1:] {
+		url += map[bool]string{true: "?", false: "&"}[i == 0] + "addr=" + a
+	}
+	s, err := NewFromURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	prefix := testPrefix(t)
+	defer deleteKeys(t, s.Client(), prefix)
+	if n := len(s.Client().Nodes()); n != len(addrs) {
+		t.Errorf("client knows %d nodes, want %d", n, len(addrs))
+	}
+	ctx := ctxT(t)
+	for i := range 30 { // 30 identities: every node gets some
+		for _, op := range ttlOps(prefix, "c"+strconv.Itoa(i)) {
+			if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+				t.Fatalf("%s: %+v, %v", op.Key, res, err)
+			}
+		}
+	}
+}
