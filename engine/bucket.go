@@ -76,7 +76,8 @@ func (c *routeCache) bucket(route, sig string) bucketRef {
 // NormalizeRoute rewrites a router's route template into quotagate's bucket
 // spelling, so that one route has one bucket name whatever the router:
 //   - a net/http method and host prefix is dropped ("GET example.com/a" -> "/a");
-//   - ":name" (echo, gin) becomes "{name}";
+//   - ":name" (echo, gin, fiber) becomes "{name}", fiber's optional mark and
+//     constraints dropped (":id?", ":id<int>" -> "{id}");
 //   - "{name:regexp}" (chi) and "{name...}" (net/http) become "{name}";
 //   - "*name" (gin catch-all) becomes "{name}"; a bare "*" stays;
 //   - net/http's end anchor "{$}" is dropped.
@@ -110,7 +111,14 @@ func NormalizeRoute(route string) string {
 func normalizeSegment(seg string) string {
 	switch {
 	case strings.HasPrefix(seg, ":") && len(seg) > 1:
-		return "{" + seg[1:] + "}"
+		name := seg[1:]
+		if i := strings.IndexByte(name, '<'); i > 0 {
+			name = name[:i]
+		}
+		if n := strings.TrimSuffix(name, "?"); n != "" {
+			name = n
+		}
+		return "{" + name + "}"
 	case strings.HasPrefix(seg, "*") && len(seg) > 1:
 		return "{" + seg[1:] + "}"
 	case strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}"):

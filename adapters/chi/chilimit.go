@@ -17,27 +17,8 @@ import (
 // Requests the policy skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l may be shared by several
 // mounts, which then draw on the same buckets.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
-	needRoute := l.NeedsRoute()
 	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			req := limit.Request{
-				Method: r.Method,
-				Path:   r.URL.Path,
-				Peer:   r.RemoteAddr,
-				Header: r.Header,
-				Native: r,
-			}
-			if needRoute {
-				req.Route = RoutePattern(r)
-			}
-			resp := l.Check(r.Context(), req)
-			if resp.Denied() {
-				resp.WriteDenial(w)
-				return
-			}
-			resp.WriteHeaders(w.Header())
-			next.ServeHTTP(w, r)
-		})
+		return l.HTTPHandler(next, RoutePattern)
 	}
 }
 

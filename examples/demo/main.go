@@ -25,6 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -232,7 +233,8 @@ type requestSample struct {
 }
 
 // parseRequests reads quotagate_requests_total lines
-// (name{bucket="...",handler="...",key_source="...",outcome="..."} value).
+// (name{bucket="...",handler="...",key_source="...",outcome="..."} value),
+// handler labels in limit.NormalizeRoute form.
 func parseRequests(lines []string) requestSeries {
 	rs := requestSeries{handlers: map[string]float64{}}
 	for _, l := range lines {
@@ -247,7 +249,10 @@ func parseRequests(lines []string) requestSeries {
 		if _, err := fmt.Sscan(strings.TrimSpace(l[end+1:]), &v); err != nil {
 			continue
 		}
-		s := requestSample{bucket: label(l, "bucket"), handler: label(l, "handler"), outcome: label(l, "outcome"), value: v}
+		// The handler label is each router's own spelling ("/v1/notes/{id}",
+		// "/v1/notes/:id", "GET /v1/notes/{id}"): compare the engine's
+		// normal form, as the buckets do.
+		s := requestSample{bucket: label(l, "bucket"), handler: limit.NormalizeRoute(label(l, "handler")), outcome: label(l, "outcome"), value: v}
 		rs.samples = append(rs.samples, s)
 		rs.handlers[s.handler] += v
 	}

@@ -1,0 +1,67 @@
+package echolimit_test
+
+import (
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	echolimit "github.com/quotagate/quotagate/adapters/echo"
+	"github.com/quotagate/quotagate/conformance"
+	limit "github.com/quotagate/quotagate/engine"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+// harness builds an echo server for a conformance App: global limiters with
+// e.Use, groups with e.Group(prefix, middleware...), route limiters as route
+// middleware.
+type harness struct{}
+
+func (harness) Name() string { return "echo" }
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	for _, l := range app.Global {
+		e.Use(echolimit.Middleware(l))
+	}
+	mws := func(ls []*limit.Limiter) []echo.MiddlewareFunc {
+		var m []echo.MiddlewareFunc
+		for _, l := range ls {
+			m = append(m, echolimit.Middleware(l))
+		}
+		return m
+	}
+	handler := func(rt *conformance.Route) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			name, value, status, body := rt.Serve()
+			c.Response().Header().Set(name, value)
+			return c.String(status, body)
+		}
+	}
+	for _, g := range app.Groups {
+		grp := e.Group(g.Prefix, mws(g.Limiters)...)
+		for _, rt := range g.Routes {
+			grp.Add(rt.Method, conformance.ColonPath(rt.Relative(g.Prefix)), handler(rt), mws(rt.Limiters)...)
+		}
+	}
+	for _, rt := range app.Routes {
+		e.Add(rt.Method, conformance.ColonPath(rt.Path), handler(rt), mws(rt.Limiters)...)
+	}
+	srv := &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+}
+
+func memoryStore(t testing.TB, clock func() time.Time) limit.Store {
+	s, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformanceMemory(t *testing.T) {
+	conformance.RunAdapter(t, harness{}, "memory", memoryStore)
+}

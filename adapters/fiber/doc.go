@@ -1,0 +1,49 @@
+// Package fiberlimit mounts a quotagate limit.Limiter on a gofiber/fiber v2
+// app (fasthttp).
+//
+//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	app := fiber.New()
+//	app.Use(fiberlimit.New(l))
+//
+// # Routes and PerRoute buckets
+//
+// Fiber runs a Use mount (app.Use, Group.Use, app.Group(prefix, handler))
+// before it knows which route will match: c.Route() there is the mount
+// itself. So in a Use mount the route is unknown, and a PerRoute policy falls
+// back to its Shared bucket and reports the route-unknown issue on every
+// request, and the metrics' handler label is empty. Shared policies (the
+// usual global limit) decide the same either way. For
+// PerRoute buckets, mount the handler at route level, where c.Route().Path is
+// the matched template ("/v1/notes/:id", spelled "/v1/notes/{id}" in bucket
+// names):
+//
+//	perRoute, _ := l.With(limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute, Algorithm: limit.FixedWindow})
+//	byRoute := fiberlimit.New(perRoute)
+//	v1 := app.Group("/v1")
+//	v1.Post("/login", byRoute, login)
+//	v1.Get("/search", byRoute, search)
+//
+// Each of those routes has its own bucket. app.Get registers HEAD with the
+// same handlers and template, so HEAD and GET on one route share a bucket:
+// neither the method nor the raw path is ever part of a bucket.
+//
+// # Client address
+//
+// The client address is the socket peer, c.Context().RemoteIP(). c.IP() is
+// never used: with Config.ProxyHeader set it returns the header's first value,
+// which any client can forge. Configure trusted proxies on the Limiter
+// instead; the adapter gives the engine the request's header lines (every line
+// of a repeated header) only when it asks for them.
+//
+// # Buffers
+//
+// fasthttp reuses the memory behind the strings *fiber.Ctx returns once the
+// handler has returned. Every string the adapter hands the engine (method,
+// path, peer, header values) is therefore a copy, or a constant, or the
+// route's registered path, which the app owns; the denial body is copied into
+// the response.
+//
+// The adapter holds no policy: it translates the request into a limit.Request,
+// calls the engine once, copies the engine's header fields into the fasthttp
+// response and either calls c.Next() or writes the engine's denial unchanged.
+package fiberlimit

@@ -1,0 +1,34 @@
+// Package ginlimit mounts a quotagate limit.Limiter on a gin-gonic/gin
+// engine.
+//
+//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	r := gin.New()
+//	r.Use(ginlimit.Middleware(l))
+//
+// The middleware works on the engine (r.Use), on route groups
+// (r.Group(prefix, mw) or RouterGroup.Use) and per route (r.GET(path, mw, h)).
+// The matched route template is c.FullPath() ("/v1/notes/:id"), which gin
+// sets before the whole handler chain runs, engine-level middleware included;
+// the engine spells it "/v1/notes/{id}" in bucket names. For a request no
+// route matches (gin runs engine-level middleware on 404s) it is empty: a
+// PerRoute policy then falls back to its Shared bucket and reports the
+// route-unknown issue.
+//
+// HEAD and GET on one route share a bucket (register both): neither the
+// method nor the raw path is ever part of a bucket.
+//
+// The client address is the socket peer, c.Request.RemoteAddr. c.ClientIP()
+// is never used: by default gin trusts every proxy, so it believes any
+// client's X-Forwarded-For. Configure trusted proxies on the Limiter instead.
+//
+// Per-route limits, one bucket per route, on a group of routes or on one:
+//
+//	perRoute, _ := l.With(limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute, Algorithm: limit.FixedWindow})
+//	v1 := r.Group("/v1", ginlimit.Middleware(perRoute))
+//	v1.POST("/login", login)
+//	r.GET("/v1/search", ginlimit.Middleware(perRoute), search)
+//
+// The adapter holds no policy: it translates the request into a limit.Request,
+// calls the engine once, copies the engine's header fields and either lets the
+// chain continue or writes the engine's denial unchanged and aborts it.
+package ginlimit

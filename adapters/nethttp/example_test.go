@@ -1,0 +1,48 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
+	limit "github.com/quotagate/quotagate/engine"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+// A global limit on a whole ServeMux, plus per-route limits on a sub-mux:
+// every pattern of the sub-mux gets its own bucket of 2 per minute.
+func Example() {
+	store, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
+	if err != nil {
+		panic(err)
+	}
+
+	v1 := http.NewServeMux()
+	v1.HandleFunc("POST /v1/login", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "welcome") })
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", httplimit.Middleware(perRoute)(v1))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+
+	srv := httptest.NewServer(httplimit.Middleware(global)(mux))
+	defer srv.Close()
+	for range 3 {
+		resp, err := http.Post(srv.URL+"/v1/login", "text/plain", nil)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, resp.Header.Get("Retry-After") != "")
+	}
+	// Output:
+	// 200 false
+	// 200 false
+	// 429 true
+}

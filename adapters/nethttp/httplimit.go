@@ -1,0 +1,96 @@
+package httplimit
+
+import (
+	"net/http"
+	"path"
+	"strings"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// Middleware returns net/http middleware (func(http.Handler) http.Handler)
+// that decides every request with l before next. Allowed requests reach next
+// with the engine's header fields applied (none at the default disclosure)
+// and keep next's status and body; denied requests get the engine's denial
+// (429 with Retry-After and an RFC 9457 body by default) and next is not
+// called; requests the policy skips reach next untouched.
+//
+// The route template comes from the ServeMux: when next is a *http.ServeMux,
+// or another Middleware mount directly around one (several global limiters
+// stacked on one mux), it is looked up in that mux before routing
+// (RoutePattern); otherwise it is r.Pattern, set by the ServeMux that routed r
+// to this middleware. Safe for concurrent use; l may be shared by several
+// mounts, which then draw on the same buckets.
+func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		var mux *http.ServeMux
+		switch n := next.(type) {
+		case *http.ServeMux:
+			mux = n
+		case *mount:
+			mux = n.mux
+		}
+		route := routed
+		if mux != nil {
+			route = func(r *http.Request) string { return RoutePattern(mux, r) }
+		}
+		return &mount{Handler: l.HTTPHandler(next, route), mux: mux}
+	}
+}
+
+// mount is a Middleware handler; it remembers the ServeMux it stands in
+// front of, if any, so that mounts stacked on it look routes up there too.
+type mount struct {
+	http.Handler
+	mux *http.ServeMux
+}
+
+// routed returns the pattern of the ServeMux that already routed r.
+func routed(r *http.Request) string { return r.Pattern }
+
+// RoutePattern returns the pattern of mux that r matches, in the mux's own
+// spelling ("GET /v1/notes/{id}"), or "" when nothing matches (404 or 405).
+// It calls mux.Handler(r), which does not modify r. A HEAD request matches a
+// GET pattern, as in ServeMux. For a request the mux would redirect to a
+// cleaned path or a trailing slash, it is the pattern the redirect leads to.
+//
+// One exception keeps request paths out of buckets: for a CONNECT request
+// that the mux would redirect to a trailing slash, mux.Handler reports the
+// redirect's target path, not a pattern (CONNECT paths are not cleaned), and
+// RoutePattern returns "" instead.
+func RoutePattern(mux *http.ServeMux, r *http.Request) string {
+	_, p := mux.Handler(r)
+	if r.Method == http.MethodConnect && p != "" && r.URL != nil && p == cleanPath(r.URL.Path)+"/" {
+		return ""
+	}
+	return p
+}
+
+// cleanPath is net/http's canonical path: rooted, path.Clean'd, with a
+// trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// KeyFunc adapts a key function over *http.Request to Policy.KeyFunc, e.g. to
+// limit by API key or user ID. A blank result or an error falls through to the
+// client address; a panic is recovered by the engine.
+func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc {
+	return limit.HTTPKeyFunc(f)
+}
+
+// CostFunc adapts a pricing function over *http.Request to Policy.CostFunc
+// (a result <= 0 means the policy's Cost).
+func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 {
+	return limit.HTTPCostFunc(f)
+}

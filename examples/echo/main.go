@@ -1,0 +1,50 @@
+// Command echo is the example API served by labstack/echo v4 with quotagate
+// (see DESIGN.md, "The example servers"):
+//
+//	GET  /health          not limited
+//	GET  /metrics         Prometheus metrics (quotagate_*), not limited
+//	GET  /v1/notes/:id    global limit only (HEAD too)
+//	POST /v1/login        + per-route fixed window 5/60s
+//	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//
+// Run: go run ./echo -addr 127.0.0.1:8080
+package main
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	echolimit "github.com/quotagate/quotagate/adapters/echo"
+	"github.com/quotagate/quotagate/examples/internal/app"
+)
+
+func main() {
+	searchCost := echolimit.CostFunc(func(c echo.Context) int64 {
+		if c.QueryParam("expensive") == "1" {
+			return 3
+		}
+		return 1
+	})
+	app.Main("echo", searchCost, func(l *app.Limiters) http.Handler {
+		e := echo.New()
+		e.HideBanner, e.HidePort = true, true
+		e.GET("/health", text(app.HealthBody))
+		e.GET("/metrics", echo.WrapHandler(l.Metrics))
+		// The global limit on a group without a prefix: every route below,
+		// not /health or /metrics.
+		g := e.Group("", echolimit.Middleware(l.Global))
+		g.GET("/v1/notes/:id", func(c echo.Context) error {
+			return text(app.NoteBody(c.Param("id")))(c)
+		})
+		g.HEAD("/v1/notes/:id", text(""))
+		g.POST("/v1/login", text(app.LoginBody), echolimit.Middleware(l.Login))
+		g.GET("/v1/search", text(app.SearchBody), echolimit.Middleware(l.Search))
+		return e
+	})
+}
+
+func text(body string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "application/json", []byte(body))
+	}
+}

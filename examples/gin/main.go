@@ -1,0 +1,48 @@
+// Command gin is the example API served by gin-gonic/gin with quotagate
+// (see DESIGN.md, "The example servers"):
+//
+//	GET  /health          not limited
+//	GET  /metrics         Prometheus metrics (quotagate_*), not limited
+//	GET  /v1/notes/:id    global limit only (HEAD too)
+//	POST /v1/login        + per-route fixed window 5/60s
+//	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//
+// Run: go run ./gin -addr 127.0.0.1:8080
+package main
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	ginlimit "github.com/quotagate/quotagate/adapters/gin"
+	"github.com/quotagate/quotagate/examples/internal/app"
+)
+
+func main() {
+	gin.SetMode(gin.ReleaseMode) // no debug route listing on stdout
+	searchCost := ginlimit.CostFunc(func(c *gin.Context) int64 {
+		if c.Query("expensive") == "1" {
+			return 3
+		}
+		return 1
+	})
+	app.Main("gin", searchCost, func(l *app.Limiters) http.Handler {
+		r := gin.New()
+		r.GET("/health", text(app.HealthBody))
+		r.GET("/metrics", gin.WrapH(l.Metrics))
+		// The global limit on a group without a prefix: every route below,
+		// not /health or /metrics.
+		g := r.Group("", ginlimit.Middleware(l.Global))
+		g.GET("/v1/notes/:id", func(c *gin.Context) { text(app.NoteBody(c.Param("id")))(c) })
+		g.HEAD("/v1/notes/:id", text(""))
+		g.POST("/v1/login", ginlimit.Middleware(l.Login), text(app.LoginBody))
+		g.GET("/v1/search", ginlimit.Middleware(l.Search), text(app.SearchBody))
+		return r
+	})
+}
+
+func text(body string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		c.Data(http.StatusOK, "application/json", []byte(body))
+	}
+}

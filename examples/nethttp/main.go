@@ -1,0 +1,51 @@
+// Command nethttp is the example API served by net/http's ServeMux (Go 1.22+
+// patterns) with quotagate (see DESIGN.md, "The example servers"):
+//
+//	GET  /health          not limited
+//	GET  /metrics         Prometheus metrics (quotagate_*), not limited
+//	GET  /v1/notes/{id}   global limit only (HEAD too)
+//	POST /v1/login        + per-route fixed window 5/60s
+//	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//
+// Run: go run ./nethttp -addr 127.0.0.1:8080
+package main
+
+import (
+	"io"
+	"net/http"
+
+	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
+	"github.com/quotagate/quotagate/examples/internal/app"
+)
+
+func main() {
+	searchCost := httplimit.CostFunc(func(r *http.Request) int64 {
+		if r.URL.Query().Get("expensive") == "1" {
+			return 3
+		}
+		return 1
+	})
+	app.Main("nethttp", searchCost, func(l *app.Limiters) http.Handler {
+		// The API on its own mux, behind the global limit (which looks the
+		// route up in that mux); per-route limits wrap their handlers.
+		api := http.NewServeMux()
+		api.HandleFunc("GET /v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) { // HEAD too
+			text(app.NoteBody(r.PathValue("id")))(w, r)
+		})
+		api.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
+		api.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
+
+		mux := http.NewServeMux()
+		mux.Handle("GET /health", text(app.HealthBody))
+		mux.Handle("GET /metrics", l.Metrics)
+		mux.Handle("/v1/", httplimit.Middleware(l.Global)(api))
+		return mux
+	})
+}
+
+func text(body string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, body)
+	}
+}
