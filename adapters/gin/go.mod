@@ -6,7 +6,8 @@ require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
-	github.com/quotagate/quotagate/stores/memory v0.0.0-00010101000000-000000000000
+	github.com/quotagate/quotagate/stores/memory v0.0.0
+	github.com/quotagate/quotagate/stores/redis v0.0.0
 )
 
 require (
@@ -30,14 +31,15 @@ require (
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
+	github.com/redis/rueidis v1.0.79 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
-	golang.org/x/crypto v0.48.0 // indirect
-	golang.org/x/net v0.51.0 // indirect
-	golang.org/x/sys v0.41.0 // indirect
-	golang.org/x/text v0.34.0 // indirect
+	golang.org/x/crypto v0.54.0 // indirect
+	golang.org/x/net v0.57.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )
 
@@ -45,4 +47,5 @@ replace (
 	github.com/quotagate/quotagate/conformance => ../../conformance
 	github.com/quotagate/quotagate/engine => ../../engine
 	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
+	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
 )

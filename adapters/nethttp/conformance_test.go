@@ -11,6 +11,7 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
 )
 
 // harness builds a ServeMux for a conformance App: global limiters around
@@ -62,6 +63,8 @@ func memoryStore(t testing.TB, clock func() time.Time) limit.Store {
 	return s
 }
 
-func TestConformanceMemory(t *testing.T) {
-	conformance.RunAdapter(t, harness{}, "memory", memoryStore)
+func TestConformance(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "memory", memoryStore) })
+	t.Run("redis", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "redis", redistest.Standalone) })
+	t.Run("redis-cluster", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "redis-cluster", redistest.Cluster) })
 }
