@@ -13,11 +13,13 @@ require (
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/zeebo/xxh3 v1.0.2 // indirect
-	golang.org/x/sys v0.30.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
 )
 
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../adapters/chi
+	github.com/quotagate/quotagate/conformance => ../conformance
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory
+	github.com/quotagate/quotagate/stores/redis => ../stores/redis
 )

@@ -77,7 +77,11 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		flaky = &Flaky{Store: store}
 		store = flaky
 	}
-	opts := append([]limit.Option(nil), sc.Options...)
+	// A generous store timeout by default: a loaded CI machine can take well
+	// over the 100 ms default on a Redis round trip, and a timed-out call
+	// would fail open and turn an exactness check into noise. Scenarios that
+	// test timeouts set their own (later options win).
+	opts := append([]limit.Option{limit.WithStoreTimeout(10 * time.Second)}, sc.Options...)
 	rec := &recorder{outcomes: map[limit.Outcome]int{}}
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))
