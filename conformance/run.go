@@ -151,6 +151,13 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		return c
 	}
 
+	hits := func() int64 {
+		var n int64
+		for _, r := range routes {
+			n += r.Hits()
+		}
+		return n
+	}
 	responses := map[limit.Outcome]int{}
 	for i, st := range sc.Steps {
 		clock.Advance(st.Advance)
@@ -162,9 +169,19 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		}
 		n := max(st.Times, 1)
 		for k := 0; k < n; k++ {
+			before := hits()
 			got := send(t, client(st.Client), st, base)
 			where := fmt.Sprintf("step %d (%s %s from %s, #%d)", i, st.Method, st.Path, st.Client, k+1)
 			check(t, where, st.Want, got)
+			// The handler's own count, not only its header: a handler
+			// that runs after the denial was written cannot set headers.
+			ran := hits() - before
+			switch {
+			case st.Want.Handler == "ran" && ran != 1:
+				t.Errorf("%s: the handler ran %d times, want once", where, ran)
+			case (st.Want.Handler == "not-run" || got.status == http.StatusTooManyRequests) && ran != 0:
+				t.Errorf("%s: the handler ran for a denied request", where)
+			}
 			switch {
 			case st.Want.Skipped:
 			case got.status == http.StatusTooManyRequests || got.status == http.StatusServiceUnavailable:
