@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -112,7 +113,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
-	}, append(trust, limit.WithObserver(obs))...)
+	}, append(trust, limit.WithObserver(obs), limit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
