@@ -24,9 +24,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
-	redisstore "github.com/quotagate/quotagate/stores/redis"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	redisstore "github.com/quotagate/quotagate/stores/redis"
 )
 
 // Config is the parsed command line shared by every example server.
