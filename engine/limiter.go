@@ -228,12 +228,14 @@ func (l *Limiter) Check(ctx context.Context, r Request) (resp Response) {
 	src := l.identity(&r, bucket, sc)
 	cost := l.cost(&r)
 	var err error
-	resp.Decision, err = l.decide(ctx, sc, bref, src, cost)
+	err = l.decide(ctx, sc, bref, src, cost, &resp.Decision)
 	l.scratch.Put(sc)
 	if err != nil {
 		l.storeFailed(ctx, &r, bucket, err)
 	}
-	l.cfg.observer.Decision(DecisionEvent{Bucket: bucket, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: src})
+	if l.observing {
+		l.cfg.observer.Decision(DecisionEvent{Bucket: bucket, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: src})
+	}
 	l.respond(&resp)
 	if resp.Denied() {
 		if l.policy.OnLimited != nil {
@@ -276,7 +278,8 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if n > 0 {
 		cost = n
 	}
-	d, err := l.decide(ctx, sc, l.sharedRef, src, cost)
+	var d Decision
+	err := l.decide(ctx, sc, l.sharedRef, src, cost, &d)
 	l.scratch.Put(sc)
 	var r Request
 	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
@@ -310,8 +313,9 @@ func (l *Limiter) cost(r *Request) (n int64) {
 }
 
 // decide builds the Op in sc (identity already in sc.id), asks the store and
-// turns the result into a Decision, applying the FailureMode on error.
-func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src KeySource, cost int64) (Decision, error) {
+// writes the Decision into d (in place: no copy of the struct), applying the
+// FailureMode on error.
+func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src KeySource, cost int64, d *Decision) error {
 	op := &sc.op
 	*op = Op{
 		Algorithm:  l.policy.Algorithm,
@@ -335,7 +339,7 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src
 	op.Cost = min(op.Cost, capacity+1) // above capacity: denied; keeps products exact
 	sc.key, op.Hash, op.PhaseMS = l.appendKey(sc.key[:0], bucket, sc.id)
 	op.Key = sc.key
-	d := Decision{Limit: op.Limit, Bucket: bucket.name, KeySource: src, Policy: &l.policy}
+	*d = Decision{Limit: op.Limit, Bucket: bucket.name, KeySource: src, Policy: &l.policy}
 
 	res, err := l.take(ctx, &l.primary, op)
 	if err != nil {
@@ -348,7 +352,7 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src
 				if d.Allowed {
 					d.Outcome = OutcomeDegraded
 				}
-				return d, err
+				return err
 			}
 			l.countStoreFailure(bucket.name, lerr) // a failed call of its own; the caller counts err
 			err = errors.Join(err, fmt.Errorf("limit: FailLocal's local store failed too: %w", lerr))
@@ -359,10 +363,10 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src
 			d.Outcome = OutcomeLimited
 			d.RetryAfter = failClosedRetryAfter
 		}
-		return d, err
+		return err
 	}
 	d.fill(res)
-	return d, nil
+	return nil
 }
 
 // failClosedRetryAfter is the Retry-After of a FailClosed 503: the outage's
