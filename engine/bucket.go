@@ -80,7 +80,7 @@ func (c *routeCache) bucket(route, sig string) bucketRef {
 //     constraints dropped (":id?", ":id<int>" -> "{id}");
 //   - "{name:regexp}" (chi) and "{name...}" (net/http) become "{name}";
 //   - "*name" (gin catch-all) becomes "{name}"; a bare "*" stays;
-//   - net/http's end anchor "{$}" is dropped.
+//   - net/http's end anchor "{$}" is dropped, its slash kept ("/a/{$}" -> "/a/").
 //
 // It is pure and safe for concurrent use.
 func NormalizeRoute(route string) string {
@@ -101,7 +101,9 @@ func NormalizeRoute(route string) string {
 	for i, seg := range segs {
 		segs[i] = normalizeSegment(seg)
 	}
-	out := strings.TrimSuffix(strings.Join(segs, "/"), "/{$}")
+	// Only the anchor goes: "/a/{$}" matches "/a/" exactly, a route apart
+	// from "/a".
+	out := strings.TrimSuffix(strings.Join(segs, "/"), "{$}")
 	if out == "" {
 		out = "/"
 	}

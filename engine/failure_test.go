@@ -167,3 +167,37 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 		}
 	})
 }
+
+// ctxStore fails with the context's error when the context is done, as a real
+// network store does.
+type ctxStore struct{ inner Store }
+
+func (s ctxStore) Take(ctx context.Context, op *Op) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	return s.inner.Take(ctx, op)
+}
+
+// A client that cancels its own request (half-closes the connection) gets the
+// same decision as any other: its cancellation is not a store failure, so it
+// cannot make a FailOpen policy admit it over an exhausted limit.
+func TestClientCancellationIsNotAStoreFailure(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailLocal, FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			store := ctxStore{newMapStore(0)}
+			l := MustNew(store, Policy{Limit: 1, FailureMode: mode}, WithLocalStore(newMapStore(0)))
+			if r := l.Check(context.Background(), Request{Peer: "192.0.2.1:1"}); r.Denied() {
+				t.Fatal("first request denied")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			for i := 0; i < 5; i++ {
+				r := l.Check(ctx, Request{Peer: "192.0.2.1:1"})
+				if r.Status != 429 || r.Decision.StoreFailed {
+					t.Fatalf("cancelled request %d: status %d, store failed %v; want a normal 429", i, r.Status, r.Decision.StoreFailed)
+				}
+			}
+		})
+	}
+}

@@ -3,7 +3,11 @@ package limit
 import "net/http"
 
 // HTTPRequest returns the Request view of r for adapters built on net/http
-// (chi, net/http's ServeMux, echo, gin): Method, Path (r.URL.Path), Peer
+// (chi, net/http's ServeMux, echo, gin): Method, Path (r.URL.RawPath when the
+// client escaped the path, else r.URL.Path: the form chi and echo route on, so
+// that SkipPaths never exempts "/%68ealth" while the router serves it with
+// another, limited handler; a router that routes on the decoded path then
+// simply does not skip such a request), Peer
 // (r.RemoteAddr, the socket peer: never a forwarding header), Header
 // (r.Header) and Native r, plus the matched route template route ("" when
 // unknown). Adapters whose native context is not r (echo.Context,
@@ -18,7 +22,10 @@ func HTTPRequest(r *http.Request, route string) Request {
 		Native: r,
 	}
 	if r.URL != nil {
-		req.Path = r.URL.Path
+		req.Path = r.URL.RawPath
+		if req.Path == "" {
+			req.Path = r.URL.Path
+		}
 	}
 	return req
 }

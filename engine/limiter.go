@@ -431,7 +431,12 @@ func (l *Limiter) call(ctx context.Context, s *storeRef, op *Op) (res Result, er
 	if s.inProcess {
 		return s.Take(ctx, op)
 	}
-	tctx, cancel := context.WithTimeout(ctx, l.cfg.storeTimeout)
+	// The store call is detached from the caller's cancellation and bounded
+	// by the store timeout alone: a client that cancels its request (closes
+	// its side of the connection) must get the same decision as one that
+	// does not. Were its cancellation to fail the store call, the failure
+	// mode would decide instead, and FailOpen would admit every such client.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.storeTimeout)
 	defer cancel()
 	return s.Take(tctx, op)
 }

@@ -319,7 +319,7 @@ func TestNormalizeRoute(t *testing.T) {
 		{"nethttp_host", "GET example.com/items/{id}", "/items/{id}"},
 		{"nethttp_rest", "/files/{path...}", "/files/{path}"},
 		{"nethttp_anchor", "/{$}", "/"},
-		{"nethttp_anchor_sub", "/a/{$}", "/a"},
+		{"nethttp_anchor_sub", "/a/{$}", "/a/"},
 		{"root", "/", "/"},
 	}
 	for _, tt := range tests {

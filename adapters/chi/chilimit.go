@@ -41,9 +41,16 @@ func RoutePattern(r *http.Request) string {
 	if rctx.Routes == nil {
 		return ""
 	}
+	// The path chi routes on: a root middleware such as StripSlashes or
+	// CleanPath may have rewritten it into rctx.RoutePath already. Inside a
+	// subrouter (RoutePatterns set) RoutePath is relative to the mount, so
+	// the root router is asked with the full request path instead.
 	path := r.URL.RawPath
 	if path == "" {
 		path = r.URL.Path
+	}
+	if len(rctx.RoutePatterns) == 0 && rctx.RoutePath != "" {
+		path = rctx.RoutePath
 	}
 	p := rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
 	if p == "" && r.Method == http.MethodHead {
