@@ -69,11 +69,11 @@ func TestClientIdentityChain(t *testing.T) {
 		{name: "host_name_peer_uses_fallback", peer: "localhost:80", src: KeySourceFallback, id: "r:", issues: noAddr},
 
 		// KeyFunc first.
-		{name: "key_func_wins_over_trusted_header", opts: xff1, keyFunc: keyFn("user-42", nil), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceKeyFunc, id: "r:user-42"},
+		{name: "key_func_wins_over_trusted_header", opts: xff1, keyFunc: keyFn("user-42", nil), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceKeyFunc, id: "r:k=user-42"},
 		{name: "key_func_blank_falls_through", keyFunc: keyFn("  ", nil), peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1"},
 		{name: "key_func_error_falls_through", keyFunc: keyFn("user-42", errors.New("no session")), peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1"},
 		{name: "key_func_panic_falls_through", keyFunc: func(Request) (string, error) { panic("boom\n") }, peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1", issues: []Issue{IssueKeyFuncPanic}},
-		{name: "key_func_long_identity_hashed", keyFunc: keyFn(long, nil), peer: "192.0.2.1:1", src: KeySourceKeyFunc, id: hashed(long)},
+		{name: "key_func_long_identity_hashed", keyFunc: keyFn(long, nil), peer: "192.0.2.1:1", src: KeySourceKeyFunc, id: hashed("k=" + long)},
 		{name: "key_func_error_falls_to_trusted_header", opts: xff1, keyFunc: keyFn("", errors.New("x")), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
 
 		// WithTrustedHeader, X-Forwarded-For.

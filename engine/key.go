@@ -32,20 +32,26 @@ func fnvAddString(h uint64, s string) uint64 {
 	return h
 }
 
-// appendIdentity appends the key form of a raw identity to buf: the identity
-// itself, or "h:" + hex SHA-256 when it is longer than 128 bytes or HashKeys
-// is on; raw identities get "r:". The tag keeps a hashed identity from ever
-// colliding with a raw one.
+// appendIdentity appends the key form of an application identity (from
+// Policy.KeyFunc or Consume) to buf: "r:k=" + the identity, or, when it is
+// longer than 128 bytes or HashKeys is on, "h:" + hex SHA-256 of "k=" + the
+// identity. The "k=" domain keeps an application identity apart from a
+// client address, which is keyed as "r:<address>" or "h:" + SHA-256 of the
+// address text (appendAddr) and never starts with "k=": a KeyFunc value that
+// spells an address is not that address's allowance. The r/h tag keeps a
+// hashed identity from ever colliding with a raw one.
 func (l *Limiter) appendIdentity(buf []byte, identity string) []byte {
 	if len(identity) > maxRawIdentity || l.cfg.hashKeys {
-		return appendDigest(buf, []byte(identity))
+		start := len(buf)
+		buf = append(append(buf, "k="...), identity...)
+		sum := sha256.Sum256(buf[start:])
+		buf = append(buf[:start], "h:"...)
+		return hex.AppendEncode(buf, sum[:])
 	}
-	buf = append(buf, "r:"...)
+	buf = append(buf, "r:k="...)
 	return append(buf, identity...)
 }
 
-// appendDigest appends the hashed key form of an identity: "h:" and the hex
-// SHA-256 digest of id.
 func appendDigest(buf, id []byte) []byte {
 	sum := sha256.Sum256(id)
 	buf = append(buf, "h:"...)

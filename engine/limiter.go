@@ -326,10 +326,12 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src
 		Cost:       cost,
 	}
 	if src == KeySourceFallback {
+		// Tightened, but never below the policy's Cost: a capacity under it
+		// would deny every request without a client address for ever.
 		if op.Algorithm == TokenBucket {
-			op.Burst = max(1, op.Burst/l.cfg.fallbackDivisor)
+			op.Burst = max(l.res.cost, op.Burst/l.cfg.fallbackDivisor)
 		} else {
-			op.Limit = max(1, op.Limit/l.cfg.fallbackDivisor)
+			op.Limit = max(l.res.cost, op.Limit/l.cfg.fallbackDivisor)
 		}
 	}
 	capacity := op.Limit

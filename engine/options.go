@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -78,7 +79,7 @@ func WithLogger(l *slog.Logger) Option {
 		if l == nil {
 			return fmt.Errorf("%w: WithLogger(nil)", ErrInvalidOption)
 		}
-		c.logger = l
+		c.logger = slog.New(recoveringHandler{l.Handler()})
 		return nil
 	}
 }
@@ -132,7 +133,7 @@ func WithLocalStore(s Store) Option {
 }
 
 // WithFallbackDivisor sets the divisor of the shared fallback bucket used by
-// requests with no identity at all: its limit is max(1, Limit/n) (for a
+// requests with no identity at all: its limit is max(Cost, Limit/n), never below the policy Cost (for a
 // TokenBucket, Burst is divided instead, the rate is kept). Default 10; n must
 // be >= 1.
 func WithFallbackDivisor(n int64) Option {
@@ -159,4 +160,34 @@ func WithAddressPrefixes(v4, v6 int) Option {
 		c.ipv4Bits, c.ipv6Bits = v4, v6
 		return nil
 	}
+}
+
+// recoveringHandler wraps the caller's slog.Handler so that a handler that
+// panics (a broken sink) loses its log line, never the request.
+type recoveringHandler struct{ h slog.Handler }
+
+func (r recoveringHandler) Enabled(ctx context.Context, l slog.Level) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return r.h.Enabled(ctx, l)
+}
+
+func (r recoveringHandler) Handle(ctx context.Context, rec slog.Record) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("limit: log handler panicked: %v", p)
+		}
+	}()
+	return r.h.Handle(ctx, rec)
+}
+
+func (r recoveringHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return recoveringHandler{r.h.WithAttrs(as)}
+}
+
+func (r recoveringHandler) WithGroup(name string) slog.Handler {
+	return recoveringHandler{r.h.WithGroup(name)}
 }

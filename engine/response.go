@@ -211,6 +211,8 @@ func (r *Response) WriteHeadersTo(h HeaderWriter) {
 			h.Set(f.Name, f.Value)
 		case HeaderRetryAfter, HeaderCacheControl, HeaderContentType:
 			h.Set(f.Name, f.Value)
+		case HeaderRateLimitPolicy:
+			addPolicyMember(h, f.Value)
 		default:
 			h.Add(f.Name, f.Value)
 		}
@@ -231,6 +233,23 @@ func (r *Response) WriteHeadersTo(h HeaderWriter) {
 // should replace the values h already holds for those fields: when h holds
 // none (or values that are not integers), or rem is lower, or rem is equal
 // and reset later.
+// addPolicyMember adds one limiter's RateLimit-Policy member. One List cannot
+// mix the -10 form (a quoted name: "100p60";q=100;w=60) with the -06 form (an
+// integer: 100;w=60), so when two limiters with different header styles meet
+// on one request the -10 form wins: a -10 member replaces -06 members already
+// present, and a -06 member is dropped when -10 members are.
+func addPolicyMember(h HeaderWriter, v string) {
+	ietf := strings.HasPrefix(v, `"`)
+	switch old := h.Get(HeaderRateLimitPolicy); {
+	case old == "":
+		h.Set(HeaderRateLimitPolicy, v)
+	case ietf == strings.HasPrefix(old, `"`):
+		h.Add(HeaderRateLimitPolicy, v)
+	case ietf:
+		h.Set(HeaderRateLimitPolicy, v)
+	}
+}
+
 func closerToExhaustion(h HeaderWriter, rem, reset Field) bool {
 	old, err := strconv.ParseInt(h.Get(rem.Name), 10, 64)
 	if err != nil {
