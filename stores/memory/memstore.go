@@ -37,6 +37,7 @@ type Store struct {
 type shard struct {
 	mu        sync.Mutex
 	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
+	n         int               // entries held, chained ones included
 	max       int
 	nextSweep int64 // Unix ms before which a sweep would find nothing expired
 	_         [64]byte
@@ -64,11 +65,12 @@ var (
 type Option func(*Store, *int) error
 
 // WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys).
-// n must be >= 1. The bound is enforced per shard (n/64 rounded up each).
+// n must be >= 64, one entry per shard; the bound is exact: the 64 shards
+// hold n/64 or n/64+1 entries each, n in all.
 func WithMaxKeys(n int) Option {
 	return func(_ *Store, max *int) error {
-		if n < 1 {
-			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= 1", n)
+		if n < shardCount {
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (one entry per shard)", n, shardCount)
 		}
 		*max = n
 		return nil
@@ -100,10 +102,12 @@ func New(opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	per := (maxKeys + shardCount - 1) / shardCount
 	for i := range s.shards {
 		s.shards[i].m = make(map[uint64]*entry)
-		s.shards[i].max = per
+		s.shards[i].max = maxKeys / shardCount
+		if i < maxKeys%shardCount {
+			s.shards[i].max++
+		}
 	}
 	return s, nil
 }
@@ -141,15 +145,21 @@ func (s *Store) nowMS() int64 {
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
 }
 
+// maxChain bounds a chain of keys sharing one 64-bit hash. op.Hash is FNV
+// based, so a client choosing its identities (a KeyFunc over a header) could
+// make them collide on purpose; past the bound the oldest member goes.
+const maxChain = 8
+
 // insert adds a key, making room first when the shard is full: expired
 // entries go first (a sweep runs only when one could find something), then
-// an arbitrary live entry. A chain of colliding keys counts and goes as one
-// map slot.
+// an arbitrary live entry.
 func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
-	if len(sh.m) >= sh.max && now >= sh.nextSweep {
+	if sh.n >= sh.max && now >= sh.nextSweep {
 		next := int64(1<<63 - 1)
 		for h, e := range sh.m {
+			before := e.len()
 			live := e.prune(now)
+			sh.n -= before - live.len()
 			if live == nil {
 				delete(sh.m, h)
 				continue
@@ -164,14 +174,52 @@ func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
 		sh.nextSweep = next
 	}
 	head := sh.m[hash]
-	if head == nil && len(sh.m) >= sh.max {
-		for h := range sh.m {
-			delete(sh.m, h)
+	if sh.n >= sh.max {
+		for h, e := range sh.m { // the first slot Go's map order yields
+			if h == hash { // the key's own chain: its oldest member goes
+				if head = head.dropLast(); head == nil {
+					delete(sh.m, h)
+				} else {
+					sh.m[h] = head
+				}
+				sh.n--
+			} else {
+				delete(sh.m, h)
+				sh.n -= e.len()
+			}
 			break
 		}
 	}
+	if head.len() >= maxChain {
+		head = head.dropLast()
+		sh.n--
+	}
 	e := &entry{key: string(key), next: head}
 	sh.m[hash] = e
+	sh.n++
+	return e
+}
+
+// len is the length of the chain starting at e (0 for nil).
+func (e *entry) len() int {
+	n := 0
+	for ; e != nil; e = e.next {
+		n++
+	}
+	return n
+}
+
+// dropLast removes the last (oldest) member of a chain and returns the head
+// (nil when e was the only member).
+func (e *entry) dropLast() *entry {
+	if e == nil || e.next == nil {
+		return nil
+	}
+	p := e
+	for p.next.next != nil {
+		p = p.next
+	}
+	p.next = nil
 	return e
 }
 
@@ -208,11 +256,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.m {
-			for ; e != nil; e = e.next {
-				n++
-			}
-		}
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n

@@ -183,3 +183,39 @@ func TestHashCollisionsKeepKeysApart(t *testing.T) {
 		t.Fatalf("Len %d, want 2", n)
 	}
 }
+
+// MaxKeys is an exact bound, also when it is not a multiple of the shard
+// count (found by trying to break the store: it used to round up per shard).
+func TestMaxKeysIsExact(t *testing.T) {
+	for _, max := range []int{64, 100, 1000} {
+		s, _ := newStore(t, memstore.WithMaxKeys(max))
+		l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
+		for i := 0; i < 20_000; i++ {
+			l.Check(context.Background(), limit.Request{Peer: peer(i)})
+		}
+		if n := s.Len(); n > max {
+			t.Errorf("WithMaxKeys(%d): %d entries held", max, n)
+		}
+	}
+	if _, err := memstore.New(memstore.WithMaxKeys(63)); err == nil {
+		t.Error("WithMaxKeys(63): want an error (fewer entries than shards)")
+	}
+}
+
+// Keys that collide on op.Hash (FNV-based, so a client choosing its own
+// identities could collide them on purpose) still count against MaxKeys, and
+// one chain holds at most a few of them.
+func TestCollidingKeysStayBounded(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxKeys(64))
+	ctx := context.Background()
+	for i := 0; i < 5000; i++ {
+		op := limit.Op{Key: []byte(fmt.Sprintf("qg:{x}:b:f:r:id%d", i)), Hash: 42,
+			Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000, Cost: 1}
+		if res, _ := s.Take(ctx, &op); !res.Allowed {
+			t.Fatalf("key %d: a fresh key was denied", i)
+		}
+	}
+	if n := s.Len(); n > 64 {
+		t.Errorf("WithMaxKeys(64): %d entries held after 5000 colliding keys", n)
+	}
+}
