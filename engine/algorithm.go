@@ -173,8 +173,7 @@ func (op *Op) sliding(s State, now int64) (State, Result) {
 	res.ResetAfterMS = slidingReset(curr, prev, toEnd, w)
 	switch {
 	case cost > limit:
-		// Never admissible: point at the moment the whole quota is back.
-		res.RetryAfterMS = toEnd + w
+		// Never admissible: set after the shift, below.
 	case curr+cost <= limit:
 		// Admissible later in this window, once prev's weight has decayed:
 		// the smallest e' with prev*(w-e') <= (limit-curr-cost)*w. Here
@@ -188,6 +187,10 @@ func (op *Op) sliding(s State, now int64) (State, Result) {
 		res.RetryAfterMS = toEnd + e2
 	}
 	res.shift(at - now)
+	if cost > limit {
+		// Never admissible: point at the moment the whole quota is back.
+		res.RetryAfterMS = max(res.ResetAfterMS, 1)
+	}
 	return s, res
 }
 
@@ -217,6 +220,10 @@ func (op *Op) gcra(s State, now int64) (State, Result) {
 		return State{TAT: newTAT}, res
 	}
 	res.RetryAfterMS = newTAT - tau - now
+	if op.Cost > op.Burst {
+		// Never admissible: point at the moment the whole quota is back.
+		res.RetryAfterMS = max(tat-now, 1)
+	}
 	res.Remaining = max((tau-(tat-now))/t, 0)
 	res.ResetAfterMS = tat - now
 	return s, res

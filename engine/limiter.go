@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -265,11 +266,12 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {
 	sc := l.scratch.Get().(*scratch)
 	src := KeySourceConsume
-	if identity == "" {
+	blank := strings.TrimSpace(identity) == ""
+	if blank {
 		src = KeySourceFallback
 		l.issue(l.shared, IssueNoClientAddress)
 	}
-	if identity == "" {
+	if blank {
 		sc.id = appendFallback(sc.id[:0])
 	} else {
 		sc.id = l.appendIdentity(sc.id[:0], identity)

@@ -182,16 +182,13 @@ if weighted + (curr + cost) * w <= lw then
   put(itoa(idx) .. ' ' .. itoa(curr) .. ' ' .. itoa(prev) .. ' ' .. itoa(now + ttl), ttl)
   return {1, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), 0, now, ttl}
 end
-local retry
+local retry = 0
 if cost > limit then
-  retry = toEnd + w
+  retry = math.max(reset(), 1) -- never admissible: when the whole quota is back
 elseif curr + cost <= limit then
-  retry = w - fdiv((limit - curr - cost) * w, prev) - el
+  retry = w - fdiv((limit - curr - cost) * w, prev) - el + skew
 else
-  retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0)
-end
-if retry > 0 then
-  retry = retry + skew
+  retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0) + skew
 end
 if v then
   repair(2 * w)
@@ -221,7 +218,11 @@ end
 if v then
   repair(math.max(tau, 1))
 end
-return {0, math.max(fdiv(tau - (tat - now), t), 0), tat - now, newTAT - tau - now, now, 0}
+local retry = newTAT - tau - now
+if cost > burst then
+  retry = math.max(tat - now, 1) -- never admissible: when the whole quota is back
+end
+return {0, math.max(fdiv(tau - (tat - now), t), 0), tat - now, retry, now, 0}
 `
 
 // One script per algorithm, created once: rueidis sends EVALSHA and falls
