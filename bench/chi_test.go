@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -57,9 +58,17 @@ var contenders = []contender{
 	}},
 	{"quotagate-default", quotagate(limit.DiscloseRetryAfter)},
 	{"quotagate-always", quotagate(limit.DiscloseAlways)},
-	// httprate sends X-RateLimit-* on every response, like our Always level
+	// httprate sends X-RateLimit-* on every response, like our Always level;
+	// keyed by the socket peer as LimitByIP did (now deprecated in favour of
+	// an explicit LimitBy).
 	{"httprate", func() func(http.Handler) http.Handler {
-		return httprate.LimitByIP(quota, window)
+		return httprate.LimitBy(quota, window, func(r *http.Request) (string, error) {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				host = r.RemoteAddr
+			}
+			return httprate.CanonicalizeIP(host), nil
+		})
 	}},
 }
 

@@ -18,8 +18,6 @@ type refWindow struct {
 	sliding         bool
 	limit, w, phase int64
 	hist            []admitted
-	lastIdx         int64 // the window of the newest admitted request
-	haveLast        bool
 }
 
 func (m *refWindow) idx(t int64) int64 { return floorDivRef(t-m.phase, m.w) }

@@ -228,8 +228,7 @@ func (l *Limiter) Check(ctx context.Context, r Request) (resp Response) {
 	bucket := bref.name
 	src := l.identity(&r, bucket, sc)
 	cost := l.cost(&r)
-	var err error
-	err = l.decide(ctx, sc, bref, src, cost, &resp.Decision)
+	err := l.decide(ctx, sc, bref, src, cost, &resp.Decision)
 	l.scratch.Put(sc)
 	if err != nil {
 		l.storeFailed(ctx, &r, bucket, err)

@@ -200,7 +200,7 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 		_, _, ph := l.appendKey(nil, l.sharedRef, sc.id)
 		return ph
 	}
-	if phase("198.51.100.1") != phase("198.51.100.1") {
+	if first, again := phase("198.51.100.1"), phase("198.51.100.1"); first != again {
 		t.Fatal("phase is not stable for one identity")
 	}
 	seen := map[int64]bool{}

@@ -322,7 +322,7 @@ func TestOutage(t *testing.T) {
 		waitCount(t, "calls before the stop", l.ok.Load, 200)
 		srv.stop()
 		waitCount(t, "failed-over calls", l.bad.Load, 300)
-		srv = startRedis(t, bin, srv.port)
+		startRedis(t, bin, srv.port) // stopped by its cleanup
 		okAt := l.ok.Load()
 		waitCount(t, "calls after the restart", l.ok.Load, okAt+300)
 		l.end(t)
