@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,21 +52,26 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	for _, rt := range app.Routes {
 		add(r, rt, rt.Path)
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	conformance.ServeHandler(t, ln, r)
 }
 
-func memoryStore(t testing.TB, clock func() time.Time) limit.Store {
-	s, err := memstore.New(memstore.WithClock(clock))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return chilimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return chilimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.URL.Query().Get(name), 10, 64); return n })
 }
 
 func TestConformance(t *testing.T) {
-	t.Run("memory", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "memory", memoryStore) })
+	memory := func(t testing.TB, clock func() time.Time) limit.Store {
+		s, err := memstore.New(memstore.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("memory", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "memory", memory) })
 	t.Run("redis", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "redis", redistest.Standalone) })
 	t.Run("redis-cluster", func(t *testing.T) { conformance.RunAdapter(t, harness{}, "redis-cluster", redistest.Cluster) })
 }

@@ -2,7 +2,7 @@ package echolimit_test
 
 import (
 	"net"
-	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,9 +50,15 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	for _, rt := range app.Routes {
 		e.Add(rt.Method, conformance.ColonPath(rt.Path), handler(rt), mws(rt.Limiters)...)
 	}
-	srv := &http.Server{Handler: e, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	conformance.ServeHandler(t, ln, e)
+}
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return echolimit.KeyFunc(func(c echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return echolimit.CostFunc(func(c echo.Context) int64 { n, _ := strconv.ParseInt(c.QueryParam(name), 10, 64); return n })
 }
 
 func memoryStore(t testing.TB, clock func() time.Time) limit.Store {

@@ -8,8 +8,19 @@ import (
 	"github.com/gofiber/fiber/v2"
 	fiberlimit "github.com/quotagate/quotagate/adapters/fiber"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/valyala/fasthttp"
 )
+
+// newStore returns a memory store, as the benchmarks of main measured.
+func newStore(tb testing.TB) *memstore.Store {
+	s, err := memstore.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
 
 // BenchmarkHandler measures one allowed request through fiber's handler
 // with the limiter on app.Use (Shared) or at route level (PerRoute);
@@ -47,9 +58,7 @@ func BenchmarkHandler(b *testing.B) {
 // On the allowed path at the default disclosure the handler allocates the
 // two copies it must make: the request path and the peer address text.
 func TestHandlerAllocations(t *testing.T) {
-	if raceEnabled {
-		t.Skip("SKIPPED under -race: sync.Pool (the framework's context pool and the engine's) drops items at random there, so allocation counts vary; run `go test -run Allocations` without -race")
-	}
+	limittest.SkipAllocsUnderRace(t)
 	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })

@@ -59,6 +59,14 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	})
 }
 
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return fiberlimit.KeyFunc(func(c *fiber.Ctx) (string, error) { return c.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return fiberlimit.CostFunc(func(c *fiber.Ctx) int64 { return int64(c.QueryInt(name)) })
+}
+
 func memoryStore(t testing.TB, clock func() time.Time) limit.Store {
 	s, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {

@@ -1,7 +1,6 @@
 package ginlimit_test
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -9,33 +8,40 @@ import (
 	"github.com/gin-gonic/gin"
 	ginlimit "github.com/quotagate/quotagate/adapters/gin"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// discard is a ResponseWriter that keeps nothing but reuses its header map,
-// so that the benchmark counts gin's and the middleware's allocations only.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(int)             {}
+// engineWith returns a gin engine serving GET /v1/notes/:id, with the
+// limiter of policy p on r.Use unless p is nil ("gin-only").
+func engineWith(tb testing.TB, p *limit.Policy) *gin.Engine {
+	r := gin.New()
+	if p != nil {
+		s, err := memstore.New()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.Use(ginlimit.Middleware(limit.MustNew(s, *p)))
+	}
+	r.GET("/v1/notes/:id", func(*gin.Context) {})
+	return r
+}
 
 // BenchmarkMiddleware measures one allowed request through gin with the
 // middleware on the engine, Shared and PerRoute; "gin-only" is gin alone.
 func BenchmarkMiddleware(b *testing.B) {
-	for _, name := range []string{"gin-only", "shared", "per-route"} {
-		b.Run(name, func(b *testing.B) {
-			r := gin.New()
-			if name != "gin-only" {
-				p := limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute}
-				if name == "per-route" {
-					p.Scope = limit.PerRoute
-				}
-				r.Use(ginlimit.Middleware(limit.MustNew(newStore(b), p)))
-			}
-			r.GET("/v1/notes/:id", func(*gin.Context) {})
+	shared := limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute}
+	perRoute := shared
+	perRoute.Scope = limit.PerRoute
+	for _, c := range []struct {
+		name string
+		p    *limit.Policy
+	}{{"gin-only", nil}, {"shared", &shared}, {"per-route", &perRoute}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := engineWith(b, c.p)
 			req := httptest.NewRequest("GET", "/v1/notes/7", nil)
 			req.RemoteAddr = "192.0.2.1:4711"
-			w := &discard{h: http.Header{}}
+			w := limittest.NewSink()
 			b.ReportAllocs()
 			for b.Loop() {
 				r.ServeHTTP(w, req)
@@ -47,15 +53,11 @@ func BenchmarkMiddleware(b *testing.B) {
 // gin and the middleware together allocate nothing on the allowed path at
 // the default disclosure.
 func TestMiddlewareAllocations(t *testing.T) {
-	if raceEnabled {
-		t.Skip("SKIPPED under -race: sync.Pool (the framework's context pool and the engine's) drops items at random there, so allocation counts vary; run `go test -run Allocations` without -race")
-	}
-	r := gin.New()
-	r.Use(ginlimit.Middleware(limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})))
-	r.GET("/v1/notes/:id", func(*gin.Context) {})
+	limittest.SkipAllocsUnderRace(t)
+	r := engineWith(t, &limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	req := httptest.NewRequest("GET", "/v1/notes/7", nil)
 	req.RemoteAddr = "192.0.2.1:4711"
-	w := &discard{h: http.Header{}}
+	w := limittest.NewSink()
 	r.ServeHTTP(w, req)
 	if got := testing.AllocsPerRun(500, func() { r.ServeHTTP(w, req) }); got > 0 {
 		t.Fatalf("%.1f allocations per allowed request, want 0", got)

@@ -2,7 +2,7 @@ package ginlimit_test
 
 import (
 	"net"
-	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,9 +53,15 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	for _, rt := range app.Routes {
 		r.Handle(rt.Method, conformance.ColonPath(rt.Path), chain(rt.Limiters, handler(rt))...)
 	}
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	conformance.ServeHandler(t, ln, r)
+}
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return ginlimit.KeyFunc(func(c *gin.Context) (string, error) { return c.GetHeader(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return ginlimit.CostFunc(func(c *gin.Context) int64 { n, _ := strconv.ParseInt(c.Query(name), 10, 64); return n })
 }
 
 func memoryStore(t testing.TB, clock func() time.Time) limit.Store {

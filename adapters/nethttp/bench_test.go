@@ -8,15 +8,18 @@ import (
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// discard is a ResponseWriter that keeps nothing but reuses its header map,
-// so that the benchmark counts the middleware's allocations only.
-type discard struct{ h http.Header }
-
-func (d *discard) Header() http.Header         { return d.h }
-func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
-func (d *discard) WriteHeader(int)             {}
+// newStore returns a memory store, as the benchmarks of main measured.
+func newStore(tb testing.TB) *memstore.Store {
+	s, err := memstore.New()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
 
 // BenchmarkMiddleware measures one allowed request through the middleware
 // around a ServeMux (routing included), Shared and PerRoute; "mux-only" is
@@ -26,7 +29,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
 		r := httptest.NewRequest("GET", "/v1/notes/7", nil)
-		w := &discard{h: http.Header{}}
+		w := limittest.NewSink()
 		b.ReportAllocs()
 		for b.Loop() {
 			mux.ServeHTTP(w, r)
@@ -34,14 +37,14 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	for _, scope := range []limit.Scope{limit.Shared, limit.PerRoute} {
 		b.Run(map[limit.Scope]string{limit.Shared: "shared", limit.PerRoute: "per-route"}[scope], func(b *testing.B) {
-			store, _ := newStore(b)
+			store := newStore(b)
 			l := limit.MustNew(store, limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: scope})
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
 			h := httplimit.Middleware(l)(mux)
 			r := httptest.NewRequest("GET", "/v1/notes/7", nil)
 			r.RemoteAddr = "192.0.2.1:4711"
-			w := &discard{h: http.Header{}}
+			w := limittest.NewSink()
 			b.ReportAllocs()
 			for b.Loop() {
 				h.ServeHTTP(w, r)
@@ -55,13 +58,14 @@ func BenchmarkMiddleware(b *testing.B) {
 // nothing; around a ServeMux only the mux's own match slice (as the mux
 // alone does).
 func TestMiddlewareAllocations(t *testing.T) {
-	store, _ := newStore(t)
+	limittest.SkipAllocsUnderRace(t)
+	store := newStore(t)
 	l := limit.MustNew(store, limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	h := httplimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	r := httptest.NewRequest("GET", "/v1/notes/7", nil)
 	r.RemoteAddr = "192.0.2.1:4711"
 	r.Pattern = "GET /v1/notes/{id}"
-	w := &discard{h: http.Header{}}
+	w := limittest.NewSink()
 	h.ServeHTTP(w, r)
 	if got := testing.AllocsPerRun(500, func() { h.ServeHTTP(w, r) }); got > 0 {
 		t.Fatalf("%.1f allocations per allowed request, want 0", got)

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,9 +51,15 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	for _, rt := range app.Routes {
 		mux.Handle(rt.Method+" "+rt.Path, handler(rt))
 	}
-	srv := &http.Server{Handler: wrap(app.Global, mux), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	conformance.ServeHandler(t, ln, wrap(app.Global, mux))
+}
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return httplimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return httplimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.FormValue(name), 10, 64); return n })
 }
 
 func memoryStore(t testing.TB, clock func() time.Time) limit.Store {

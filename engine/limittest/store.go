@@ -166,12 +166,14 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 
 // FlakyStore passes calls to Store until switched: Fail makes every call
 // return ErrDown, Hang makes every call block until its context ends (the
-// engine's store timeout), Heal restores. It describes itself with Store's
-// Name (when Store describes itself) but never as in-process, so that the
-// engine arms its timeout. Safe for concurrent use.
+// engine's store timeout), Heal restores. It counts its calls and the failed
+// ones. It describes itself with Store's Name (when Store describes itself)
+// but never as in-process, so that the engine arms its timeout. Safe for
+// concurrent use.
 type FlakyStore struct {
-	Store limit.Store
-	mode  atomic.Int32
+	Store        limit.Store
+	mode         atomic.Int32
+	calls, fails atomic.Int64
 }
 
 const (
@@ -191,15 +193,24 @@ func (f *FlakyStore) Heal() { f.mode.Store(healthy) }
 
 // Take implements limit.Store.
 func (f *FlakyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	f.calls.Add(1)
 	switch f.mode.Load() {
 	case failing:
+		f.fails.Add(1)
 		return limit.Result{}, ErrDown
 	case hanging:
+		f.fails.Add(1)
 		<-ctx.Done()
 		return limit.Result{}, ctx.Err()
 	}
 	return f.Store.Take(ctx, op)
 }
+
+// Calls returns how many times Take was called.
+func (f *FlakyStore) Calls() int64 { return f.calls.Load() }
+
+// Failures returns how many calls failed (or hung) because of Fail or Hang.
+func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
 // Describe implements limit.Describer.
 func (f *FlakyStore) Describe() limit.StoreInfo {

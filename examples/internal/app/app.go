@@ -216,7 +216,7 @@ func NoteBody(id string) string {
 
 // Describe is the start-up line's policy part.
 func (l *Limiters) Describe() string {
-	return "policies: global " + l.Global.Policy().Algorithm.String() + " 100/60s shared; " +
+	return "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
 		"POST /v1/login fixed-window 5/60s per route; " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3)"
 }
