@@ -8,21 +8,6 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// Middleware returns chi middleware (func(http.Handler) http.Handler) that
-// decides every request with l (limit.Limiter.HTTPHandler, with RoutePattern
-// for the route). Allowed requests reach next with the engine's header
-// fields applied (none at the default disclosure; several mounts on one
-// request merge); limited requests get the engine's response (429 with
-// Retry-After and an RFC 9457 body by default, or what
-// Policy.LimitedResponse built) and next is not called. Requests the policy
-// skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l
-// may be shared by several mounts, which then draw on the same buckets.
-func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return l.HTTPHandler(next, RoutePattern)
-	}
-}
-
 // RoutePattern returns the chi route template that r matches
 // ("/v1/notes/{id}"), or "" when no route matches. After routing (inline
 // r.With or r.Group middleware) it is chi's RoutePattern; before routing (a
@@ -58,6 +43,19 @@ func RoutePattern(r *http.Request) string {
 		p = rctx.Routes.Find(chi.NewRouteContext(), http.MethodGet, path)
 	}
 	return p
+}
+
+// Middleware returns chi middleware (func(http.Handler) http.Handler) that
+// decides every request with l (limit.Limiter.HTTPHandler, with RoutePattern
+// for the route). Allowed requests reach next with the engine's header
+// fields applied (none at the default disclosure; several mounts on one
+// request merge); limited requests get the engine's response (429 with
+// Retry-After and an RFC 9457 body by default, or what
+// Policy.LimitedResponse built) and next is not called. Requests the policy
+// skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l
+// may be shared by several mounts, which then draw on the same buckets.
+func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, RoutePattern) }
 }
 
 // KeyFunc adapts a key function over the *http.Request (chi.URLParam works in

@@ -2,8 +2,10 @@ package chilimit_test
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
 )
 
 // newStore returns a reference store at a fake clock.
@@ -73,4 +77,94 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 			t.Cleanup(srv.Close)
 			return srv.URL
 		})
+}
+
+type sink struct{ h http.Header }
+
+func (w *sink) Header() http.Header         { return w.h }
+func (w *sink) Write(b []byte) (int, error) { return len(b), nil }
+func (w *sink) WriteHeader(int)             {}
+
+// The middleware adds no allocation of its own on the allowed path at the
+// default disclosure (the engine + reference store add none either), and at
+// most 3 with RateLimit headers on every response.
+func TestMiddlewareAllocations(t *testing.T) {
+	limittest.SkipAllocsUnderRace(t)
+	for _, tt := range []struct {
+		name string
+		d    limit.Disclosure
+		max  float64
+	}{{"default", limit.DiscloseRetryAfter, 0}, {"always", limit.DiscloseAlways, 3}} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := limit.MustNew(newStore(), limit.Policy{Limit: 1 << 20, Window: time.Hour, Disclosure: tt.d})
+			h := chilimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			r, _ := http.NewRequest("GET", "/v1/notes/1", nil)
+			r.RemoteAddr = "192.0.2.10:5555"
+			w := &sink{h: http.Header{}}
+			h.ServeHTTP(w, r)
+			got := testing.AllocsPerRun(500, func() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			})
+			if got > tt.max {
+				t.Fatalf("%.1f allocations per allowed request, want at most %.0f", got, tt.max)
+			}
+		})
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
+		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+}
+
+// memoryStore is a memory store at the given clock: the store of the
+// matrix and of the benchmarks.
+var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+
+// harness builds a chi router for a conformance App: global limiters with
+// r.Use, groups as r.Route subrouters with Use, route limiters with r.With.
+type harness struct{}
+
+func (harness) Name() string { return "chi" }
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return chilimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return chilimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.URL.Query().Get(name), 10, 64); return n })
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	r := chi.NewRouter()
+	for _, l := range app.Global {
+		r.Use(chilimit.Middleware(l))
+	}
+	add := func(r chi.Router, rt *conformance.Route, path string) {
+		var mws chi.Middlewares
+		for _, l := range rt.Limiters {
+			mws = append(mws, chilimit.Middleware(l))
+		}
+		r.With(mws...).Method(rt.Method, path, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			name, value, status, body := rt.Serve()
+			w.Header().Set(name, value)
+			w.WriteHeader(status)
+			io.WriteString(w, body)
+		}))
+	}
+	for _, g := range app.Groups {
+		r.Route(g.Prefix, func(sub chi.Router) {
+			for _, l := range g.Limiters {
+				sub.Use(chilimit.Middleware(l))
+			}
+			for _, rt := range g.Routes {
+				add(sub, rt, rt.Relative(g.Prefix))
+			}
+		})
+	}
+	for _, rt := range app.Routes {
+		add(r, rt, rt.Path)
+	}
+	conformance.ServeHandler(t, ln, r)
 }

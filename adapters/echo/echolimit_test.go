@@ -1,16 +1,77 @@
 package echolimit_test
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
 )
+
+func TestConformance(t *testing.T) {
+	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
+		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+}
+
+// memoryStore is a memory store at the given clock: the store of the
+// matrix and of the benchmarks.
+var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+
+// harness builds an echo server for a conformance App: global limiters with
+// e.Use, groups with e.Group(prefix, middleware...), route limiters as route
+// middleware.
+type harness struct{}
+
+func (harness) Name() string { return "echo" }
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return echolimit.KeyFunc(func(c echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return echolimit.CostFunc(func(c echo.Context) int64 { n, _ := strconv.ParseInt(c.QueryParam(name), 10, 64); return n })
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	for _, l := range app.Global {
+		e.Use(echolimit.Middleware(l))
+	}
+	mws := func(ls []*limit.Limiter) []echo.MiddlewareFunc {
+		var m []echo.MiddlewareFunc
+		for _, l := range ls {
+			m = append(m, echolimit.Middleware(l))
+		}
+		return m
+	}
+	handler := func(rt *conformance.Route) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			name, value, status, body := rt.Serve()
+			c.Response().Header().Set(name, value)
+			return c.String(status, body)
+		}
+	}
+	for _, g := range app.Groups {
+		grp := e.Group(g.Prefix, mws(g.Limiters)...)
+		for _, rt := range g.Routes {
+			grp.Add(rt.Method, conformance.ColonPath(rt.Relative(g.Prefix)), handler(rt), mws(rt.Limiters)...)
+		}
+	}
+	for _, rt := range app.Routes {
+		e.Add(rt.Method, conformance.ColonPath(rt.Path), handler(rt), mws(rt.Limiters)...)
+	}
+	conformance.ServeHandler(t, ln, e)
+}
 
 func serve(t *testing.T, e *echo.Echo) string {
 	t.Helper()
@@ -94,5 +155,33 @@ func TestHandlerErrorReachesTheErrorHandler(t *testing.T) {
 	e.GET("/err", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "short and stout") })
 	if r := limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, e)+"/err"); r.Status != http.StatusTeapot {
 		t.Fatalf("handler error: %d, want 418", r.Status)
+	}
+}
+
+// echoWith is an echo server for GET /v1/notes/:id with l on e.Use, or echo
+// alone when l is nil.
+func echoWith(l *limit.Limiter) http.Handler {
+	e := echo.New()
+	if l != nil {
+		e.Use(echolimit.Middleware(l))
+	}
+	e.GET("/v1/notes/:id", func(echo.Context) error { return nil })
+	return e
+}
+
+// BenchmarkMiddleware measures one allowed request through echo with the
+// middleware on e.Use, Shared and PerRoute; "echo-only" is echo alone. Echo
+// applies e.Use middleware per request (applyMiddleware in ServeHTTP), so
+// any middleware closure costs one allocation there.
+func BenchmarkMiddleware(b *testing.B) {
+	conformance.BenchmarkMiddleware(b, "echo-only", memoryStore, echoWith)
+}
+
+// On the allowed path at the default disclosure the only allocation is the
+// middleware closure echo builds per request for e.Use middleware.
+func TestMiddlewareAllocations(t *testing.T) {
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	if got := conformance.AllocsPerRequest(t, echoWith(l)); got > 1 {
+		t.Fatalf("%.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
 	}
 }

@@ -3,7 +3,6 @@ package fiberlimit
 import (
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
 	limit "github.com/quotagate/quotagate/engine"
@@ -52,17 +51,11 @@ func request(c *fiber.Ctx, routes *routeSet) limit.Request {
 }
 
 // routeSet remembers, for each fiber.Route a handler ran in, the template
-// the engine gets: the route's registered path, or "" for a Use mount. Reads
-// are lock-free (an immutable map behind an atomic pointer); a route seen for
-// the first time copies the map under a mutex. Routes come from the app's
-// configuration, so the map stays small; past maxRoutes a route is looked up
-// on every request instead of remembered.
-type routeSet struct {
-	m  atomic.Pointer[map[*fiber.Route]string]
-	mu sync.Mutex
-}
-
-const maxRoutes = 4096
+// the engine gets: the route's registered path, or "" for a Use mount.
+// Routes come from the app's configuration: the set stays small and is
+// written once per route, which is what sync.Map is for (lock-free reads,
+// no allocation for a pointer key).
+type routeSet struct{ m sync.Map } // *fiber.Route -> string
 
 // template returns the route template of the route c is executing, or ""
 // in a Use mount, where that route is the mount's own prefix, not the
@@ -74,33 +67,14 @@ func (rs *routeSet) template(c *fiber.Ctx) string {
 	if len(r.Handlers) == 0 {
 		return "" // fiber's stand-in route outside any route (its error handler)
 	}
-	if m := rs.m.Load(); m != nil {
-		if t, ok := (*m)[r]; ok {
-			return t
-		}
+	if t, ok := rs.m.Load(r); ok {
+		return t.(string)
 	}
 	t := r.Path
 	if isUse(c.App(), r) {
 		t = ""
 	}
-	rs.mu.Lock()
-	defer rs.mu.Unlock()
-	old := rs.m.Load()
-	n := 0
-	if old != nil {
-		n = len(*old)
-	}
-	if n >= maxRoutes {
-		return t
-	}
-	next := make(map[*fiber.Route]string, n+1)
-	if old != nil {
-		for k, v := range *old {
-			next[k] = v
-		}
-	}
-	next[r] = t
-	rs.m.Store(&next)
+	rs.m.Store(r, t)
 	return t
 }
 
@@ -120,28 +94,17 @@ func isUse(app *fiber.App, r *fiber.Route) bool {
 	return true
 }
 
+// methods are fiber's constants for the standard methods.
+var methods = [...]string{fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
+	fiber.MethodDelete, fiber.MethodOptions, fiber.MethodConnect, fiber.MethodTrace}
+
 // method returns m as one of fiber's method constants when it is a standard
 // method (no allocation), else a copy.
 func method(m string) string {
-	switch m {
-	case fiber.MethodGet:
-		return fiber.MethodGet
-	case fiber.MethodHead:
-		return fiber.MethodHead
-	case fiber.MethodPost:
-		return fiber.MethodPost
-	case fiber.MethodPut:
-		return fiber.MethodPut
-	case fiber.MethodPatch:
-		return fiber.MethodPatch
-	case fiber.MethodDelete:
-		return fiber.MethodDelete
-	case fiber.MethodOptions:
-		return fiber.MethodOptions
-	case fiber.MethodConnect:
-		return fiber.MethodConnect
-	case fiber.MethodTrace:
-		return fiber.MethodTrace
+	for _, s := range methods {
+		if m == s {
+			return s
+		}
 	}
 	return strings.Clone(m)
 }

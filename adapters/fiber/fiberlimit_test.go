@@ -14,7 +14,72 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
+	"github.com/valyala/fasthttp"
 )
+
+// newStore is a memory store at a fake clock, as the benchmarks measure.
+func newStore(tb testing.TB) limit.Store {
+	return memoryStore(tb, limittest.NewClock(time.Unix(0, 0)).Now)
+}
+
+// serveOnce returns a function that serves GET /v1/notes/7 from
+// 192.0.2.1:4711 to app, reusing one fasthttp context (no socket).
+func serveOnce(app *fiber.App) func() {
+	handler := app.Handler()
+	var req fasthttp.Request
+	req.SetRequestURI("/v1/notes/7")
+	req.Header.SetMethod("GET")
+	var fc fasthttp.RequestCtx
+	fc.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4711}, nil)
+	return func() {
+		fc.Response.Reset()
+		handler(&fc)
+	}
+}
+
+// BenchmarkHandler measures one allowed request through fiber's handler
+// with the limiter on app.Use (Shared) or at route level (PerRoute);
+// "fiber-only" is fiber alone. No socket: the fasthttp context is reused.
+func BenchmarkHandler(b *testing.B) {
+	for _, name := range []string{"fiber-only", "shared", "per-route"} {
+		b.Run(name, func(b *testing.B) {
+			app := fiber.New(fiber.Config{DisableStartupMessage: true})
+			h := func(*fiber.Ctx) error { return nil }
+			switch name {
+			case "fiber-only":
+				app.Get("/v1/notes/:id", h)
+			case "shared":
+				app.Use(fiberlimit.New(limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
+				app.Get("/v1/notes/:id", h)
+			case "per-route":
+				l := limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
+				app.Get("/v1/notes/:id", fiberlimit.New(l), h)
+			}
+			serve := serveOnce(app)
+			b.ReportAllocs()
+			for b.Loop() {
+				serve()
+			}
+		})
+	}
+}
+
+// On the allowed path at the default disclosure the handler allocates the
+// two copies it must make: the request path and the peer address text.
+func TestHandlerAllocations(t *testing.T) {
+	limittest.SkipAllocsUnderRace(t)
+	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
+	serve := serveOnce(app)
+	serve()
+	got := testing.AllocsPerRun(500, serve)
+	if got > 2 {
+		t.Fatalf("%.1f allocations per allowed request, want at most 2 (path and peer copies)", got)
+	}
+}
 
 func newApp() *fiber.App {
 	return fiber.New(fiber.Config{DisableStartupMessage: true})
@@ -233,4 +298,67 @@ func TestTrustedHeaderAcrossLines(t *testing.T) {
 	if got := send("203.0.113.9", "192.0.2.50"); got != http.StatusTooManyRequests {
 		t.Fatalf("client 192.0.2.50 again (other left members): %d, want 429", got)
 	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
+		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+}
+
+// memoryStore is a memory store at the given clock: the store of the
+// matrix and of the benchmarks.
+var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+
+// harness builds a fiber app for a conformance App: global limiters with
+// app.Use; a group's limiters on each route of an app.Group, before the
+// route's own (in a Use mount fiber does not know the matched route yet, so
+// PerRoute group limits go at route level, as the package documents).
+type harness struct{}
+
+func (harness) Name() string { return "fiber" }
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return fiberlimit.KeyFunc(func(c *fiber.Ctx) (string, error) { return c.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return fiberlimit.CostFunc(func(c *fiber.Ctx) int64 { return int64(c.QueryInt(name)) })
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	a := fiber.New(fiber.Config{DisableStartupMessage: true})
+	for _, l := range app.Global {
+		a.Use(fiberlimit.New(l))
+	}
+	chain := func(h fiber.Handler, lss ...[]*limit.Limiter) []fiber.Handler {
+		var hs []fiber.Handler
+		for _, ls := range lss {
+			for _, l := range ls {
+				hs = append(hs, fiberlimit.New(l))
+			}
+		}
+		return append(hs, h)
+	}
+	handler := func(rt *conformance.Route) fiber.Handler {
+		return func(c *fiber.Ctx) error {
+			name, value, status, body := rt.Serve()
+			c.Set(name, value)
+			return c.Status(status).SendString(body)
+		}
+	}
+	for _, g := range app.Groups {
+		grp := a.Group(g.Prefix)
+		for _, rt := range g.Routes {
+			grp.Add(rt.Method, conformance.ColonPath(rt.Relative(g.Prefix)), chain(handler(rt), g.Limiters, rt.Limiters)...)
+		}
+	}
+	for _, rt := range app.Routes {
+		a.Add(rt.Method, conformance.ColonPath(rt.Path), chain(handler(rt), rt.Limiters)...)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Listener(ln) }()
+	t.Cleanup(func() {
+		a.ShutdownWithTimeout(5 * time.Second)
+		<-done
+	})
 }

@@ -1,16 +1,21 @@
 package ginlimit_test
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	ginlimit "github.com/quotagate/quotagate/adapters/gin"
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -77,4 +82,89 @@ func TestNotFoundFallsBackToShared(t *testing.T) {
 	if n := obs.Issues(limit.IssueRouteUnknown); n != 1 {
 		t.Fatalf("%d route-unknown issues, want 1", n)
 	}
+}
+
+// engineWith is a gin engine serving GET /v1/notes/:id, with l on r.Use
+// unless l is nil.
+func engineWith(l *limit.Limiter) http.Handler {
+	r := gin.New()
+	if l != nil {
+		r.Use(ginlimit.Middleware(l))
+	}
+	r.GET("/v1/notes/:id", func(*gin.Context) {})
+	return r
+}
+
+// BenchmarkMiddleware measures one allowed request through gin with the
+// middleware on the engine, Shared and PerRoute; "gin-only" is gin alone.
+func BenchmarkMiddleware(b *testing.B) {
+	conformance.BenchmarkMiddleware(b, "gin-only", memoryStore, engineWith)
+}
+
+// gin and the middleware together allocate nothing on the allowed path at
+// the default disclosure.
+func TestMiddlewareAllocations(t *testing.T) {
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	if got := conformance.AllocsPerRequest(t, engineWith(l)); got > 0 {
+		t.Fatalf("%.1f allocations per allowed request, want 0", got)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
+		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+}
+
+// memoryStore is a memory store at the given clock: the store of the
+// matrix and of the benchmarks.
+var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+
+// harness builds a gin engine for a conformance App: global limiters with
+// r.Use, groups with r.Group(prefix, middleware...), route limiters before
+// the route's handler.
+type harness struct{}
+
+func (harness) Name() string { return "gin" }
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return ginlimit.KeyFunc(func(c *gin.Context) (string, error) { return c.GetHeader(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return ginlimit.CostFunc(func(c *gin.Context) int64 { n, _ := strconv.ParseInt(c.Query(name), 10, 64); return n })
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	r := gin.New()
+	for _, l := range app.Global {
+		r.Use(ginlimit.Middleware(l))
+	}
+	chain := func(ls []*limit.Limiter, h gin.HandlerFunc) []gin.HandlerFunc {
+		var hs []gin.HandlerFunc
+		for _, l := range ls {
+			hs = append(hs, ginlimit.Middleware(l))
+		}
+		return append(hs, h)
+	}
+	handler := func(rt *conformance.Route) gin.HandlerFunc {
+		return func(c *gin.Context) {
+			name, value, status, body := rt.Serve()
+			c.Header(name, value)
+			c.String(status, body)
+		}
+	}
+	for _, g := range app.Groups {
+		var mws []gin.HandlerFunc
+		for _, l := range g.Limiters {
+			mws = append(mws, ginlimit.Middleware(l))
+		}
+		grp := r.Group(g.Prefix, mws...)
+		for _, rt := range g.Routes {
+			grp.Handle(rt.Method, conformance.ColonPath(rt.Relative(g.Prefix)), chain(rt.Limiters, handler(rt))...)
+		}
+	}
+	for _, rt := range app.Routes {
+		r.Handle(rt.Method, conformance.ColonPath(rt.Path), chain(rt.Limiters, handler(rt))...)
+	}
+	conformance.ServeHandler(t, ln, r)
 }

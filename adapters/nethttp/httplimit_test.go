@@ -7,13 +7,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/stores/redis/redistest"
 )
 
 // routes builds the same API under each kind of ServeMux mount; mount says
@@ -166,5 +170,97 @@ func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 	limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", srv.URL+"/files/c3")
 	if got := obs.Last().Bucket; got != "/files/{name}/ 100p60" {
 		t.Fatalf("GET redirect bucket %q, want the pattern's", got)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
+		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+}
+
+// memoryStore is a memory store at the given clock: the store of the
+// matrix and of the benchmarks.
+var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+
+// harness builds a ServeMux for a conformance App: global limiters around
+// the root mux, each group as a sub-mux under "<prefix>/" wrapped in the
+// group's limiters, route limiters around the route's handler. Patterns
+// carry the method ("GET /v1/notes/{id}").
+type harness struct{}
+
+func (harness) Name() string { return "nethttp" }
+
+func (harness) KeyFunc(name string) limit.KeyFunc {
+	return httplimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return httplimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.FormValue(name), 10, 64); return n })
+}
+
+// wrap mounts ls around h, the first limiter outermost.
+func wrap(ls []*limit.Limiter, h http.Handler) http.Handler {
+	for i := len(ls) - 1; i >= 0; i-- {
+		h = httplimit.Middleware(ls[i])(h)
+	}
+	return h
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	mux := http.NewServeMux()
+	handler := func(rt *conformance.Route) http.Handler {
+		return wrap(rt.Limiters, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			name, value, status, body := rt.Serve()
+			w.Header().Set(name, value)
+			w.WriteHeader(status)
+			io.WriteString(w, body)
+		}))
+	}
+	for _, g := range app.Groups {
+		sub := http.NewServeMux()
+		for _, rt := range g.Routes {
+			sub.Handle(rt.Method+" "+rt.Path, handler(rt))
+		}
+		mux.Handle(g.Prefix+"/", wrap(g.Limiters, sub))
+	}
+	for _, rt := range app.Routes {
+		mux.Handle(rt.Method+" "+rt.Path, handler(rt))
+	}
+	conformance.ServeHandler(t, ln, wrap(app.Global, mux))
+}
+
+// muxWith is a ServeMux for GET /v1/notes/{id} wrapped in l's middleware,
+// or the mux alone when l is nil.
+func muxWith(l *limit.Limiter) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
+	if l == nil {
+		return mux
+	}
+	return httplimit.Middleware(l)(mux)
+}
+
+// BenchmarkMiddleware measures one allowed request through the middleware
+// around a ServeMux (routing included), Shared and PerRoute; "mux-only" is
+// the ServeMux alone, for the difference.
+func BenchmarkMiddleware(b *testing.B) {
+	conformance.BenchmarkMiddleware(b, "mux-only", memoryStore, muxWith)
+}
+
+// The middleware adds no allocation of its own on the allowed path at the
+// default disclosure: around a handler (route from r.Pattern) it allocates
+// nothing; around a ServeMux only the mux's own match slice (as the mux
+// alone does).
+func TestMiddlewareAllocations(t *testing.T) {
+	limittest.SkipAllocsUnderRace(t)
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	h := httplimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/v1/notes/7", nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	r.Pattern = "GET /v1/notes/{id}"
+	w := limittest.NewSink()
+	h.ServeHTTP(w, r)
+	if got := testing.AllocsPerRun(500, func() { h.ServeHTTP(w, r) }); got > 0 {
+		t.Fatalf("%.1f allocations per allowed request, want 0", got)
 	}
 }
