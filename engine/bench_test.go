@@ -43,11 +43,10 @@ func BenchmarkCheck(b *testing.B) {
 			l, _ := benchLimiter(b, tc.p)
 			r := req("192.0.2.1:4711", "/v1/notes/1")
 			ctx := context.Background()
-			w := limittest.NewWriter()
-			l.Check(ctx, r, w) // create the key (and exhaust a quota of 1)
+			w := limittest.Discard // the engine alone, as the adapters' benchmarks add the writing
+			l.Check(ctx, r, w)     // create the key (and exhaust a quota of 1)
 			b.ReportAllocs()
 			for b.Loop() {
-				w.Reset()
 				if d := l.Check(ctx, r, w); d.Allowed == tc.deny {
 					b.Fatalf("Allowed = %v", d.Allowed)
 				}
@@ -61,7 +60,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			i := next.Add(1)
 			ctx := context.Background()
-			w := limittest.NewWriter()
+			w := limittest.Discard
 			for pb.Next() {
 				i++
 				peer := peers[i&1023]
@@ -107,7 +106,7 @@ func BenchmarkCheckIdentity(b *testing.B) {
 			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
 			r := limit.Request{Peer: "10.0.0.2:40001", Header: bc.Hdr}
 			ctx := context.Background()
-			w := limittest.NewWriter()
+			w := limittest.Discard
 			b.ReportAllocs()
 			for b.Loop() {
 				if !l.Check(ctx, r, w).Allowed {

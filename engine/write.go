@@ -144,7 +144,13 @@ func addPolicyMember(h headerWriter, v string) {
 // none (or values that are not integers), or rem is lower, or rem is equal
 // and reset later.
 func closerToExhaustion(h headerWriter, rem, reset field) bool {
-	old, err := strconv.ParseInt(h.Get(rem.name), 10, 64)
+	// An absent field is answered before ParseInt, whose error allocates:
+	// the first (often the only) mount on a request writes for free.
+	oldText := h.Get(rem.name)
+	if oldText == "" {
+		return true
+	}
+	old, err := strconv.ParseInt(oldText, 10, 64)
 	if err != nil {
 		return true
 	}

@@ -57,3 +57,15 @@ func (w *Writer) Reset() {
 	}
 	w.Status, w.Body, w.Sends = 0, w.Body[:0], 0
 }
+
+// Discard is a limit.ResponseWriter that keeps nothing: benchmarks use it to
+// measure the engine alone (what the engine decides and formats), without a
+// framework's response behind it.
+var Discard limit.ResponseWriter = discard{}
+
+type discard struct{}
+
+func (discard) Get(string) string  { return "" }
+func (discard) Set(string, string) {}
+func (discard) Add(string, string) {}
+func (discard) Send(int, []byte)   {}
