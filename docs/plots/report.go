@@ -104,8 +104,7 @@ func (r *results) phasesBlock() string {
 		client, seconds(r.phase), seconds(r.phase))
 	fmt.Fprintf(&b, "The %d clients of the many-clients scenario (`%s` to `%s`) have these phases (s):\n\n",
 		herdClients, herdIdentity(0), herdIdentity(herdClients-1))
-	b.WriteString("| client | phase | client | phase | client | phase | client | phase |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|\n")
+	tableHead(&b, "client", "phase", "client", "phase", "client", "phase", "client", "phase")
 	for row := range herdClients / 4 {
 		b.WriteString("|")
 		for col := range 4 {
@@ -119,8 +118,7 @@ func (r *results) phasesBlock() string {
 
 func (r *results) singleBlock() string {
 	var b strings.Builder
-	b.WriteString("| algorithm | burst at 0 s (15) | trickle, 3 s to 17 s (8) | burst across 30 s (24) | total (47) | most admitted in any 10 s |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	tableHead(&b, "algorithm", "burst at 0 s (15)", "trickle, 3 s to 17 s (8)", "burst across 30 s (24)", "total (47)", "most admitted in any 10 s")
 	for i, v := range variants {
 		out := r.single[i]
 		fmt.Fprintf(&b, "| %s |", v.name)
@@ -142,8 +140,7 @@ func (r *results) singleBlock() string {
 
 func (r *results) herdBlock() string {
 	var b strings.Builder
-	b.WriteString("| algorithm | admitted in second 0 | then per second: min | max | mean | seconds with 0 admitted |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	tableHead(&b, "algorithm", "admitted in second 0", "then per second: min", "max", "mean", "seconds with 0 admitted")
 	for i, v := range herdVariants {
 		ps := r.herd[i]
 		rest := ps[1:]
@@ -162,8 +159,7 @@ func (r *results) herdBlock() string {
 
 func (r *results) retryBlock() string {
 	var b strings.Builder
-	b.WriteString("| algorithm | sent | admitted | denied | Retry-After sent (s) | exact RetryAfter (ms) | retries admitted |\n")
-	b.WriteString("|---|---|---|---|---|---|---|\n")
+	tableHead(&b, "algorithm", "sent", "admitted", "denied", "Retry-After sent (s)", "exact RetryAfter (ms)", "retries admitted")
 	for i, v := range variants {
 		att := r.obedient[i]
 		var admitted, denied, retries, retriesOK int
@@ -188,6 +184,12 @@ func (r *results) retryBlock() string {
 			summarize(headers), lo.Milliseconds(), hi.Milliseconds(), retriesOK, retries)
 	}
 	return b.String()
+}
+
+// tableHead writes a Markdown table's header row and separator.
+func tableHead(b *strings.Builder, cols ...string) {
+	b.WriteString("| " + strings.Join(cols, " | ") + " |\n")
+	b.WriteString(strings.Repeat("|---", len(cols)) + "|\n")
 }
 
 // summarize lists values in order, collapsing runs: "9, 1 ×22".
