@@ -121,9 +121,7 @@ func traffic() []request {
 // outcome is the engine's answer to one request.
 type outcome struct {
 	request
-	allowed    bool
-	retryAfter time.Duration // Decision.RetryAfter
-	remaining  int64         // Decision.Remaining
+	allowed bool // Decision.Allowed
 }
 
 // newLimiter returns a limiter for p on a fresh memory store whose clock is
@@ -163,7 +161,7 @@ func runSingle(v variant, reqs []request) ([]outcome, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, outcome{request: r, allowed: d.Allowed, retryAfter: d.RetryAfter, remaining: d.Remaining})
+		out = append(out, outcome{request: r, allowed: d.Allowed})
 	}
 	return out, nil
 }
