@@ -6,7 +6,7 @@ FRAMEWORK   ?= chi            # demo: chi | echo | gin | fiber | nethttp
 REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
 BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
 
-.PHONY: test demo redis-up redis-down bench
+.PHONY: test demo redis-up redis-down bench docs
 
 ## test: vet + race-test every module (starts throwaway Redis if redis-server exists)
 test:
@@ -29,3 +29,7 @@ redis-down:
 bench:
 	@test -f bench/go.mod || { echo "bench/go.mod does not exist yet"; exit 1; }
 	cd bench && go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...
+
+## docs: regenerate docs/algorithms.md's tables and docs/algorithms/*.svg from the engine
+docs:
+	cd docs/plots && go generate ./...
