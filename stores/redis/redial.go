@@ -103,9 +103,10 @@ func (g *dialGate) admit(ctx context.Context, dst string) (time.Time, error) {
 		}
 		now := g.now()
 		if st.failing && now.Before(st.next) {
+			wait := st.next.Sub(now)
 			g.mu.Unlock()
 			return time.Time{}, fmt.Errorf("%w: %s did not answer the last connection attempt; next attempt in %v",
-				ErrReconnectBackoff, dst, st.next.Sub(now).Round(time.Millisecond))
+				ErrReconnectBackoff, dst, wait.Round(time.Millisecond))
 		}
 		if st.probe == nil {
 			st.probe = make(chan struct{})

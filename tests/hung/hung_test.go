@@ -7,7 +7,6 @@ package hung
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,57 +33,6 @@ const (
 	// loaded machine (-race, shared cores).
 	resumeMargin = time.Second
 )
-
-// driver offers rate requests per second, each on its own goroutine (as an
-// HTTP server would), until stop is closed.
-type driver struct {
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	answered  atomic.Int64 // decided by Redis
-	failed    atomic.Int64 // store error: the failure mode decided
-	lastRedis atomic.Int64 // UnixNano of the last answer from Redis
-}
-
-func drive(do func(ctx context.Context) error) *driver {
-	d := &driver{stop: make(chan struct{})}
-	d.wg.Go(func() {
-		tick := time.NewTicker(time.Second / rate)
-		defer tick.Stop()
-		for {
-			select {
-			case <-d.stop:
-				return
-			case <-tick.C:
-			}
-			d.wg.Go(func() {
-				if err := do(context.Background()); err != nil {
-					d.failed.Add(1)
-					return
-				}
-				d.answered.Add(1)
-				d.lastRedis.Store(time.Now().UnixNano())
-			})
-		}
-	})
-	return d
-}
-
-func (d *driver) end() { close(d.stop); d.wg.Wait() }
-
-// waitAnswered waits (bounded) until n more requests were answered by Redis
-// and returns how long that took.
-func (d *driver) waitAnswered(t *testing.T, n int64, within time.Duration) time.Duration {
-	t.Helper()
-	t0 := time.Now()
-	target := d.answered.Load() + n
-	for d.answered.Load() < target {
-		if time.Since(t0) > within {
-			t.Fatalf("only %d of %d requests answered by Redis within %v", d.answered.Load()-target+n, n, within)
-		}
-		time.Sleep(5 * time.Millisecond) // observing the load
-	}
-	return time.Since(t0)
-}
 
 // TestFrozenServerConnections freezes the server for 5 s under 200
 // requests per second and counts, at a proxy in front of it, the
@@ -140,28 +88,26 @@ func TestFrozenServerConnections(t *testing.T) {
 func frozenRun(t *testing.T, newDo func(t *testing.T, url string) func(context.Context) error) {
 	srv := redisfault.Start(t)
 	proxy := redisfault.NewProxy(t, srv.Addr())
-	d := drive(newDo(t, proxy.URL()))
-	defer d.end()
-	d.waitAnswered(t, rate, 20*time.Second) // warm: every connection the load needs is open
+	load := redisfault.StartLoad(t, rate, newDo(t, proxy.URL()))
+	load.WaitAnswered(rate, 20*time.Second) // warm: every connection the load needs is open
 
 	srvBefore := srv.ConnectionsReceived()
 	before := proxy.Accepted()
-	failedBefore := d.failed.Load()
+	failedBefore := load.Failed()
 	srv.Freeze()
 	t0 := time.Now()
 	time.Sleep(freeze) // the fault lasts this long: real time is what is measured
 	during := proxy.Accepted() - before
 	el := time.Since(t0)
 	srv.Thaw()
-	thawed := time.Now()
-	d.waitAnswered(t, 1, 20*time.Second)
-	resumed := time.Unix(0, d.lastRedis.Load()).Sub(thawed)
-	d.waitAnswered(t, 50, 20*time.Second)
+	thawed := load.Mark()
+	resumed := load.WaitFirstAnswer(20 * time.Second).Sub(thawed)
+	load.WaitAnswered(50, 20*time.Second)
 	srvConns := srv.ConnectionsReceived() - srvBefore - 1 // minus this INFO's own connection
 	perSec := float64(during) / el.Seconds()
 	t.Logf("frozen %v at %d req/s: %d new connections at the proxy (%.2f/s); %d failed over; "+
 		"first answer from Redis %v after SIGCONT; the server accepted %d connections from the freeze until 50 more answers",
-		el.Round(time.Millisecond), rate, during, perSec, d.failed.Load()-failedBefore,
+		el.Round(time.Millisecond), rate, during, perSec, load.Failed()-failedBefore,
 		resumed.Round(time.Millisecond), srvConns)
 	if max := int64(maxConnsPerSecond * el.Seconds()); during > max {
 		t.Errorf("%d new connections to a server frozen for %v (%.2f/s), want at most %d (%d/s)", during, el, perSec, max, maxConnsPerSecond)
