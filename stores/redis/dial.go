@@ -132,7 +132,8 @@ func NewFromURL(url string, opts ...Option) (*Store, error) {
 // Store and a nil error: the Store keeps connecting in the background (50 ms
 // backoff doubling to 1 s) and, until it succeeds, Take fails at once with an
 // error wrapping ErrNotConnected, so requests follow the policy's
-// FailureMode; once connected, rueidis reconnects by itself. Other failures
+// FailureMode; once connected, rueidis reconnects by itself (through
+// ParseURL's reconnect backoff when opt came from ParseURL). Other failures
 // (bad options, authentication refused) are returned, wrapped in
 // ErrInvalidOption when they are the options' fault.
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
