@@ -131,48 +131,48 @@ wait_ours() {
   return 1
 }
 
-# start_one NAME [extra redis-server args...]: start a server on a free port,
-# retrying with another port if it loses a race for the one it picked.
-# Prints the port. Its arguments go to STATE/NAME.args (NUL-separated), so a
-# test can start it again exactly as it was.
-start_one() {
-  local name=$1; shift
+# start_with NAME LAUNCHER [args...]: run "LAUNCHER PORT PIDFILE DIR args..." on a
+# free port until the process comes up as itself, retrying with another port
+# if it loses a race for the one it picked. Prints the port.
+start_with() {
+  local name=$1 launcher=$2; shift 2
   local dir="$STATE/$name" pidfile="$STATE/$name.pid"
   local attempt port
   mkdir -p "$dir"
   for attempt in 1 2 3 4 5; do
     port=$(pick_port) || die "no free port found in $PORT_MIN-$(( PORT_MIN + PORT_SPAN - 1 ))"
     rm -f "$pidfile"
-    local args=(--port "$port" --bind 127.0.0.1 --protected-mode no
-      --daemonize yes --pidfile "$pidfile" --dir "$dir" --logfile "$dir/redis.log"
-      --save '' --appendonly no "$@")
-    redis-server "${args[@]}" </dev/null >/dev/null
+    "$launcher" "$port" "$pidfile" "$dir" "$@"
     if wait_ours "$name" "$port" "$pidfile"; then
       echo "$port" >"$STATE/$name.port"
-      printf '%s\0' "${args[@]}" >"$STATE/$name.args"
       echo "$port"
       return 0
     fi
-    log "$name: server on port $port did not come up (attempt $attempt)"
+    log "$name: $launcher on port $port did not come up (attempt $attempt)"
     [ -e "$pidfile" ] && stop_pidfile "$pidfile"
   done
-  die "$name: could not start redis-server"
+  die "$name: could not start ($launcher)"
 }
 
-# start_sentinel NAME PRIMARY_PORT: start a redis-sentinel on a free port
+# launch_server PORT PIDFILE DIR [extra args...]: a daemonized redis-server. Its
+# arguments also go to PIDFILE's .args sibling (NUL-separated), so a test can
+# start it again exactly as it was.
+launch_server() {
+  local port=$1 pidfile=$2 dir=$3; shift 3
+  local args=(--port "$port" --bind 127.0.0.1 --protected-mode no
+    --daemonize yes --pidfile "$pidfile" --dir "$dir" --logfile "$dir/redis.log"
+    --save '' --appendonly no "$@")
+  redis-server "${args[@]}" </dev/null >/dev/null
+  printf '%s\0' "${args[@]}" >"${pidfile%.pid}.args"
+}
+
+# launch_sentinel PORT PIDFILE DIR PRIMARY_PORT: a daemonized redis-sentinel
 # monitoring 127.0.0.1:PRIMARY_PORT as $MASTER_SET (quorum 2, down after 1 s).
-# Prints the port.
-start_sentinel() {
-  local name=$1 pport=$2
-  local dir="$STATE/$name" pidfile="$STATE/$name.pid"
-  local attempt port
-  mkdir -p "$dir"
-  for attempt in 1 2 3 4 5; do
-    port=$(pick_port) || die "no free port found in $PORT_MIN-$(( PORT_MIN + PORT_SPAN - 1 ))"
-    rm -f "$pidfile"
-    # Sentinel rewrites its config file (it records what it learns), so each
-    # gets its own, written afresh.
-    cat >"$dir/sentinel.conf" <<CONF
+launch_sentinel() {
+  local port=$1 pidfile=$2 dir=$3 pport=$4
+  # Sentinel rewrites its config file (it records what it learns), so each
+  # gets its own, written afresh.
+  cat >"$dir/sentinel.conf" <<CONF
 port $port
 bind 127.0.0.1
 protected-mode no
@@ -185,17 +185,14 @@ sentinel down-after-milliseconds $MASTER_SET 1000
 sentinel failover-timeout $MASTER_SET 4000
 sentinel parallel-syncs $MASTER_SET 1
 CONF
-    redis-sentinel "$dir/sentinel.conf" </dev/null >/dev/null
-    if wait_ours "$name" "$port" "$pidfile"; then
-      echo "$port" >"$STATE/$name.port"
-      echo "$port"
-      return 0
-    fi
-    log "$name: sentinel on port $port did not come up (attempt $attempt)"
-    [ -e "$pidfile" ] && stop_pidfile "$pidfile"
-  done
-  die "$name: could not start redis-sentinel"
+  redis-sentinel "$dir/sentinel.conf" </dev/null >/dev/null
 }
+
+# start_one NAME [extra redis-server args...]: start_with launch_server.
+start_one() { local name=$1; shift; start_with "$name" launch_server "$@"; }
+
+# start_sentinel NAME PRIMARY_PORT: start_with launch_sentinel.
+start_sentinel() { start_with "$1" launch_sentinel "$2"; }
 
 # sentinel_field PORT FIELD: FIELD of SENTINEL MASTER $MASTER_SET on the sentinel at PORT.
 sentinel_field() {
