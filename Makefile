@@ -8,7 +8,7 @@ BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-b
 
 .PHONY: test demo redis-up redis-down bench docs
 
-## test: vet + race-test every module (starts throwaway Redis if redis-server exists)
+## test: vet + race-test every module (starts throwaway Redis, Cluster and Sentinel if redis-server/redis-sentinel exist)
 test:
 	scripts/test.sh
 
@@ -16,7 +16,7 @@ test:
 demo:
 	cd examples && go run ./demo -framework $(strip $(FRAMEWORK))
 
-## redis-up: start a standalone Redis + 3-master Cluster on free loopback ports
+## redis-up: start a standalone Redis, a 3-master Cluster and (with redis-sentinel) a Sentinel set on free loopback ports
 redis-up:
 	scripts/redis.sh up $(strip $(REDIS_STATE))
 	@echo "now run:  . $(strip $(REDIS_STATE))/env"
