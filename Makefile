@@ -6,9 +6,9 @@ FRAMEWORK   ?= chi            # demo: chi | echo | gin | fiber | nethttp
 REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
 BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
 
-.PHONY: test demo redis-up redis-down bench
+.PHONY: test demo redis-up redis-down bench docs
 
-## test: vet + race-test every module (starts throwaway Redis if redis-server exists)
+## test: vet + race-test every module (starts throwaway Redis, Cluster and Sentinel if redis-server/redis-sentinel exist)
 test:
 	scripts/test.sh
 
@@ -16,7 +16,7 @@ test:
 demo:
 	cd examples && go run ./demo -framework $(strip $(FRAMEWORK))
 
-## redis-up: start a standalone Redis + 3-master Cluster on free loopback ports
+## redis-up: start a standalone Redis, a 3-master Cluster and (with redis-sentinel) a Sentinel set on free loopback ports
 redis-up:
 	scripts/redis.sh up $(strip $(REDIS_STATE))
 	@echo "now run:  . $(strip $(REDIS_STATE))/env"
@@ -29,3 +29,7 @@ redis-down:
 bench:
 	@test -f bench/go.mod || { echo "bench/go.mod does not exist yet"; exit 1; }
 	cd bench && go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...
+
+## docs: regenerate docs/algorithms.md's tables and docs/algorithms/*.svg from the engine
+docs:
+	cd docs/plots && go generate ./...

@@ -299,10 +299,13 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 	}
 }
 
-// retryAfterSeconds converts a RetryAfter into an RFC 9110 (10.2.3)
-// Retry-After delay-seconds value: whole seconds rounded up, never below 1,
-// so that a client that obeys it is never early (9.5 s -> 10, 0.3 s -> 1,
-// 0 -> 1).
+// RetryAfterSeconds is the Retry-After value the engine sends for a limited
+// Decision, for callers that tell their clients themselves (Consume behind
+// gRPC or a queue): RFC 9110 (10.2.3) delay-seconds, d.RetryAfter in whole
+// seconds rounded up and never below 1, so that a client that obeys it is
+// never early (9.5 s -> 10, 0.3 s -> 1, 0 -> 1).
+func RetryAfterSeconds(d Decision) int64 { return retryAfterSeconds(d.RetryAfter) }
+
 func retryAfterSeconds(d time.Duration) int64 {
 	return max(ceilDiv(d.Milliseconds(), 1000), 1)
 }

@@ -26,3 +26,9 @@ func TestRetryAfterSecondsRoundsUp(t *testing.T) {
 		})
 	}
 }
+
+func TestRetryAfterSecondsOfADecision(t *testing.T) {
+	if got := RetryAfterSeconds(Decision{RetryAfter: 9500 * time.Millisecond}); got != 10 {
+		t.Fatalf("RetryAfterSeconds(9.5 s) = %d, want 10", got)
+	}
+}

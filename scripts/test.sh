@@ -11,8 +11,13 @@
 # Redis: when redis-server and redis-cli are on PATH, scripts/redis.sh starts a
 # standalone server and a 3-master Cluster on free loopback ports and exports
 #   QUOTAGATE_REDIS_URL, QUOTAGATE_REDIS_CLUSTER, QUOTAGATE_REDIS_SERVER_BIN
-# for the tests; they are stopped on exit. Otherwise (or with QUOTAGATE_NO_REDIS=1)
-# those variables are unset and the Redis tests run against miniredis only.
+# for the tests; when redis-sentinel is on PATH too, also a primary, a replica
+# and three sentinels, exported as
+#   QUOTAGATE_REDIS_SENTINEL (the sentinels), QUOTAGATE_REDIS_SENTINEL_MASTER
+#   (the master set name), QUOTAGATE_REDIS_SENTINEL_STATE (pid/port/args files)
+# for the failover test in tests/sentinel. All are stopped on exit, by the
+# pids redis.sh recorded. Otherwise (or with QUOTAGATE_NO_REDIS=1) those
+# variables are unset and the Redis tests run against miniredis only.
 #
 # Conformance matrix: QUOTAGATE_MATRIX_DIR is a fresh temp dir; the conformance
 # suite writes *.tsv lines "adapter<TAB>store<TAB>passed<TAB>failed<TAB>skipped"
@@ -45,18 +50,27 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---- Redis -------------------------------------------------------------------
-unset QUOTAGATE_REDIS_URL QUOTAGATE_REDIS_CLUSTER QUOTAGATE_REDIS_SERVER_BIN
+unset QUOTAGATE_REDIS_URL QUOTAGATE_REDIS_CLUSTER QUOTAGATE_REDIS_SERVER_BIN \
+  QUOTAGATE_REDIS_SENTINEL QUOTAGATE_REDIS_SENTINEL_MASTER QUOTAGATE_REDIS_SENTINEL_STATE
 infra_failed=""
 if [ "${QUOTAGATE_NO_REDIS:-}" != 1 ] && command -v redis-server >/dev/null 2>&1 \
     && command -v redis-cli >/dev/null 2>&1; then
   REDIS_STATE=$(mktemp -d "${TMPDIR:-/tmp}/quotagate-redis.XXXXXX")
-  echo "test.sh: starting throwaway Redis (standalone + 3-node Cluster) in $REDIS_STATE"
+  echo "test.sh: starting throwaway Redis (standalone + 3-node Cluster + Sentinel set if redis-sentinel exists) in $REDIS_STATE"
   if "$ROOT/scripts/redis.sh" up "$REDIS_STATE"; then
     # shellcheck disable=SC1091
     . "$REDIS_STATE/env"
     echo "test.sh: QUOTAGATE_REDIS_URL=$QUOTAGATE_REDIS_URL"
     echo "test.sh: QUOTAGATE_REDIS_CLUSTER=$QUOTAGATE_REDIS_CLUSTER"
     echo "test.sh: QUOTAGATE_REDIS_SERVER_BIN=$QUOTAGATE_REDIS_SERVER_BIN"
+    if [ -n "${QUOTAGATE_REDIS_SENTINEL:-}" ]; then
+      echo "test.sh: QUOTAGATE_REDIS_SENTINEL=$QUOTAGATE_REDIS_SENTINEL (master set $QUOTAGATE_REDIS_SENTINEL_MASTER)"
+    else
+      hr
+      echo "!!!  NO SENTINEL: redis-sentinel is not on PATH; the Sentinel failover test will be SKIPPED."
+      echo "!!!  To run it:  apt-get install -y redis-sentinel   (Debian/Ubuntu)"
+      hr
+    fi
   else
     infra_failed="scripts/redis.sh up failed"
     hr; echo "!!! test.sh: COULD NOT START REDIS — the real-server tests will NOT run."; hr
@@ -159,6 +173,8 @@ fi
 [ ${#failed_mods[@]} -gt 0 ] && echo "failed modules: ${failed_mods[*]}"
 [ -z "${QUOTAGATE_REDIS_URL:-}" ] && echo "redis: miniredis only (real-server tests did NOT run)"
 [ -n "${QUOTAGATE_REDIS_URL:-}" ] && echo "redis: real redis-server $(redis-server --version | awk '{print $3}') + miniredis"
+[ -n "${QUOTAGATE_REDIS_URL:-}" ] && [ -z "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: no Sentinel set (redis-sentinel not on PATH): the failover test did NOT run"
+[ -n "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: Sentinel set (primary, replica, 3 sentinels) at $QUOTAGATE_REDIS_SENTINEL"
 [ -n "$infra_failed" ] && echo "INFRASTRUCTURE FAILURE: $infra_failed"
 echo "modules: $passed passed, $failed failed"
 echo "$passed passed, $failed failed"

@@ -1,17 +1,31 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestDemo runs `make demo FRAMEWORK=<name>` for every example server: build
 // it, start it on a free port, drive the traffic, check the table and the
 // metrics. This keeps the README's first command working in CI.
 func TestDemo(t *testing.T) {
 	t.Chdir("..")
-	for _, fw := range []string{"chi", "echo", "gin", "fiber", "nethttp"} {
+	for _, fw := range frameworks {
 		t.Run(fw, func(t *testing.T) {
 			if err := run(fw); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestDemoUnknownFramework: `make demo FRAMEWORK=foo` names the valid
+// frameworks instead of failing on a missing directory.
+func TestDemoUnknownFramework(t *testing.T) {
+	for _, fw := range []string{"foo", "", "../chi", "internal"} {
+		err := run(fw)
+		if err == nil || !strings.Contains(err.Error(), "valid frameworks are chi, echo, fiber, gin, nethttp") {
+			t.Errorf("run(%q): %v, want an error listing the valid frameworks", fw, err)
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -29,8 +30,11 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
+// frameworks are the example servers, one directory of examples/ each.
+var frameworks = []string{"chi", "echo", "fiber", "gin", "nethttp"}
+
 func main() {
-	framework := flag.String("framework", "chi", "example server to run: chi, echo, gin, fiber, nethttp")
+	framework := flag.String("framework", "chi", "example server to run: "+strings.Join(frameworks, ", "))
 	flag.Parse()
 	if err := run(*framework); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
@@ -46,6 +50,9 @@ type row struct {
 }
 
 func run(framework string) error {
+	if !slices.Contains(frameworks, framework) {
+		return fmt.Errorf("unknown framework %q: valid frameworks are %s (make demo FRAMEWORK=chi)", framework, strings.Join(frameworks, ", "))
+	}
 	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
 		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
 	}

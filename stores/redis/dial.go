@@ -27,6 +27,11 @@ const (
 	// out keep waiting on a hung server in the background. rueidis' default
 	// is 10 s.
 	DefaultConnWriteTimeout = time.Second
+	// DefaultSentinelRefresh is how often a Sentinel client asks the
+	// sentinels for the primary's address besides following their
+	// +switch-master events (rueidis' SentinelOption.TopologyRefreshInterval,
+	// off by default there).
+	DefaultSentinelRefresh = 5 * time.Second
 )
 
 // Reconnect backoff of a Store that could not reach Redis at construction.
@@ -39,13 +44,18 @@ const (
 // defaults that suit a rate limiter. It accepts what rueidis.ParseURL does:
 //
 //	redis://[user:password@]host:port[/db]           standalone (Cluster is detected)
-//	rediss://...                                     TLS
+//	rediss://...                                     TLS (valkey:// and valkeys:// too)
 //	redis://host:port?addr=host2:port&addr=host3:port Cluster seed nodes
-//	redis://sentinel:26379?master_set=mymaster       Sentinel
+//	redis://s1:26379?addr=s2:26379&master_set=name    Sentinel: the hosts are sentinels
 //	unix:///path/to/redis.sock
 //
-// plus the query parameters dial_timeout, write_timeout, db, client_name,
-// protocol=2. On top of rueidis' defaults it sets:
+// with the query parameters addr (repeatable), db, dial_timeout and
+// write_timeout (Go durations, > 0), client_name, protocol (2 or 3),
+// master_set, max_retries (only 0: no retries), client_cache (only 0: the
+// Store never caches) and skip_verify (rediss only). Unlike rueidis it
+// rejects, wrapped in ErrInvalidOption with the valid choices named, an
+// unknown scheme, an unknown or repeated parameter and a value that would
+// be ignored or contradicts the Store. On top of rueidis' defaults it sets:
 //
 //   - DisableCache: true. The Store never reads through client-side caching;
 //     without it rueidis would still ask every connection for CLIENT TRACKING
@@ -59,9 +69,28 @@ const (
 //     connection of its own).
 //   - Dialer.Timeout DefaultDialTimeout and ConnWriteTimeout
 //     DefaultConnWriteTimeout, unless the URL sets dial_timeout/write_timeout.
+//   - DialCtxFn: a reconnect backoff around the dial (the URL's own dialer
+//     for unix://). An address whose last connection got no answer is not
+//     dialed again for ReconnectInterval (1 s); calls in between fail at once
+//     with ErrReconnectBackoff. A hung server (SIGSTOP: it accepts, never
+//     answers) then costs one new connection per second per process instead
+//     of one per store timeout per pipelined connection (measured: 46 in a
+//     5 s freeze at 200 requests/s without it, 4 with it). Replacing
+//     DialCtxFn (WithClientOption) removes the backoff; with it,
+//     DisableTCPNoDelay has no effect.
+//   - Sentinel (master_set): the sentinels are dialed with the same Dialer
+//     (timeouts) and TLS configuration as the data nodes (rueidis would dial
+//     them with zero values: no TLS under rediss://), and
+//     Sentinel.TopologyRefreshInterval is DefaultSentinelRefresh, so a missed
+//     +switch-master event cannot pin the client to a demoted primary. The
+//     URL's user and password are the data nodes'; sentinels that require
+//     AUTH need Sentinel.Username/Password through WithClientOption.
 func ParseURL(url string) (rueidis.ClientOption, error) {
 	if strings.TrimSpace(url) == "" {
 		return rueidis.ClientOption{}, fmt.Errorf("%w: Redis URL is empty", ErrInvalidOption)
+	}
+	if err := checkURL(url); err != nil {
+		return rueidis.ClientOption{}, fmt.Errorf("%w: Redis URL: %w", ErrInvalidOption, err)
 	}
 	opt, err := rueidis.ParseURL(url)
 	if err != nil {
@@ -74,6 +103,14 @@ func ParseURL(url string) (rueidis.ClientOption, error) {
 	}
 	if opt.ConnWriteTimeout == 0 {
 		opt.ConnWriteTimeout = DefaultConnWriteTimeout
+	}
+	opt.DialCtxFn = newDialGate(opt.DialCtxFn).dial
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Dialer = opt.Dialer
+		if opt.TLSConfig != nil {
+			opt.Sentinel.TLSConfig = opt.TLSConfig.Clone()
+		}
+		opt.Sentinel.TopologyRefreshInterval = DefaultSentinelRefresh
 	}
 	return opt, nil
 }
@@ -95,7 +132,8 @@ func NewFromURL(url string, opts ...Option) (*Store, error) {
 // Store and a nil error: the Store keeps connecting in the background (50 ms
 // backoff doubling to 1 s) and, until it succeeds, Take fails at once with an
 // error wrapping ErrNotConnected, so requests follow the policy's
-// FailureMode; once connected, rueidis reconnects by itself. Other failures
+// FailureMode; once connected, rueidis reconnects by itself (through
+// ParseURL's reconnect backoff when opt came from ParseURL). Other failures
 // (bad options, authentication refused) are returned, wrapped in
 // ErrInvalidOption when they are the options' fault.
 func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
@@ -164,7 +202,7 @@ func transient(err error) bool {
 		errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, syscall.ENETUNREACH),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
-		errors.Is(err, rueidis.ErrClosing):
+		errors.Is(err, rueidis.ErrClosing), errors.Is(err, ErrReconnectBackoff):
 		return true
 	}
 	if re, ok := rueidis.IsRedisErr(err); ok {

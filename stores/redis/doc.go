@@ -30,8 +30,12 @@
 // ParseURL + Dial) builds one from a URL with the options that matter for a
 // limiter: DisableCache (no client-side caching), AlwaysPipelining (a
 // timed-out call does not close the shared connection), auto-pipelining left
-// on, 1 s dial and write timeouts. Calls are bounded by the engine's store
-// timeout (limit.WithStoreTimeout, default 100 ms) through their context.
+// on, 1 s dial and write timeouts, and a reconnect backoff: an address whose
+// last connection got no answer is dialled at most once per
+// ReconnectInterval (1 s), so a hung server costs one new connection per
+// second, not one per request. Sentinel URLs give the sentinels the same
+// dialer and TLS settings. Calls are bounded by the engine's store timeout
+// (limit.WithStoreTimeout, default 100 ms) through their context.
 //
 // # Failure
 //

@@ -25,7 +25,7 @@ func TestConstructorErrors(t *testing.T) {
 		{"nil_clock", func() (*Store, error) { return New(client, WithClock(nil)) }, "WithClock(nil)"},
 		{"nil_client_option", func() (*Store, error) { return NewFromURL("redis://"+mr.Addr(), WithClientOption(nil)) }, "WithClientOption(nil)"},
 		{"empty_url", func() (*Store, error) { return NewFromURL(" ") }, "URL is empty"},
-		{"bad_scheme", func() (*Store, error) { return NewFromURL("http://127.0.0.1:6379") }, "invalid URL scheme"},
+		{"bad_scheme", func() (*Store, error) { return NewFromURL("http://127.0.0.1:6379") }, "unknown scheme \"http\""},
 		{"bad_db", func() (*Store, error) { return NewFromURL("redis://127.0.0.1:6379/x") }, "invalid database number"},
 		{"no_address", func() (*Store, error) { return Dial(rueidis.ClientOption{}) }, "no Redis address"},
 	}
@@ -73,6 +73,23 @@ func TestParseURL(t *testing.T) {
 		{"sentinel", "redis://:pw@s1:26379?master_set=mymaster", func(t *testing.T, o rueidis.ClientOption) {
 			if o.Sentinel.MasterSet != "mymaster" || o.Password != "pw" {
 				t.Errorf("MasterSet %q password %q", o.Sentinel.MasterSet, o.Password)
+			}
+			// The sentinels get the data nodes' timeouts (rueidis would
+			// dial them with a zero Dialer) and a periodic refresh.
+			if o.Sentinel.Dialer.Timeout != DefaultDialTimeout || o.Sentinel.TopologyRefreshInterval != DefaultSentinelRefresh {
+				t.Errorf("sentinel dial timeout %v refresh %v, want %v %v",
+					o.Sentinel.Dialer.Timeout, o.Sentinel.TopologyRefreshInterval, DefaultDialTimeout, DefaultSentinelRefresh)
+			}
+			if o.Sentinel.TLSConfig != nil {
+				t.Error("TLS to the sentinels under redis://")
+			}
+		}},
+		{"sentinel_seeds_tls", "rediss://s1:26379?addr=s2:26380&addr=s3:26381&master_set=m&dial_timeout=2s", func(t *testing.T, o rueidis.ClientOption) {
+			if strings.Join(o.InitAddress, ",") != "s1:26379,s2:26380,s3:26381" || o.Sentinel.MasterSet != "m" {
+				t.Errorf("InitAddress %v MasterSet %q", o.InitAddress, o.Sentinel.MasterSet)
+			}
+			if o.Sentinel.TLSConfig == nil || o.Sentinel.Dialer.Timeout != 2*time.Second {
+				t.Errorf("sentinel TLS %v dial timeout %v, want TLS and 2s", o.Sentinel.TLSConfig != nil, o.Sentinel.Dialer.Timeout)
 			}
 		}},
 		{"db_and_tls", "rediss://h:6379/3", func(t *testing.T, o rueidis.ClientOption) {

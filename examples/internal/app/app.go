@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/textproto"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -45,12 +47,15 @@ func ParseFlags() Config {
 	var c Config
 	flag.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address (port 0 picks a free port)")
 	flag.StringVar(&c.Redis, "redis", "", "Redis URL (redis://host:port, ?addr= for Cluster, ?master_set= for Sentinel); empty: the in-process memory store")
-	flag.StringVar(&c.TrustedHeader, "trusted-header", "", "client-address header set by your proxy (X-Forwarded-For, Forwarded, CF-Connecting-IP, ...)")
-	flag.IntVar(&c.TrustedHops, "trusted-hops", 1, "with -trusted-header: how many proxies append to it")
-	flag.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of trusted proxies (walk X-Forwarded-For right to left)")
+	flag.StringVar(&c.TrustedHeader, "trusted-header", "", "client-address header set by your proxy (X-Forwarded-For, Forwarded, CF-Connecting-IP, ...); exclusive with -trusted-proxies")
+	flag.IntVar(&c.TrustedHops, "trusted-hops", 0, "with -trusted-header X-Forwarded-For or Forwarded (required for those): how many of your proxies append to it")
+	flag.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of trusted proxies (walk X-Forwarded-For right to left); exclusive with -trusted-header")
 	flag.StringVar(&c.Disclosure, "disclosure", "retry-after", "none|retry-after|on-limit|always")
 	flag.StringVar(&c.Headers, "headers", "ietf", "comma-separated header styles: ietf,triplet,legacy")
 	flag.Parse()
+	if flag.NArg() > 0 {
+		fatal(fmt.Errorf("unexpected argument %q: every setting is a flag (run with -h to list them)", flag.Arg(0)))
+	}
 	return c
 }
 
@@ -66,6 +71,9 @@ type Limiters struct {
 	Search *limit.Limiter
 	// StoreName describes the store for the start-up line.
 	StoreName string
+	// RedisStatus says whether Redis answered PING at start ("" with the
+	// memory store); printed before the start-up line.
+	RedisStatus string
 	// Metrics serves the limiters' Prometheus metrics (quotagate_*) for
 	// GET /metrics, which every example mounts outside the limiter.
 	Metrics http.Handler
@@ -93,7 +101,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, err
 	}
 	var store limit.Store = local
-	storeName, failure := "memory (embedded default)", limit.FailOpen
+	storeName, failure, redisStatus := "memory (embedded default)", limit.FailOpen, ""
 	if c.Redis != "" {
 		rs, err := redisstore.NewFromURL(c.Redis)
 		if err != nil {
@@ -101,6 +109,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		}
 		store, storeName, failure = rs, "redis (fail-local to memory while Redis is down)", limit.FailLocal
 		trust = append(trust, limit.WithLocalStore(local))
+		redisStatus = PingRedis(rs, c.Redis)
 	}
 	// One registry per server, never the global one: the three limiters
 	// share the observer (With keeps the options), so GET /metrics shows
@@ -132,21 +141,66 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
 	return &Limiters{
-		Global: global, Login: login, Search: search, StoreName: storeName,
+		Global: global, Login: login, Search: search, StoreName: storeName, RedisStatus: redisStatus,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
+}
+
+// pingTimeout bounds the start-up PING: longer than the store's dial timeout
+// (redisstore.DefaultDialTimeout), so a slow first connection still counts.
+const pingTimeout = 2 * time.Second
+
+// PingRedis sends PING through the store and returns the line that says
+// whether Redis answered. The server serves either way: while Redis does
+// not answer, decisions follow the policies' FailureMode (FailLocal:
+// per-process limits from the memory store) and the store keeps
+// reconnecting in the background.
+func PingRedis(s *redisstore.Store, rawURL string) string {
+	where := rawURL
+	if u, err := url.Parse(rawURL); err == nil {
+		where = u.Redacted() // no password on the terminal
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := s.Ping(ctx); err != nil {
+		return fmt.Sprintf("Redis at %s did NOT answer PING: %v; serving anyway, with per-process limits (FailLocal) until it answers", where, err)
+	}
+	return fmt.Sprintf("Redis at %s answered PING in %v", where, time.Since(t0).Round(10*time.Microsecond))
 }
 
 // TrustOptions maps -trusted-header/-trusted-hops and -trusted-proxies to the
 // engine's trust options (none when both are empty: no header is read).
 // -trusted-proxies takes comma-separated CIDRs or bare addresses (a bare
-// address is its own /32 or /128). Giving both is an error from limit.New.
+// address is its own /32 or /128). Contradictions are errors that name the
+// valid combinations: -trusted-header with -trusted-proxies, -trusted-hops
+// without -trusted-header, and -trusted-header X-Forwarded-For or Forwarded
+// without -trusted-hops (how many proxies append to a list is a trust
+// decision with no safe default; single-value headers take 1).
 func TrustOptions(c Config) ([]limit.Option, error) {
-	var opts []limit.Option
-	if c.TrustedHeader != "" {
-		opts = append(opts, limit.WithTrustedHeader(c.TrustedHeader, c.TrustedHops))
+	header, proxies := strings.TrimSpace(c.TrustedHeader), strings.TrimSpace(c.TrustedProxies)
+	switch {
+	case header != "" && proxies != "":
+		return nil, errors.New("-trusted-header and -trusted-proxies are exclusive: use -trusted-header NAME " +
+			"(with -trusted-hops N for X-Forwarded-For or Forwarded) when your proxies set a header, " +
+			"or -trusted-proxies CIDRs to walk X-Forwarded-For from the proxies you list")
+	case header == "" && c.TrustedHops != 0:
+		return nil, fmt.Errorf("-trusted-hops %d without -trusted-header: give the header your proxies append to "+
+			"(X-Forwarded-For or Forwarded)", c.TrustedHops)
 	}
-	if strings.TrimSpace(c.TrustedProxies) != "" {
+	var opts []limit.Option
+	if header != "" {
+		hops := c.TrustedHops
+		if hops == 0 {
+			if canon := textproto.CanonicalMIMEHeaderKey(header); canon == "X-Forwarded-For" || canon == "Forwarded" {
+				return nil, fmt.Errorf("-trusted-header %s needs -trusted-hops N: how many of your proxies append to it "+
+					"(1 for a single proxy, 2 for a CDN in front of a load balancer)", canon)
+			}
+			hops = 1 // a single-value header: the only valid value
+		}
+		opts = append(opts, limit.WithTrustedHeader(header, hops))
+	}
+	if proxies != "" {
 		var ps []netip.Prefix
 		for _, part := range strings.Split(c.TrustedProxies, ",") {
 			part = strings.TrimSpace(part)
@@ -199,6 +253,9 @@ func ParseHeaderStyle(s string) (limit.HeaderStyle, error) {
 			return 0, fmt.Errorf("-headers %q: want a comma-separated list of ietf, triplet, legacy", s)
 		}
 	}
+	if st == 0 {
+		return 0, fmt.Errorf("-headers %q: want at least one of ietf, triplet, legacy (-disclosure none sends no header)", s)
+	}
 	return st, nil
 }
 
@@ -249,6 +306,9 @@ func Serve(framework string, c Config, l *Limiters, h http.Handler) error {
 // ServeListener prints the start-up line for ln and runs serve(ln); for
 // frameworks that run their own server (fiber).
 func ServeListener(framework string, ln net.Listener, l *Limiters, serve func(net.Listener) error) error {
+	if l.RedisStatus != "" {
+		fmt.Fprintf(os.Stdout, "quotagate example (%s): %s\n", framework, l.RedisStatus)
+	}
 	fmt.Fprintf(os.Stdout, "quotagate example (%s) listening on http://%s store=%s; %s\n",
 		framework, ln.Addr(), l.StoreName, l.Describe())
 	err := serve(ln)

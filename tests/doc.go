@@ -1,0 +1,11 @@
+// Package tests is quotagate's unpublished test module: scaffolding and
+// tests that need real servers or test-only libraries and must not enter
+// the module graph of anyone who imports a published quotagate module.
+//
+//   - redisfault: redis-server processes of a test's own, frozen, slowed,
+//     killed and restarted by PID; a delaying TCP proxy.
+//   - sentinel: the Sentinel failover test on the servers `make test` starts.
+//   - hung: connection behaviour of the Redis store against a frozen server.
+//
+// scripts/test.sh runs it like every other module (GOWORK=off, -race).
+package tests

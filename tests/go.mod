@@ -1,0 +1,19 @@
+module github.com/quotagate/quotagate/tests
+
+go 1.26
+
+require (
+	github.com/quotagate/quotagate/engine v0.0.0
+	github.com/quotagate/quotagate/stores/redis v0.0.0
+	github.com/redis/rueidis v1.0.79
+	go.uber.org/goleak v1.3.0
+)
+
+require golang.org/x/sys v0.47.0 // indirect
+
+replace (
+	github.com/quotagate/quotagate/conformance => ../conformance
+	github.com/quotagate/quotagate/engine => ../engine
+	github.com/quotagate/quotagate/stores/memory => ../stores/memory
+	github.com/quotagate/quotagate/stores/redis => ../stores/redis
+)
