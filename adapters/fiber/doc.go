@@ -50,8 +50,9 @@
 // remembered), and takes c.Route() for a route when a listed route has the
 // same path and runs the same handlers (the same backing array of Handlers).
 // The one limitation: an application that passes one handler slice to both a
-// Use mount and a route of the same path (app.Use("/x", hs...) and
-// app.Get("/x", hs...)) makes that Use mount look like the route.
+// group mount and a route of the same path (app.Group("/x", hs...) and
+// app.Get("/x", hs...); app.Use copies its handlers, so it cannot) makes that
+// mount look like the route.
 //
 // The adapter holds no policy and writes nothing itself: it hands the engine
 // the request and fasthttp's response (limit.Limiter.Check, through the

@@ -84,7 +84,8 @@ func (rs *routeSet) template(c *fiber.Ctx) string {
 // listed route runs the same handlers as r exactly when it is r (or its
 // HEAD/GET twin): their Handlers share one backing array, which fiber never
 // shares between a Use mount and a route unless the application passes one
-// slice to both. It is called once per route (routeSet remembers).
+// slice to both (app.Group(p, hs...) and app.Get(p, hs...)). It is called
+// once per route (routeSet remembers).
 func isUse(app *fiber.App, r *fiber.Route) bool {
 	for _, route := range app.GetRoutes(true) {
 		if len(route.Handlers) > 0 && &route.Handlers[0] == &r.Handlers[0] && route.Path == r.Path {

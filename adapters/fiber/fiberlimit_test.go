@@ -362,3 +362,37 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 		<-done
 	})
 }
+
+// The documented limitation of telling a Use mount from a route: a group
+// mount given the very handler slice of a route of the same path
+// (app.Group("/x", hs...) and app.Get("/x", hs...)) looks like that route,
+// so its limiter sees the route's template instead of "". A mount with its
+// own handlers (the usual case; app.Use always copies them) sees no route.
+func TestUseMountSharingARouteHandlerSlice(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		obs := &limittest.Recorder{}
+		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithObserver(obs))
+		hs := []fiber.Handler{fiberlimit.New(l), func(c *fiber.Ctx) error { return c.SendString("ok") }}
+		app := newApp()
+		if shared {
+			app.Group("/x", hs...)
+		} else {
+			app.Group("/x", fiberlimit.New(l))
+		}
+		app.Get("/x", hs...)
+		if r := limittest.Do(t, limittest.ClientFrom("127.0.0.13"), "GET", serve(t, app)+"/x"); r.Status != http.StatusOK {
+			t.Fatalf("shared %v: status %d", shared, r.Status)
+		}
+		ds := obs.Decisions()
+		if len(ds) == 0 {
+			t.Fatalf("shared %v: no decision", shared)
+		}
+		want := ""
+		if shared {
+			want = "/x"
+		}
+		if got := ds[0].Handler; got != want {
+			t.Fatalf("shared %v: the Use mount saw route %q, want %q", shared, got, want)
+		}
+	}
+}
