@@ -15,7 +15,7 @@ import (
 func Identify(l *Limiter, r Request) (KeySource, string) {
 	r.lim = l
 	id := l.identify(&r, l.shared.name)
-	return id.src, string(l.keys.appendIdentity(nil, id))
+	return id.src, string(l.keys.appendIdentity(nil, &id))
 }
 
 // SetLogClock sets the clock of the log gates that l shares with the

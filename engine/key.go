@@ -32,7 +32,7 @@ const maxRawIdentity = 128
 // the 64-bit hash (for store sharding) and the window phase: FNV-1a of the
 // identity's key form modulo the window, or 0 with AlignWindows or a
 // TokenBucket.
-func (k *keyer) appendKey(buf []byte, bucket bucketRef, id who) ([]byte, uint64, int64) {
+func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, uint64, int64) {
 	buf = append(buf, k.prefix...)
 	buf = append(buf, ":{"...)
 	tagAt := len(buf)
@@ -65,7 +65,7 @@ func (k *keyer) appendKey(buf []byte, bucket bucketRef, id who) ([]byte, uint64,
 // address, whose text never starts with "k=": a KeyFunc value that spells an
 // address is not that address's allowance. The r/h tag keeps a hashed
 // identity from ever colliding with a raw one.
-func (k *keyer) appendIdentity(buf []byte, id who) []byte {
+func (k *keyer) appendIdentity(buf []byte, id *who) []byte {
 	switch {
 	case id.src == KeySourceFallback:
 		return append(buf, "r:"...)

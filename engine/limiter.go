@@ -93,7 +93,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 	if !p.AlignWindows && p.Algorithm != TokenBucket {
 		l.keys.phaseMS = res.windowMS
 	}
-	l.store = storeCall{primary: newStoreRef(s), timeout: cfg.storeTimeout, mode: p.FailureMode, rep: cfg.rep}
+	l.store = storeCall{primary: newStoreRef(s), timeout: cfg.storeTimeout, mode: p.FailureMode, observing: cfg.rep.observing, rep: cfg.rep}
 	if cfg.localStore != nil {
 		l.store.local = newStoreRef(cfg.localStore)
 	}
@@ -136,7 +136,9 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decision {
 	var resp response
 	l.check(ctx, &r, &resp)
-	resp.writeTo(w)
+	if resp.n != 0 || resp.status != 0 {
+		resp.writeTo(w)
+	}
 	return resp.Decision
 }
 
@@ -151,7 +153,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	bucket := l.bucket(r)
 	id := l.identify(r, bucket.name)
 	cost := l.cost(r)
-	err := l.decide(ctx, bucket, id, cost, &resp.Decision)
+	err := l.decide(ctx, &bucket, &id, cost, &resp.Decision)
 	if err != nil && l.policy.OnStoreError != nil {
 		l.onStoreError(ctx, r, bucket.name, err)
 	}
@@ -171,7 +173,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 // decide builds the Op of (bucket, id) at cost, asks the store and writes
 // the Decision into d, applying the FailureMode on a store failure, whose
 // error it returns.
-func (l *Limiter) decide(ctx context.Context, bucket bucketRef, id who, cost int64, d *Decision) error {
+func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost int64, d *Decision) error {
 	sc := l.scratch.Get().(*scratch)
 	op, limit := l.op(sc, bucket, id, cost)
 	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
@@ -205,7 +207,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 		cost = n
 	}
 	var d Decision
-	err := l.decide(ctx, l.shared, id, cost, &d)
+	err := l.decide(ctx, &l.shared, &id, cost, &d)
 	var r Request
 	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
 		r = Request{Native: identity, lim: l}

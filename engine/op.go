@@ -4,7 +4,7 @@ package limit
 // the policy's numbers for cost. It is the one function that knows the
 // shape of Op. limit is the quota per window the decision reports (the
 // fallback bucket's is tightened).
-func (l *Limiter) op(sc *scratch, bucket bucketRef, id who, cost int64) (op *Op, limit int64) {
+func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64) {
 	op = &sc.op
 	*op = Op{
 		Algorithm:  l.policy.Algorithm,

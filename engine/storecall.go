@@ -50,11 +50,12 @@ func newStoreRef(s Store) storeRef {
 // store (a circuit breaker, a local deny cache, a timeout without a per-call
 // allocation) belongs here.
 type storeCall struct {
-	primary storeRef
-	local   storeRef // WithLocalStore's store (FailLocal), or none
-	timeout time.Duration
-	mode    FailureMode
-	rep     *reporter
+	primary   storeRef
+	local     storeRef // WithLocalStore's store (FailLocal), or none
+	timeout   time.Duration
+	mode      FailureMode
+	observing bool // an Observer is set: time the calls
+	rep       *reporter
 }
 
 // failClosedRetryAfter is the Retry-After of a FailClosed 503: the outage's
@@ -100,7 +101,7 @@ func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decisi
 // duration event per call, a failed or panicking one included. With no
 // Observer set it does not read the clock.
 func (c *storeCall) take(ctx context.Context, s *storeRef, op *Op) (Result, error) {
-	if !c.rep.observing {
+	if !c.observing {
 		return c.call(ctx, s, op)
 	}
 	start := time.Now()

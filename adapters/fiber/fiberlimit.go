@@ -3,6 +3,7 @@ package fiberlimit
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
 	limit "github.com/quotagate/quotagate/engine"
@@ -54,8 +55,18 @@ func request(c *fiber.Ctx, routes *routeSet) limit.Request {
 // the engine gets: the route's registered path, or "" for a Use mount.
 // Routes come from the app's configuration: the set stays small and is
 // written once per route, which is what sync.Map is for (lock-free reads,
-// no allocation for a pointer key).
-type routeSet struct{ m sync.Map } // *fiber.Route -> string
+// no allocation for a pointer key). first short-cuts the map for the first
+// route seen, which for a global mount is the usual one (the route of the
+// mount for GET): an atomic load and a pointer comparison.
+type routeSet struct {
+	first atomic.Pointer[routeTemplate]
+	m     sync.Map // *fiber.Route -> *routeTemplate
+}
+
+type routeTemplate struct {
+	r *fiber.Route
+	t string
+}
 
 // template returns the route template of the route c is executing, or ""
 // in a Use mount, where that route is the mount's own prefix, not the
@@ -67,15 +78,19 @@ func (rs *routeSet) template(c *fiber.Ctx) string {
 	if len(r.Handlers) == 0 {
 		return "" // fiber's stand-in route outside any route (its error handler)
 	}
-	if t, ok := rs.m.Load(r); ok {
-		return t.(string)
+	if f := rs.first.Load(); f != nil && f.r == r {
+		return f.t
 	}
-	t := r.Path
+	if v, ok := rs.m.Load(r); ok {
+		return v.(*routeTemplate).t
+	}
+	rt := &routeTemplate{r: r, t: r.Path}
 	if isUse(c.App(), r) {
-		t = ""
+		rt.t = ""
 	}
-	rs.m.Store(r, t)
-	return t
+	rs.m.Store(r, rt)
+	rs.first.CompareAndSwap(nil, rt)
+	return rt.t
 }
 
 // isUse reports whether r is the route of a Use mount (app.Use, Group.Use,
