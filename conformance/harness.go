@@ -5,15 +5,17 @@
 //
 // A store module calls RunStore(t, newStore). An adapter module calls
 // RunAdapter(t, harness, newStore) once per store; its Harness only builds
-// the router for an App (global mounts, groups, route-level mounts) and serves
-// it on the listener it is given. Scenario inputs and expected outputs are
-// data (see scenarios.go), never per-adapter code.
+// the router for an App (global mounts, groups, route-level mounts), serves
+// it on the listener it is given, and hands out the adapter's typed key and
+// cost functions. Scenario inputs and expected outputs are data (see
+// scenarios.go), never per-adapter code.
 //
 // Clients dial from distinct loopback addresses (127.0.0.x) so that each
 // simulated client has its own socket peer; one scenario uses a Unix socket
 // to present a request with no client address at all.
 //
-// The package imports only the engine and the standard library.
+// The package imports only the engine (with its limittest doubles) and the
+// standard library.
 package conformance
 
 import (
@@ -38,6 +40,22 @@ type Harness interface {
 	// group or subrouter holding its routes; each Route's limiters on that
 	// route alone, after the group's. Every route answers with Route.Serve.
 	Serve(t testing.TB, ln net.Listener, app *App)
+	// KeyFunc returns the adapter's typed key function (its KeyFunc over
+	// the framework's own context) whose identity is the value of the
+	// request header name ("" when absent).
+	KeyFunc(name string) limit.KeyFunc
+	// CostFunc returns the adapter's typed cost function (its CostFunc over
+	// the framework's own context) whose cost is the integer value of the
+	// query parameter name (0, the policy's Cost, when absent).
+	CostFunc(name string) func(limit.Request) int64
+}
+
+// ServeHandler serves h on ln until t ends: the Serve of harnesses whose
+// router is an http.Handler.
+func ServeHandler(t testing.TB, ln net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
 }
 
 // App is what a scenario asks a harness to serve.

@@ -54,27 +54,12 @@ func writeMatrix(t *testing.T, adapter, store string, passed, failed, skipped in
 	}
 }
 
-// recorder counts the engine's decision events by outcome.
-type recorder struct {
-	mu       sync.Mutex
-	outcomes map[limit.Outcome]int
-}
-
-func (r *recorder) Decision(e limit.DecisionEvent) {
-	r.mu.Lock()
-	r.outcomes[e.Outcome]++
-	r.mu.Unlock()
-}
-func (r *recorder) ClientAddressIssue(string, limit.Issue)      {}
-func (r *recorder) StoreError(string, limit.FailureMode)        {}
-func (r *recorder) StoreDuration(string, string, time.Duration) {}
-
 func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	var store limit.Store = newStore(t, clock.Now)
-	var flaky *Flaky
+	var flaky *limittest.FlakyStore
 	if sc.Failure {
-		flaky = &Flaky{Store: store}
+		flaky = &limittest.FlakyStore{Store: store}
 		store = flaky
 	}
 	// A generous store timeout by default: a loaded CI machine can take well
@@ -82,7 +67,7 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	// would fail open and turn an exactness check into noise. Scenarios that
 	// test timeouts set their own (later options win).
 	opts := append([]limit.Option{limit.WithStoreTimeout(10 * time.Second)}, sc.Options...)
-	rec := &recorder{outcomes: map[limit.Outcome]int{}}
+	rec := &limittest.Recorder{}
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))
 	}
@@ -90,6 +75,12 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	var onLimited atomic.Int64
 	limiters := map[string]*limit.Limiter{}
 	for name, p := range sc.Policies {
+		if sc.TypedKeyHeader != "" {
+			p.KeyFunc = h.KeyFunc(sc.TypedKeyHeader)
+		}
+		if sc.TypedCostQuery != "" {
+			p.CostFunc = h.CostFunc(sc.TypedCostQuery)
+		}
 		if sc.CountOnLimited {
 			inner := p.OnLimited
 			p.OnLimited = func(ctx context.Context, r limit.Request, d limit.Decision) {
@@ -165,7 +156,16 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 			if flaky == nil {
 				t.Fatalf("step %d switches the store but the scenario has no Failure", i)
 			}
-			flaky.Set(st.Store)
+			switch st.Store {
+			case "fail":
+				flaky.Fail()
+			case "hang":
+				flaky.Hang()
+			case "ok":
+				flaky.Heal()
+			default:
+				t.Fatalf("step %d: unknown store mode %q", i, st.Store)
+			}
 		}
 		n := max(st.Times, 1)
 		for k := 0; k < n; k++ {
@@ -200,11 +200,13 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		t.Fatalf("OnLimited ran %d times for %d denials", onLimited.Load(), responses[limit.OutcomeLimited])
 	}
 	if sc.Events {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		if rec.outcomes[limit.OutcomeAllowed] != responses[limit.OutcomeAllowed] ||
-			rec.outcomes[limit.OutcomeLimited] != responses[limit.OutcomeLimited] || rec.outcomes[limit.OutcomeDegraded] != 0 {
-			t.Fatalf("events %v, responses %v: want one event per response with the same outcome", rec.outcomes, responses)
+		outcomes := map[limit.Outcome]int{}
+		for _, e := range rec.Decisions() {
+			outcomes[e.Outcome]++
+		}
+		if outcomes[limit.OutcomeAllowed] != responses[limit.OutcomeAllowed] ||
+			outcomes[limit.OutcomeLimited] != responses[limit.OutcomeLimited] || outcomes[limit.OutcomeDegraded] != 0 {
+			t.Fatalf("events %v, responses %v: want one event per response with the same outcome", outcomes, responses)
 		}
 	}
 }
@@ -286,6 +288,9 @@ func check(t *testing.T, where string, want Want, got response) {
 	}
 	if want.Body != "" && got.body != want.Body {
 		t.Errorf("%s: body %q, want %q", where, got.body, want.Body)
+	}
+	if want.NoBody && got.body != "" {
+		t.Errorf("%s: body %q, want none", where, got.body)
 	}
 	ran := got.header.Get(HandlerHeader) == "ran"
 	switch want.Handler {

@@ -30,6 +30,12 @@ type Scenario struct {
 	// CountOnLimited wraps every policy's OnLimited hook (after any the
 	// policy has) with a counter that must equal the number of 429s.
 	CountOnLimited bool
+	// TypedKeyHeader, when set, gives every policy the adapter's typed key
+	// function (Harness.KeyFunc) reading this request header.
+	TypedKeyHeader string
+	// TypedCostQuery, when set, gives every policy the adapter's typed cost
+	// function (Harness.CostFunc) reading this query parameter.
+	TypedCostQuery string
 }
 
 // AppSpec lays out the routes and mounts by policy name.
@@ -79,6 +85,8 @@ type Want struct {
 	Header map[string]string
 	// Body, when not "", must match exactly.
 	Body string
+	// NoBody requires an empty body.
+	NoBody bool
 	// Handler is "ran", "not-run" or "" (unchecked).
 	Handler string
 	// Skipped marks a request the limiter skips: it must produce no
@@ -100,9 +108,10 @@ type Concurrent struct {
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const (
-	problem429 = `{"type":"about:blank","title":"Too Many Requests","status":429}`
-	ok         = 200
-	limited    = 429
+	problem429  = `{"type":"about:blank","title":"Too Many Requests","status":429}`
+	problemJSON = "application/problem+json"
+	ok          = 200
+	limited     = 429
 )
 
 func get(client, path string, want int) Step {
@@ -337,13 +346,46 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			Name: "10d-disclosure-none-bare-limited-response",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: 10 * time.Second,
+				AlignWindows: true, Disclosure: limit.DiscloseNone}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a", Body: "a"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Body: "a", Handler: "ran"}},
+				// a bare status: no body, and so no Content-Type either
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, NoBody: true, Handler: "not-run", Header: map[string]string{
+					"Content-Type": "-", "Cache-Control": "no-store", "Retry-After": "-", "RateLimit": "-"}}},
+			},
+		},
+		{
+			Name: "10e-disclosure-always-every-style",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 2, Window: 10 * time.Second,
+				AlignWindows: true, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a", Status: 202, Body: "accepted"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 202, Body: "accepted", Handler: "ran", Header: map[string]string{
+					"RateLimit-Policy": `"2p10f";q=2;w=10`, "RateLimit": `"2p10f";r=1;t=10`,
+					"RateLimit-Limit": "2", "RateLimit-Remaining": "1", "RateLimit-Reset": "10",
+					"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "1", "X-RateLimit-Reset": strconv.FormatInt(epoch.Unix()+10, 10),
+					"Retry-After": "-", "Cache-Control": "-"}}},
+				after(3*time.Second, Step{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 202, Header: map[string]string{
+					"RateLimit": `"2p10f";r=0;t=7`, "RateLimit-Remaining": "0", "RateLimit-Reset": "7",
+					"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": strconv.FormatInt(epoch.Unix()+10, 10)}}}),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Body: problem429, Handler: "not-run", Header: map[string]string{
+					"RateLimit-Policy": `"2p10f";q=2;w=10`, "RateLimit": `"2p10f";r=0;t=7`,
+					"RateLimit-Limit": "2", "RateLimit-Remaining": "0", "RateLimit-Reset": "7",
+					"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": strconv.FormatInt(epoch.Unix()+10, 10),
+					"Retry-After": "7", "Content-Type": problemJSON, "Cache-Control": "no-store"}}},
+			},
+		},
+		{
 			Name:     "11-denial-body",
 			Policies: map[string]limit.Policy{"g": fixed(1, time.Minute)},
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				get("127.0.0.2", "/a", ok),
 				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Body: problem429,
-					Header: map[string]string{"Content-Type": limit.ProblemJSON, "Cache-Control": "no-store", "Retry-After": "60"}}},
+					Header: map[string]string{"Content-Type": problemJSON, "Cache-Control": "no-store", "Retry-After": "60"}}},
 			},
 		},
 		{
@@ -459,14 +501,14 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			Name: "16b-panicking-hook-and-deny-response",
+			Name: "16b-panicking-hook-and-limited-response",
 			Policies: map[string]limit.Policy{
 				"p": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true,
-					OnLimited:    func(context.Context, limit.Request, limit.Decision) { panic("hook bug") },
-					DenyResponse: func(context.Context, limit.Request, limit.Decision) *limit.Denial { panic("builder bug") }},
+					OnLimited:       func(context.Context, limit.Request, limit.Decision) { panic("hook bug") },
+					LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse { panic("builder bug") }},
 				"c": {Name: "custom", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true,
-					DenyResponse: func(context.Context, limit.Request, limit.Decision) *limit.Denial {
-						return &limit.Denial{Header: http.Header{"X-Slow-Down": {"yes"}}, Body: []byte("slow down")}
+					LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
+						return &limit.LimitedResponse{Header: http.Header{"X-Slow-Down": {"yes"}}, Body: []byte("slow down")}
 					}},
 			},
 			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/p", Mounts: []string{"p"}}, {Method: "GET", Path: "/c", Mounts: []string{"c"}}}},
@@ -493,6 +535,52 @@ func Scenarios() []Scenario {
 				times(get("127.0.0.2", "/a", ok), 3),
 				times(get("127.0.0.2", "/a", limited), 4),
 				times(get("127.0.0.3", "/a", ok), 2),
+			},
+		},
+		{
+			// Two mounts on one request: the IETF list fields carry both
+			// policies in mount order; the single-value Triplet and Legacy
+			// fields carry the one closer to exhaustion; a limited response
+			// from the inner mount keeps the outer mount's members.
+			Name: "19-two-mounts-merge-header-fields",
+			Policies: map[string]limit.Policy{
+				"g": {Name: "global", Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute, AlignWindows: true,
+					Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy},
+				"login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 5, Window: 10 * time.Second, AlignWindows: true,
+					Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy},
+			},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit-Policy": `"global";q=100;w=60, "login";q=5;w=10`,
+					"RateLimit":        `"global";r=99;t=60, "login";r=4;t=10`,
+					"RateLimit-Limit":  "5", "RateLimit-Remaining": "4", "RateLimit-Reset": "10",
+					"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": "4", "X-RateLimit-Reset": strconv.FormatInt(epoch.Unix()+10, 10)}}},
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 4),
+				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run", Header: map[string]string{
+					"RateLimit-Policy": `"global";q=100;w=60, "login";q=5;w=10`,
+					"RateLimit":        `"global";r=94;t=60, "login";r=0;t=10`,
+					"RateLimit-Limit":  "5", "RateLimit-Remaining": "0", "RateLimit-Reset": "10",
+					"Retry-After": "10", "Cache-Control": "no-store", "Content-Type": problemJSON}}},
+			},
+		},
+		{
+			// The adapter's typed key and cost functions see the framework's
+			// own context.
+			Name:           "20-typed-key-and-cost-functions",
+			Policies:       map[string]limit.Policy{"g": fixed(3, time.Minute)},
+			TypedKeyHeader: "X-Api-Key",
+			TypedCostQuery: "cost",
+			App:            AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/search"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/search?cost=3", Header: [][2]string{{"X-Api-Key", "k1"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/search", Header: [][2]string{{"X-Api-Key", "k1"}}, Want: Want{Status: limited}},
+				// another key from the same peer has its own allowance
+				{Client: "127.0.0.2", Method: "GET", Path: "/search", Header: [][2]string{{"X-Api-Key", "k2"}}, Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/search?cost=3", Header: [][2]string{{"X-Api-Key", "k2"}}, Want: Want{Status: limited}},
+				// no key: the identity falls through to the client address
+				times(get("127.0.0.2", "/search", ok), 3),
+				get("127.0.0.2", "/search", limited),
 			},
 		},
 	}

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -13,32 +12,6 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
-
-// ErrInjected is the failure a Flaky store returns in "fail" mode.
-var ErrInjected = errors.New("conformance: injected store failure")
-
-// Flaky wraps a Store with a switch: "ok" passes calls through, "fail"
-// returns ErrInjected, "hang" blocks until the call's context ends (the
-// engine's store timeout) and returns its error. Safe for concurrent use.
-type Flaky struct {
-	Store limit.Store
-	mode  atomic.Value // string
-}
-
-// Set switches the mode: "ok", "fail" or "hang".
-func (f *Flaky) Set(mode string) { f.mode.Store(mode) }
-
-// Take implements limit.Store.
-func (f *Flaky) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
-	switch m, _ := f.mode.Load().(string); m {
-	case "fail":
-		return limit.Result{}, ErrInjected
-	case "hang":
-		<-ctx.Done()
-		return limit.Result{}, ctx.Err()
-	}
-	return f.Store.Take(ctx, op)
-}
 
 // RunStore runs the store-level scenarios against stores made by newStore:
 // random operation sequences of every algorithm compared field by field with

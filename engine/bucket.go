@@ -12,11 +12,11 @@ import (
 // back to Shared and reports IssueRouteUnknown.
 func (l *Limiter) bucket(r *Request) bucketRef {
 	if l.policy.Name != "" || l.policy.Scope != PerRoute {
-		return l.sharedRef
+		return l.shared
 	}
 	if r.Route == "" {
-		l.issue(l.shared, IssueRouteUnknown)
-		return l.sharedRef
+		l.cfg.rep.issue(l.shared.name, IssueRouteUnknown)
+		return l.shared
 	}
 	return l.routes.bucket(r.Route, l.res.signature)
 }

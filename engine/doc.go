@@ -2,12 +2,19 @@
 //
 // A [Limiter] takes an abstract view of one HTTP request ([Request]: matched
 // route template, method, path, socket peer, header access, the framework's
-// native context), derives whose allowance it draws on (the identity) and which
-// allowance (the bucket), asks a [Store] for one atomic decision, and returns a
-// [Response]: the [Decision] plus the headers to set and, when the request is
-// denied, the status and body to send. Router adapters (chilimit, echolimit,
-// ginlimit, fiberlimit, httplimit) only translate their framework's request into
-// a [Request] and copy the [Response] back; they hold no policy.
+// native context), derives which allowance it draws on (the bucket) and whose
+// (the identity), asks a [Store] for one atomic decision, and writes the
+// answer into the framework's response: the header fields to set (allowed
+// or not) and, when the request is limited, the status and body. It returns
+// the [Decision]; the adapter calls the next handler when it is Allowed.
+//
+// Router adapters (chilimit, echolimit, ginlimit, fiberlimit, httplimit) are
+// translation and nothing else: the request into a [Request], the response
+// as a [ResponseWriter] (net/http's is built in: [Limiter.CheckHTTP] and
+// [Limiter.HTTPHandler]), and continue or abort the framework's way. They
+// hold no policy and write nothing themselves, so every adapter sends the
+// same bytes. Typed key and cost functions over a framework's context come
+// from [KeyFuncOf] and [CostFuncOf].
 //
 // Three algorithms are built in: [SlidingWindow] (the default), [FixedWindow]
 // and [TokenBucket] (implemented as GCRA). Their arithmetic lives in this
@@ -26,15 +33,15 @@
 // What a client is told is decided here as well: [Disclosure] levels, the
 // [HeaderStyle] of the RateLimit fields (draft-ietf-httpapi-ratelimit-headers
 // -10, the earlier triplet, or X-RateLimit-*), Retry-After (RFC 9110), the
-// RFC 9457 problem body (Policy.ProblemType) or a Policy.DenyResponse of the
-// caller's. Adapters apply a [Response] with [Response.WriteHeadersTo] or
-// [Response.WriteDenial], which also merge the fields of several limiters on
-// one request, so every adapter sends the same bytes. Policy.Skip and
-// Policy.SkipPaths exempt requests; Policy.OnLimited and Policy.OnStoreError
-// observe denials and store failures. docs/response-contract.md in the
-// repository shows every level and style.
+// RFC 9457 problem body (Policy.ProblemType) or a Policy.LimitedResponse of
+// the caller's; the fields of several limiters on one request merge.
+// Policy.Skip and Policy.SkipPaths exempt requests; Policy.OnLimited and
+// Policy.OnStoreError observe limited requests and store failures.
+// docs/response-contract.md in the repository shows every level and style.
 //
 // Non-HTTP call sites use [Limiter.Consume] with an identity string.
 //
-// The package imports only the standard library.
+// The package imports only the standard library. Test doubles (a reference
+// store, failing and slow stores, a recording observer, a fake clock) are in
+// its limittest package.
 package limit

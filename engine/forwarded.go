@@ -6,7 +6,7 @@ import (
 )
 
 // Parsing of client-address header lists (X-Forwarded-For, RFC 7239
-// Forwarded) from the right.
+// Forwarded) from the right; each member's address is read by addr.go.
 //
 // Cost model: the members a configuration needs are the rightmost ones, which
 // the trusted infrastructure wrote; everything to their left may be attacker
@@ -14,7 +14,7 @@ import (
 // start of the first one and stops at the member it needs. Each member is
 // delimited inside a window of at most max+1 bytes, and the whole walk has a
 // byte budget of members*(max+2): the work is bounded by the configuration
-// (hops, or MaxTrustedHops for a WithTrustedProxies walk), never by the length
+// (hops, or 16 for a WithTrustedProxies walk), never by the length
 // of the header. Members are substrings of the header lines: nothing is copied
 // and nothing allocates.
 
@@ -25,8 +25,6 @@ const (
 	// maxForwardedElement bounds one RFC 7239 forwarded-element, which may
 	// also carry by=, proto= and host= (a host name of up to 253 bytes).
 	maxForwardedElement = 512
-	// maxAddrText bounds the text of one address with brackets, zone and port.
-	maxAddrText = 100
 	// maxBadDetail bounds the text of a malformed member quoted in a log line.
 	maxBadDetail = 64
 )
@@ -236,86 +234,6 @@ func parseForwardedNode(v string) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return parseAddrText(v, true)
-}
-
-// parseAddrText parses "ip", "ip:port", "[ipv6]", "[ipv6]:port", each IPv6
-// form with an optional zone. The zone is cut off as text (so that attacker
-// zones are never interned), the port is checked and dropped, IPv4-mapped IPv6
-// is unmapped. With obfPort, an RFC 7239 obfuscated port ("_abc") is accepted
-// as well as a numeric one. The unspecified addresses are rejected. It does
-// not allocate for valid input.
-func parseAddrText(s string, obfPort bool) (netip.Addr, bool) {
-	if s == "" || len(s) > maxAddrText {
-		return netip.Addr{}, false
-	}
-	host := s
-	if s[0] == '[' {
-		j := strings.IndexByte(s, ']')
-		if j < 0 {
-			return netip.Addr{}, false
-		}
-		host = s[1:j]
-		if rest := s[j+1:]; rest != "" && (rest[0] != ':' || !validPort(rest[1:], obfPort)) {
-			return netip.Addr{}, false
-		}
-		if strings.IndexByte(host, ':') < 0 {
-			return netip.Addr{}, false // brackets hold IPv6 only
-		}
-	} else if i := strings.IndexByte(s, ':'); i >= 0 && strings.IndexByte(s[i+1:], ':') < 0 {
-		// One colon: IPv4 with a port. Two or more: bare IPv6, no port.
-		host = s[:i]
-		if !validPort(s[i+1:], obfPort) {
-			return netip.Addr{}, false
-		}
-	}
-	if i := strings.IndexByte(host, '%'); i >= 0 {
-		if i == len(host)-1 || strings.IndexByte(host[:i], ':') < 0 {
-			return netip.Addr{}, false // an empty zone, or a zone on IPv4
-		}
-		host = host[:i]
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	a = a.Unmap()
-	if a.IsUnspecified() {
-		return netip.Addr{}, false
-	}
-	return a, true
-}
-
-// validPort reports whether p is a decimal port 0..65535 (leading zeros
-// allowed, as net/netip does) or, with obf, an RFC 7239 obfport: "_" followed
-// by ALPHA / DIGIT / "." / "_" / "-".
-func validPort(p string, obf bool) bool {
-	if p == "" {
-		return false
-	}
-	if obf && p[0] == '_' {
-		for i := 1; i < len(p); i++ {
-			c := p[i]
-			if !(isAlnum(c) || c == '.' || c == '_' || c == '-') {
-				return false
-			}
-		}
-		return len(p) > 1
-	}
-	n := 0
-	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c < '0' || c > '9' {
-			return false
-		}
-		if n = n*10 + int(c-'0'); n > 65535 {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.

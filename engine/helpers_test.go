@@ -1,73 +1,218 @@
-package limit
+package limit_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 var errBackend = errors.New("backend unreachable")
 
 // errStore fails every call, as an unreachable backend does.
-var errStore = failingStore{errBackend}
+var errStore = limittest.FailingStore{Err: errBackend}
+
+// panickingStore panics in every call, as a store with a bug does.
+var panickingStore = limittest.FailingStore{Panic: true}
 
 // hangStore blocks until its context ends, as a backend that stopped
-// answering does; it honours the deadline, as the Store contract requires.
-type hangStore struct{}
+// answering does.
+var hangStore = limittest.SlowStore{}
 
-func (hangStore) Take(ctx context.Context, _ *Op) (Result, error) {
-	<-ctx.Done()
-	return Result{}, ctx.Err()
+// The default bodies of a 429 and of FailClosed's 503 (RFC 9457).
+const (
+	body429Default = `{"type":"about:blank","title":"Too Many Requests","status":429}`
+	body503        = `{"type":"about:blank","title":"Service Unavailable","status":503}`
+)
+
+// epochMS is the tests' fixed instant: 2026-01-01T00:00:10.500Z.
+var epochMS = time.Date(2026, 1, 1, 0, 0, 10, 500_000_000, time.UTC).UnixMilli()
+
+// clockStore is a reference store with the fake clock it decides at.
+type clockStore struct {
+	*limittest.Store
+	clock *limittest.Clock
 }
 
-// tally is an Observer that counts events by kind (observer_test.go has the
-// recorder that keeps them in order).
-type tally struct {
-	mu        sync.Mutex
-	decisions []DecisionEvent
-	issues    map[Issue]int
-	storeErrs int
+// storeAt returns an empty reference store whose clock reads ms (Unix ms).
+func storeAt(ms int64) *clockStore {
+	c := limittest.NewClock(time.UnixMilli(ms))
+	return &clockStore{limittest.NewStore(c.Now), c}
 }
 
-func (r *tally) Decision(e DecisionEvent) {
-	r.mu.Lock()
-	r.decisions = append(r.decisions, e)
-	r.mu.Unlock()
+// advance moves the store's clock by ms milliseconds.
+func (s *clockStore) advance(ms int64) { s.clock.Advance(time.Duration(ms) * time.Millisecond) }
+
+// set sets the store's clock to ms (Unix ms).
+func (s *clockStore) set(ms int64) { s.clock.Set(time.UnixMilli(ms)) }
+
+// response is what Check wrote for one request, with its Decision.
+type response struct {
+	Decision limit.Decision
+	Status   int // the status of a limited response; 0 when the request proceeds
+	Body     []byte
+	Header   http.Header
 }
 
-func (r *tally) ClientAddressIssue(_ string, i Issue) {
-	r.mu.Lock()
-	if r.issues == nil {
-		r.issues = map[Issue]int{}
+// Denied reports whether the engine wrote a limited response.
+func (r response) Denied() bool { return r.Status != 0 }
+
+// field is one header line.
+type field struct{ Name, Value string }
+
+// Fields returns the header lines written, sorted by name.
+func (r response) Fields() []field {
+	var fs []field
+	for name, vs := range r.Header {
+		for _, v := range vs {
+			fs = append(fs, field{name, v})
+		}
 	}
-	r.issues[i]++
-	r.mu.Unlock()
+	slices.SortStableFunc(fs, func(a, b field) int { return strings.Compare(a.Name, b.Name) })
+	return fs
 }
 
-func (r *tally) StoreError(string, FailureMode) {
-	r.mu.Lock()
-	r.storeErrs++
-	r.mu.Unlock()
+// check decides r with l through the generic seam (Limiter.Check) into a
+// recording ResponseWriter.
+func check(l *limit.Limiter, ctx context.Context, r limit.Request) response {
+	w := limittest.NewWriter()
+	d := l.Check(ctx, r, w)
+	return response{Decision: d, Status: w.Status, Body: w.Body, Header: w.Header}
 }
 
-func (r *tally) StoreDuration(string, string, time.Duration) {}
-
-func (r *tally) issue(i Issue) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.issues[i]
+// checkHTTP decides r with l through the engine's net/http path
+// (CheckHTTP) and returns what it wrote.
+func checkHTTP(l *limit.Limiter, r limit.Request) *httptest.ResponseRecorder {
+	hr := httptest.NewRequest(cmp.Or(r.Method, http.MethodGet), "/", nil)
+	hr.URL.Path = cmp.Or(r.Path, "/")
+	hr.RemoteAddr = r.Peer
+	if h, ok := r.Header.(http.Header); ok {
+		hr.Header = h
+	}
+	w := httptest.NewRecorder()
+	l.CheckHTTP(w, hr, r.Route, nil)
+	return w
 }
 
-func (r *tally) events() []DecisionEvent {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]DecisionEvent(nil), r.decisions...)
+// stack decides r with each limiter in turn into one response, as stacked
+// mounts (a global and a per-route one) on one request do, and returns the
+// header fields written and the Decisions.
+func stack(r limit.Request, ls ...*limit.Limiter) (http.Header, []limit.Decision) {
+	w := limittest.NewWriter()
+	var ds []limit.Decision
+	for _, l := range ls {
+		ds = append(ds, l.Check(context.Background(), r, w))
+	}
+	return w.Header, ds
+}
+
+// req is a request from one socket peer.
+func req(peer, path string) limit.Request {
+	return limit.Request{Method: http.MethodGet, Path: path, Route: path, Peer: peer}
+}
+
+func mustNew(t testing.TB, s limit.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
+	t.Helper()
+	l, err := limit.New(s, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// headerOf builds an http.Header from "Name: value" lines, in order; each
+// element is one header line.
+func headerOf(lines ...string) http.Header {
+	if len(lines) == 0 {
+		return nil
+	}
+	h := http.Header{}
+	for _, l := range lines {
+		name, value, ok := strings.Cut(l, ": ")
+		if !ok {
+			name, value, _ = strings.Cut(l, ":")
+		}
+		h.Add(name, value)
+	}
+	return h
+}
+
+// issuesOf returns the issues a Recorder saw, in order.
+func issuesOf(rec *limittest.Recorder) []limit.Issue {
+	var out []limit.Issue
+	for _, e := range rec.Events() {
+		if rest, ok := strings.CutPrefix(e, "issue "); ok {
+			out = append(out, limit.Issue(rest[strings.LastIndexByte(rest, '|')+1:]))
+		}
+	}
+	return out
+}
+
+// keySources returns the key sources of a Recorder's decisions, in order.
+func keySources(rec *limittest.Recorder) []limit.KeySource {
+	var out []limit.KeySource
+	for _, d := range rec.Decisions() {
+		out = append(out, d.KeySource)
+	}
+	return out
+}
+
+// deriveIdentity runs the identity derivation of a Limiter built with opts
+// and policy p for one request and returns the key source, the identity's
+// key form ("r:..." or "h:...") and the issues reported.
+func deriveIdentity(t testing.TB, p limit.Policy, opts []limit.Option, peer string, h http.Header) (limit.KeySource, string, []limit.Issue) {
+	t.Helper()
+	rec := &limittest.Recorder{}
+	l := mustNew(t, limittest.NewStore(nil), p, append(append([]limit.Option(nil), opts...), limit.WithObserver(rec))...)
+	var hdr limit.Header
+	if h != nil {
+		hdr = h
+	}
+	src, id := limit.Identify(l, limit.Request{Peer: peer, Header: hdr})
+	return src, id, issuesOf(rec)
+}
+
+// assertNoAllocs fails t unless f, run many times, allocates nothing beyond
+// the refills of l's scratch pool: sync.Pool drops items at random under
+// -race and a GC may empty it, and each refill allocates
+// limit.ScratchObjects objects, so the guard counts exactly (process-wide
+// mallocs, minus the refills it observed) and holds with or without -race.
+// Without -race it also asks testing.AllocsPerRun for exactly 0.
+func assertNoAllocs(t *testing.T, l *limit.Limiter, f func()) {
+	t.Helper()
+	refills := limit.CountScratchRefills(l)
+	f() // warm: the store entry, the route cache, the pool
+	if !limittest.RaceEnabled {
+		if a := testing.AllocsPerRun(1000, f); a != 0 {
+			t.Fatalf("%v allocations per call, want 0", a)
+		}
+	}
+	// Allocations beyond the pool refills must stay far below one per call
+	// (the process allocates a little in the background: timers, the testing
+	// framework; an allocation per call would count 2000 here).
+	const runs = 2000
+	var before, after runtime.MemStats
+	refills.Store(0)
+	runtime.ReadMemStats(&before)
+	for range runs {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	if extra := int64(after.Mallocs-before.Mallocs) - limit.ScratchObjects*refills.Load(); extra*100 >= runs {
+		t.Fatalf("%d allocations in %d calls beyond %d scratch refills: the path allocates", extra, runs, refills.Load())
+	}
 }
 
 // logBuffer is a concurrency-safe log sink.
@@ -95,41 +240,3 @@ func (l *logBuffer) String() string {
 }
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
-
-// epochMS is the tests' fixed instant: 2026-01-01T00:00:10.500Z.
-var epochMS = time.Date(2026, 1, 1, 0, 0, 10, 500_000_000, time.UTC).UnixMilli()
-
-// req is a request from one socket peer.
-func req(peer, path string) Request {
-	return Request{Method: http.MethodGet, Path: path, Route: path, Peer: peer}
-}
-
-func mustNew(t testing.TB, s Store, p Policy, opts ...Option) *Limiter {
-	t.Helper()
-	l, err := New(s, p, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// headerOf applies resp's header fields to a fresh http.Header.
-func responseHeader(resp Response) http.Header {
-	h := http.Header{}
-	resp.WriteHeaders(h)
-	return h
-}
-
-// reset forgets every key of a mapStore (limiter_test.go).
-func (s *mapStore) reset() {
-	s.mu.Lock()
-	clear(s.m)
-	s.mu.Unlock()
-}
-
-// calls returns how many times Take was called.
-func (s *mapStore) calls() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.takes
-}

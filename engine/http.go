@@ -2,24 +2,30 @@ package limit
 
 import "net/http"
 
-// HTTPRequest returns the Request view of r for adapters built on net/http
-// (chi, net/http's ServeMux, echo, gin): Method, Path (r.URL.RawPath when the
-// client escaped the path, else r.URL.Path: the form chi and echo route on, so
-// that SkipPaths never exempts "/%68ealth" while the router serves it with
-// another, limited handler; a router that routes on the decoded path then
-// simply does not skip such a request), Peer
-// (r.RemoteAddr, the socket peer: never a forwarding header), Header
-// (r.Header) and Native r, plus the matched route template route ("" when
-// unknown). Adapters whose native context is not r (echo.Context,
-// *gin.Context) replace Native. It does not allocate and keeps no reference
-// to r beyond the returned value.
-func HTTPRequest(r *http.Request, route string) Request {
-	req := Request{
-		Route:  route,
-		Method: r.Method,
-		Peer:   r.RemoteAddr,
-		Header: r.Header,
-		Native: r,
+// This file is the engine's net/http side: the Request view of an
+// *http.Request and the ResponseWriter implementation for an
+// http.ResponseWriter, which the adapters built on net/http (chi, net/http's
+// ServeMux, echo, gin) use instead of writing their own.
+
+// CheckHTTP is Check for frameworks built on net/http: it decides r, writes
+// the engine's header fields into w (none at the default disclosure on an
+// allowed request; several mounts on one request merge), and when the
+// request is limited writes the whole response (status, Content-Length and
+// body). The adapter calls its next handler when the Decision is Allowed and
+// stops its chain otherwise.
+//
+// route is the matched route template ("" when unknown); native is the
+// framework's own context for typed key and cost functions (nil: r itself).
+// The Request view has Path r.URL.RawPath when the client escaped the path,
+// else r.URL.Path (the form chi and echo route on, so that SkipPaths never
+// exempts "/%68ealth" while the router serves it with another, limited
+// handler), Peer r.RemoteAddr (the socket peer: never a forwarding header)
+// and Header r.Header. It is safe for concurrent use and allocates nothing
+// on an allowed request at the default disclosure.
+func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, route string, native any) Decision {
+	req := Request{Route: route, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: native}
+	if native == nil {
+		req.Native = r
 	}
 	if r.URL != nil {
 		req.Path = r.URL.RawPath
@@ -27,24 +33,27 @@ func HTTPRequest(r *http.Request, route string) Request {
 			req.Path = r.URL.Path
 		}
 	}
-	return req
+	var resp response
+	l.check(r.Context(), &req, &resp)
+	resp.writeHTTP(w)
+	return resp.Decision
 }
 
 // HTTPHandler returns an http.Handler that decides every request with l
-// before next, for adapters whose middleware has the standard
-// func(http.Handler) http.Handler shape (chi, net/http's ServeMux). An
-// allowed request reaches next with the engine's header fields applied
-// (Response.WriteHeaders: none at the default disclosure; several mounts on
-// one request merge) and its status and body left to next; a denied request
-// gets the engine's denial (Response.WriteDenial) and next is not called; a
-// request the policy skips reaches next untouched.
+// (CheckHTTP) before next, for adapters whose middleware has the standard
+// func(http.Handler) http.Handler shape (chi, net/http's ServeMux): an
+// allowed request reaches next with the engine's header fields applied and
+// its status and body left to next; a limited request gets the engine's
+// response and next is not called; a request the policy skips reaches next
+// untouched.
 //
 // route returns the matched route template of a request ("" when unknown);
-// it is called only when l.NeedsRoute(), and a nil route means the route is
-// never known. The handler is safe for concurrent use and adds no allocation
-// of its own.
+// the handler calls it only when something reads the route (a PerRoute
+// bucket, the handler label of an Observer, a policy function that receives
+// the Request), and a nil route means the route is never known. The handler
+// is safe for concurrent use and adds no allocation of its own.
 func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) string) http.Handler {
-	if !l.NeedsRoute() {
+	if !l.needsRoute {
 		route = nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -52,12 +61,8 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) strin
 		if route != nil {
 			tmpl = route(r)
 		}
-		resp := l.Check(r.Context(), HTTPRequest(r, tmpl))
-		if resp.Denied() {
-			resp.WriteDenial(w)
-			return
+		if l.CheckHTTP(w, r, tmpl, nil).Allowed {
+			next.ServeHTTP(w, r)
 		}
-		resp.WriteHeaders(w.Header())
-		next.ServeHTTP(w, r)
 	})
 }

@@ -1,52 +1,65 @@
-package limit
+package limit_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-func TestHTTPRequestView(t *testing.T) {
-	r := httptest.NewRequest("HEAD", "http://example.com/v1/notes/7?x=1", nil)
+// CheckHTTP builds the Request view from the *http.Request: the method, the
+// escaped path (the form routers route on), the socket peer, every header
+// line, the route given and the native context.
+func TestCheckHTTPRequestView(t *testing.T) {
+	var got limit.Request
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{KeyFunc: func(r limit.Request) (string, error) { got = r; return "", nil }})
+	r := httptest.NewRequest("HEAD", "http://example.com/v1/notes/%37?x=1", nil)
 	r.RemoteAddr = "[2001:db8::1%eth0]:4711"
 	r.Header.Add("X-Forwarded-For", "192.0.2.1")
 	r.Header.Add("X-Forwarded-For", "192.0.2.2")
-	req := HTTPRequest(r, "/v1/notes/{id}")
-	if req.Route != "/v1/notes/{id}" || req.Method != "HEAD" || req.Path != "/v1/notes/7" || req.Peer != r.RemoteAddr {
-		t.Fatalf("view %+v", req)
+	l.CheckHTTP(httptest.NewRecorder(), r, "/v1/notes/{id}", nil)
+	if got.Route != "/v1/notes/{id}" || got.Method != "HEAD" || got.Path != "/v1/notes/%37" || got.Peer != r.RemoteAddr {
+		t.Fatalf("view %+v", got)
 	}
-	if req.Native != r {
-		t.Fatalf("Native is %T, want the *http.Request", req.Native)
+	if got.Native != r {
+		t.Fatalf("Native is %T, want the *http.Request", got.Native)
 	}
-	if got := req.Header.Values("x-forwarded-for"); len(got) != 2 || got[1] != "192.0.2.2" {
-		t.Fatalf("Header.Values = %q, want both lines", got)
+	if v := got.Header.Values("x-forwarded-for"); len(v) != 2 || v[1] != "192.0.2.2" {
+		t.Fatalf("Header.Values = %q, want both lines", v)
 	}
-	if n := testing.AllocsPerRun(100, func() { req = HTTPRequest(r, "") }); n != 0 {
-		t.Fatalf("HTTPRequest allocates %v times", n)
+	native := struct{ name string }{"a framework's context"}
+	l.CheckHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/plain", nil), "", native)
+	if got.Native != native || got.Path != "/plain" {
+		t.Fatalf("native %v path %q", got.Native, got.Path)
 	}
 }
 
+// HTTPHandler calls next for allowed requests and writes the limited
+// response otherwise; it asks for the route only when something reads it.
 func TestHTTPHandler(t *testing.T) {
 	tests := []struct {
 		name      string
-		policy    Policy
+		policy    limit.Policy
 		observer  bool
 		wantCalls int // route lookups over the 3 requests
 	}{
-		{"shared_skips_route_lookup", Policy{Limit: 2}, false, 0},
-		{"per_route_reads_route", Policy{Limit: 2, Scope: PerRoute}, false, 3},
-		{"observer_reads_route", Policy{Limit: 2}, true, 3},
+		{"shared_skips_route_lookup", limit.Policy{Limit: 2}, false, 0},
+		{"per_route_reads_route", limit.Policy{Limit: 2, Scope: limit.PerRoute}, false, 3},
+		{"observer_reads_route", limit.Policy{Limit: 2}, true, 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var opts []Option
-			rec := &bucketRecorder{}
+			var opts []limit.Option
+			rec := &limittest.Recorder{}
 			if tc.observer {
-				opts = append(opts, WithObserver(rec))
+				opts = append(opts, limit.WithObserver(rec))
 			}
-			l := MustNew(newMapStore(1_000_000), tc.policy, opts...)
+			l := limit.MustNew(storeAt(1_000_000), tc.policy, opts...)
 			calls, hits := 0, 0
 			h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits++
@@ -66,22 +79,62 @@ func TestHTTPHandler(t *testing.T) {
 			if last.Code != http.StatusTooManyRequests || hits != 2 {
 				t.Fatalf("third request: %d with %d handler runs, want 429 and 2", last.Code, hits)
 			}
-			if got := last.Body.String(); got != string(body429Default) || last.Header().Get("Content-Type") != ProblemJSON {
-				t.Fatalf("denial %q %v", got, last.Header())
+			if got := last.Body.String(); got != body429Default || last.Header().Get("Content-Type") != "application/problem+json" {
+				t.Fatalf("limited response %q %v", got, last.Header())
 			}
 			if calls != tc.wantCalls {
 				t.Fatalf("route looked up %d times, want %d", calls, tc.wantCalls)
 			}
-			if tc.observer && rec.handler != "/a/:id" {
-				t.Fatalf("observer handler label %q, want the router's spelling", rec.handler)
+			if tc.observer && rec.Last().Handler != "/a/:id" {
+				t.Fatalf("observer handler label %q, want the router's spelling", rec.Last().Handler)
 			}
 		})
 	}
 }
 
-type bucketRecorder struct{ handler string }
+// HTTPHandler asks for the route only when something reads it: a PerRoute
+// bucket without a Name, an Observer (the handler label), or any policy
+// function that receives the Request.
+func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    limit.Policy
+		opts []limit.Option
+		want bool
+	}{
+		{"default", limit.Policy{}, nil, false},
+		{"skip_paths_only", limit.Policy{SkipPaths: []string{"/h"}}, nil, false},
+		{"per_route", limit.Policy{Scope: limit.PerRoute}, nil, true},
+		{"per_route_named", limit.Policy{Scope: limit.PerRoute, Name: "n"}, nil, false},
+		{"skip", limit.Policy{Skip: func(limit.Request) bool { return false }}, nil, true},
+		{"on_limited", limit.Policy{OnLimited: func(context.Context, limit.Request, limit.Decision) {}}, nil, true},
+		{"on_store_error", limit.Policy{OnStoreError: func(context.Context, limit.Request, error) {}}, nil, true},
+		{"limited_response", limit.Policy{LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse { return nil }}, nil, true},
+		{"key_func", limit.Policy{KeyFunc: func(limit.Request) (string, error) { return "", nil }}, nil, true},
+		{"cost_func", limit.Policy{CostFunc: func(limit.Request) int64 { return 0 }}, nil, true},
+		{"observer", limit.Policy{}, []limit.Option{limit.WithObserver(&limittest.Recorder{})}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			asked := false
+			h := mustNew(t, limittest.NewStore(nil), tc.p, tc.opts...).HTTPHandler(http.NotFoundHandler(), func(*http.Request) string { asked = true; return "/x" })
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
+			if asked != tc.want {
+				t.Fatalf("route asked: %v, want %v", asked, tc.want)
+			}
+		})
+	}
+}
 
-func (r *bucketRecorder) Decision(e DecisionEvent)                    { r.handler = e.Handler }
-func (r *bucketRecorder) ClientAddressIssue(string, Issue)            {}
-func (r *bucketRecorder) StoreError(string, FailureMode)              {}
-func (r *bucketRecorder) StoreDuration(string, string, time.Duration) {}
+// A handler that runs no limiter at all adds nothing: with the default
+// disclosure an allowed request through CheckHTTP allocates nothing.
+func TestCheckHTTPAllowedDoesNotAllocate(t *testing.T) {
+	l := limit.MustNew(storeAt(epochMS), limit.Policy{Limit: 1 << 28, Window: time.Hour})
+	r := httptest.NewRequest("GET", "/v1/notes/1", nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := httptest.NewRecorder()
+	assertNoAllocs(t, l, func() {
+		if !l.CheckHTTP(w, r, "/v1/notes/{id}", nil).Allowed {
+			t.Fatal("limited")
+		}
+	})
+}

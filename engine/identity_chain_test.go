@@ -1,14 +1,18 @@
-package limit
+package limit_test
 
 import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 func hashed(s string) string {
@@ -21,131 +25,133 @@ func hashed(s string) string {
 // forms a client or a proxy can produce.
 func TestClientIdentityChain(t *testing.T) {
 	t.Parallel()
-	xff1 := []Option{WithTrustedHeader("X-Forwarded-For", 1)}
-	xff2 := []Option{WithTrustedHeader("X-Forwarded-For", 2)}
-	fwd1 := []Option{WithTrustedHeader("Forwarded", 1)}
-	fwd2 := []Option{WithTrustedHeader("Forwarded", 2)}
-	realIP := []Option{WithTrustedHeader("X-Real-IP", 1)}
-	cidr := []Option{WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fe80::/10"))}
-	keyFn := func(id string, err error) KeyFunc { return func(Request) (string, error) { return id, err } }
+	xff1 := []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1)}
+	xff2 := []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 2)}
+	fwd1 := []limit.Option{limit.WithTrustedHeader("Forwarded", 1)}
+	fwd2 := []limit.Option{limit.WithTrustedHeader("Forwarded", 2)}
+	realIP := []limit.Option{limit.WithTrustedHeader("X-Real-IP", 1)}
+	cidr := []limit.Option{limit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fe80::/10"))}
+	keyFn := func(id string, err error) limit.KeyFunc {
+		return func(limit.Request) (string, error) { return id, err }
+	}
 	long := strings.Repeat("u", 200)
 	var chain20 []string
 	for i := 20; i >= 1; i-- {
 		chain20 = append(chain20, "10.0.1."+strconv.Itoa(i))
 	}
-	miss := []Issue{IssueTrustedHeaderMissing}
-	unusable := []Issue{IssueTrustedHeaderUnusable}
-	noAddr := []Issue{IssueNoClientAddress}
+	miss := []limit.Issue{limit.IssueTrustedHeaderMissing}
+	unusable := []limit.Issue{limit.IssueTrustedHeaderUnusable}
+	noAddr := []limit.Issue{limit.IssueNoClientAddress}
 
 	cases := []struct {
 		name    string
-		opts    []Option
-		keyFunc KeyFunc
+		opts    []limit.Option
+		keyFunc limit.KeyFunc
 		peer    string
 		header  []string // "Name: value", one element per header line
-		src     KeySource
+		src     limit.KeySource
 		id      string
-		issues  []Issue
+		issues  []limit.Issue
 	}{
 		// Nothing trusted: no header is ever read.
-		{name: "no_trust_socket_ipv4", peer: "192.0.2.1:40001", src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "no_trust_spoofed_xff_ignored", peer: "192.0.2.1:40001", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "no_trust_spoofed_x_real_ip_ignored", peer: "192.0.2.1:40001", header: []string{"X-Real-IP: 203.0.113.9"}, src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "no_trust_spoofed_true_client_ip_ignored", peer: "192.0.2.1:40001", header: []string{"True-Client-IP: 203.0.113.9"}, src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "no_trust_spoofed_cf_connecting_ip_ignored", peer: "192.0.2.1:40001", header: []string{"CF-Connecting-IP: 203.0.113.9"}, src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "no_trust_spoofed_forwarded_ignored", peer: "192.0.2.1:40001", header: []string{`Forwarded: for="[2001:db8::1]:443"`}, src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "ipv4_mapped_peer_is_the_ipv4_identity", peer: "[::ffff:192.0.2.1]:40003", src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "bare_ipv4_peer", peer: "192.0.2.1", src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "ipv6_peer_grouped_by_64", peer: "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443", src: KeySourceSocket, id: "r:2001:db8:1:2::"},
-		{name: "ipv6_rotation_inside_64_shares_identity", peer: "[2001:db8:1:2::77]:5000", src: KeySourceSocket, id: "r:2001:db8:1:2::"},
-		{name: "ipv6_next_64_is_another_identity", peer: "[2001:db8:1:3::77]:5000", src: KeySourceSocket, id: "r:2001:db8:1:3::"},
-		{name: "ipv6_zone_stripped", peer: "[fe80::1%eth0]:8080", src: KeySourceSocket, id: "r:fe80::"},
-		{name: "ipv6_prefix_configurable_48", opts: []Option{WithAddressPrefixes(32, 48)}, peer: "[2001:db8:1:2::1]:1", src: KeySourceSocket, id: "r:2001:db8:1::"},
-		{name: "ipv4_prefix_configurable_24", opts: []Option{WithAddressPrefixes(24, 64)}, peer: "192.0.2.77:1", src: KeySourceSocket, id: "r:192.0.2.0"},
-		{name: "hash_keys_hashes_addresses", opts: []Option{WithHashKeys(true)}, peer: "192.0.2.1:1", src: KeySourceSocket, id: hashed("192.0.2.1")},
-		{name: "empty_peer_uses_fallback", peer: "", src: KeySourceFallback, id: "r:", issues: noAddr},
-		{name: "unix_socket_peer_uses_fallback", peer: "@", src: KeySourceFallback, id: "r:", issues: noAddr},
-		{name: "unspecified_peer_uses_fallback", peer: "0.0.0.0:80", src: KeySourceFallback, id: "r:", issues: noAddr},
-		{name: "host_name_peer_uses_fallback", peer: "localhost:80", src: KeySourceFallback, id: "r:", issues: noAddr},
+		{name: "no_trust_socket_ipv4", peer: "192.0.2.1:40001", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "no_trust_spoofed_xff_ignored", peer: "192.0.2.1:40001", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "no_trust_spoofed_x_real_ip_ignored", peer: "192.0.2.1:40001", header: []string{"X-Real-IP: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "no_trust_spoofed_true_client_ip_ignored", peer: "192.0.2.1:40001", header: []string{"True-Client-IP: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "no_trust_spoofed_cf_connecting_ip_ignored", peer: "192.0.2.1:40001", header: []string{"CF-Connecting-IP: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "no_trust_spoofed_forwarded_ignored", peer: "192.0.2.1:40001", header: []string{`Forwarded: for="[2001:db8::1]:443"`}, src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "ipv4_mapped_peer_is_the_ipv4_identity", peer: "[::ffff:192.0.2.1]:40003", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "bare_ipv4_peer", peer: "192.0.2.1", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "ipv6_peer_grouped_by_64", peer: "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443", src: limit.KeySourceSocket, id: "r:2001:db8:1:2::"},
+		{name: "ipv6_rotation_inside_64_shares_identity", peer: "[2001:db8:1:2::77]:5000", src: limit.KeySourceSocket, id: "r:2001:db8:1:2::"},
+		{name: "ipv6_next_64_is_another_identity", peer: "[2001:db8:1:3::77]:5000", src: limit.KeySourceSocket, id: "r:2001:db8:1:3::"},
+		{name: "ipv6_zone_stripped", peer: "[fe80::1%eth0]:8080", src: limit.KeySourceSocket, id: "r:fe80::"},
+		{name: "ipv6_prefix_configurable_48", opts: []limit.Option{limit.WithAddressPrefixes(32, 48)}, peer: "[2001:db8:1:2::1]:1", src: limit.KeySourceSocket, id: "r:2001:db8:1::"},
+		{name: "ipv4_prefix_configurable_24", opts: []limit.Option{limit.WithAddressPrefixes(24, 64)}, peer: "192.0.2.77:1", src: limit.KeySourceSocket, id: "r:192.0.2.0"},
+		{name: "hash_keys_hashes_addresses", opts: []limit.Option{limit.WithHashKeys(true)}, peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: hashed("192.0.2.1")},
+		{name: "empty_peer_uses_fallback", peer: "", src: limit.KeySourceFallback, id: "r:", issues: noAddr},
+		{name: "unix_socket_peer_uses_fallback", peer: "@", src: limit.KeySourceFallback, id: "r:", issues: noAddr},
+		{name: "unspecified_peer_uses_fallback", peer: "0.0.0.0:80", src: limit.KeySourceFallback, id: "r:", issues: noAddr},
+		{name: "host_name_peer_uses_fallback", peer: "localhost:80", src: limit.KeySourceFallback, id: "r:", issues: noAddr},
 
 		// KeyFunc first.
-		{name: "key_func_wins_over_trusted_header", opts: xff1, keyFunc: keyFn("user-42", nil), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceKeyFunc, id: "r:k=user-42"},
-		{name: "key_func_blank_falls_through", keyFunc: keyFn("  ", nil), peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "key_func_error_falls_through", keyFunc: keyFn("user-42", errors.New("no session")), peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "key_func_panic_falls_through", keyFunc: func(Request) (string, error) { panic("boom\n") }, peer: "192.0.2.1:1", src: KeySourceSocket, id: "r:192.0.2.1", issues: []Issue{IssueKeyFuncPanic}},
-		{name: "key_func_long_identity_hashed", keyFunc: keyFn(long, nil), peer: "192.0.2.1:1", src: KeySourceKeyFunc, id: hashed("k=" + long)},
-		{name: "key_func_error_falls_to_trusted_header", opts: xff1, keyFunc: keyFn("", errors.New("x")), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "key_func_wins_over_trusted_header", opts: xff1, keyFunc: keyFn("user-42", nil), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceKeyFunc, id: "r:k=user-42"},
+		{name: "key_func_blank_falls_through", keyFunc: keyFn("  ", nil), peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "key_func_error_falls_through", keyFunc: keyFn("user-42", errors.New("no session")), peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
+		{name: "key_func_panic_falls_through", keyFunc: func(limit.Request) (string, error) { panic("boom\n") }, peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1", issues: []limit.Issue{limit.IssueKeyFuncPanic}},
+		{name: "key_func_long_identity_hashed", keyFunc: keyFn(long, nil), peer: "192.0.2.1:1", src: limit.KeySourceKeyFunc, id: hashed("k=" + long)},
+		{name: "key_func_error_falls_to_trusted_header", opts: xff1, keyFunc: keyFn("", errors.New("x")), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
 
 		// WithTrustedHeader, X-Forwarded-For.
-		{name: "xff_hops1_single_entry", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_hops1_spoofed_left_part_ignored", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 1.1.1.1, 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_hops2_longer_chain", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9, 198.51.100.7"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_hops2_exact_chain", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, 198.51.100.7"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_hops2_shorter_chain_discarded", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 198.51.100.7"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
-		{name: "xff_absent_keys_on_peer", opts: xff1, peer: "10.0.0.2:1", src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
-		{name: "xff_empty_value_is_missing", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: , ,"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
-		{name: "xff_lines_form_one_list", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9", "X-Forwarded-For: 198.51.100.7"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_hops1_reads_last_line", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6", "X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_empty_last_line_skipped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: "}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_ipv4_with_port", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9:5678"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_bracketed_ipv6_with_port", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9 ,  [2001:db8::1]:443 "}, src: KeySourceHeader, id: "r:2001:db8::"},
-		{name: "xff_spaces_tabs_and_ports_hops2", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: \t203.0.113.9:5678\t,  [2001:db8::1]:443 "}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_ipv4_mapped_entry_unmapped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: ::ffff:203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_zone_in_entry_stripped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: fe80::1%eth0"}, src: KeySourceHeader, id: "r:fe80::"},
-		{name: "xff_zone_on_ipv4_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9%eth0"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_malformed_at_hop_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, not-an-ip"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_unknown_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: unknown"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_unspecified_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 0.0.0.0"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_port_out_of_range_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9:65536"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_overlong_member_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9" + strings.Repeat(" ", 200)}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "xff_malformed_left_of_hop_not_read", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: \x00garbage\"" + strings.Repeat("x", 500) + ", 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_name_case_insensitive", opts: []Option{WithTrustedHeader("x-forwarded-for", 1)}, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_header_wins_with_empty_peer", opts: xff1, peer: "", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_absent_and_empty_peer_fallback", opts: xff1, peer: "", src: KeySourceFallback, id: "r:", issues: []Issue{IssueTrustedHeaderMissing, IssueNoClientAddress}},
-		{name: "xff_ipv6_client_grouped_by_64", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 2001:db8:1:2:3:4:5:6"}, src: KeySourceHeader, id: "r:2001:db8:1:2::"},
+		{name: "xff_hops1_single_entry", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_hops1_spoofed_left_part_ignored", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 1.1.1.1, 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_hops2_longer_chain", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9, 198.51.100.7"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_hops2_exact_chain", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, 198.51.100.7"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_hops2_shorter_chain_discarded", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 198.51.100.7"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "xff_absent_keys_on_peer", opts: xff1, peer: "10.0.0.2:1", src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "xff_empty_value_is_missing", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: , ,"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "xff_lines_form_one_list", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9", "X-Forwarded-For: 198.51.100.7"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_hops1_reads_last_line", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6", "X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_empty_last_line_skipped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: "}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_ipv4_with_port", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9:5678"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_bracketed_ipv6_with_port", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9 ,  [2001:db8::1]:443 "}, src: limit.KeySourceHeader, id: "r:2001:db8::"},
+		{name: "xff_spaces_tabs_and_ports_hops2", opts: xff2, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: \t203.0.113.9:5678\t,  [2001:db8::1]:443 "}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_ipv4_mapped_entry_unmapped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: ::ffff:203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_zone_in_entry_stripped", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: fe80::1%eth0"}, src: limit.KeySourceHeader, id: "r:fe80::"},
+		{name: "xff_zone_on_ipv4_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9%eth0"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_malformed_at_hop_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, not-an-ip"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_unknown_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: unknown"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_unspecified_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 0.0.0.0"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_port_out_of_range_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9:65536"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_overlong_member_unusable", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9" + strings.Repeat(" ", 200)}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "xff_malformed_left_of_hop_not_read", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: \x00garbage\"" + strings.Repeat("x", 500) + ", 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_name_case_insensitive", opts: []limit.Option{limit.WithTrustedHeader("x-forwarded-for", 1)}, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_header_wins_with_empty_peer", opts: xff1, peer: "", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "xff_absent_and_empty_peer_fallback", opts: xff1, peer: "", src: limit.KeySourceFallback, id: "r:", issues: []limit.Issue{limit.IssueTrustedHeaderMissing, limit.IssueNoClientAddress}},
+		{name: "xff_ipv6_client_grouped_by_64", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 2001:db8:1:2:3:4:5:6"}, src: limit.KeySourceHeader, id: "r:2001:db8:1:2::"},
 
 		// WithTrustedHeader, RFC 7239 Forwarded.
-		{name: "forwarded_quoted_ipv6_with_port", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="[2001:db8:cafe::17]:4711"`}, src: KeySourceHeader, id: "r:2001:db8:cafe::"},
-		{name: "forwarded_hops2_mixed_parameters", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6, for=203.0.113.9;proto=https, by=10.0.0.1;for=198.51.100.7"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_parameter_name_case_insensitive", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: For=203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_quoted_ipv4_with_port", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9:47011"`}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_ipv4_mapped_unmapped", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="[::ffff:203.0.113.9]:80"`}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_obfuscated_port_accepted", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9:_p1"`}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_unknown_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=unknown"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "forwarded_obfuscated_identifier_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=_hidden"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "forwarded_element_without_for_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: proto=https;by=203.0.113.9"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "forwarded_duplicate_for_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=1.1.1.1;for=203.0.113.9"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "forwarded_unterminated_quote_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9`}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "forwarded_quoted_comma_is_not_a_separator", opts: fwd2, peer: "10.0.0.2:1", header: []string{`Forwarded: for=203.0.113.9;host="a,b", for=198.51.100.7`}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_escaped_quote_inside_quoted_string", opts: fwd2, peer: "10.0.0.2:1", header: []string{`Forwarded: for=203.0.113.9;host="a\",b", for=198.51.100.7`}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_lines_form_one_list", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6, for=203.0.113.9", "Forwarded: for=198.51.100.7"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "forwarded_shorter_chain_discarded", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=198.51.100.7"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
-		{name: "forwarded_unquoted_ipv6_accepted", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=2001:db8::1"}, src: KeySourceHeader, id: "r:2001:db8::"},
+		{name: "forwarded_quoted_ipv6_with_port", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="[2001:db8:cafe::17]:4711"`}, src: limit.KeySourceHeader, id: "r:2001:db8:cafe::"},
+		{name: "forwarded_hops2_mixed_parameters", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6, for=203.0.113.9;proto=https, by=10.0.0.1;for=198.51.100.7"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_parameter_name_case_insensitive", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: For=203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_quoted_ipv4_with_port", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9:47011"`}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_ipv4_mapped_unmapped", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="[::ffff:203.0.113.9]:80"`}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_obfuscated_port_accepted", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9:_p1"`}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_unknown_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=unknown"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "forwarded_obfuscated_identifier_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=_hidden"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "forwarded_element_without_for_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: proto=https;by=203.0.113.9"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "forwarded_duplicate_for_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=1.1.1.1;for=203.0.113.9"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "forwarded_unterminated_quote_unusable", opts: fwd1, peer: "10.0.0.2:1", header: []string{`Forwarded: for="203.0.113.9`}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "forwarded_quoted_comma_is_not_a_separator", opts: fwd2, peer: "10.0.0.2:1", header: []string{`Forwarded: for=203.0.113.9;host="a,b", for=198.51.100.7`}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_escaped_quote_inside_quoted_string", opts: fwd2, peer: "10.0.0.2:1", header: []string{`Forwarded: for=203.0.113.9;host="a\",b", for=198.51.100.7`}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_lines_form_one_list", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6, for=203.0.113.9", "Forwarded: for=198.51.100.7"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "forwarded_shorter_chain_discarded", opts: fwd2, peer: "10.0.0.2:1", header: []string{"Forwarded: for=198.51.100.7"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "forwarded_unquoted_ipv6_accepted", opts: fwd1, peer: "10.0.0.2:1", header: []string{"Forwarded: for=2001:db8::1"}, src: limit.KeySourceHeader, id: "r:2001:db8::"},
 
 		// WithTrustedHeader, single-value headers.
-		{name: "x_real_ip_trusted", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Real-IP: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cf_connecting_ip_trusted_ipv6", opts: []Option{WithTrustedHeader("CF-Connecting-IP", 1)}, peer: "10.0.0.2:1", header: []string{"CF-Connecting-IP: 2001:db8:9::5"}, src: KeySourceHeader, id: "r:2001:db8:9::"},
-		{name: "true_client_ip_two_lines_unusable", opts: []Option{WithTrustedHeader("True-Client-IP", 1)}, peer: "10.0.0.2:1", header: []string{"True-Client-IP: 6.6.6.6", "True-Client-IP: 203.0.113.9"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "x_real_ip_list_unusable", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Real-IP: 6.6.6.6, 203.0.113.9"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "x_real_ip_absent_missing", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "x_real_ip_trusted", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Real-IP: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cf_connecting_ip_trusted_ipv6", opts: []limit.Option{limit.WithTrustedHeader("CF-Connecting-IP", 1)}, peer: "10.0.0.2:1", header: []string{"CF-Connecting-IP: 2001:db8:9::5"}, src: limit.KeySourceHeader, id: "r:2001:db8:9::"},
+		{name: "true_client_ip_two_lines_unusable", opts: []limit.Option{limit.WithTrustedHeader("True-Client-IP", 1)}, peer: "10.0.0.2:1", header: []string{"True-Client-IP: 6.6.6.6", "True-Client-IP: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "x_real_ip_list_unusable", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Real-IP: 6.6.6.6, 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "x_real_ip_absent_missing", opts: realIP, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
 
 		// WithTrustedProxies: walk X-Forwarded-For only from a trusted peer.
-		{name: "cidr_untrusted_peer_header_ignored", opts: cidr, peer: "198.51.100.7:1", header: []string{"X-Forwarded-For: 6.6.6.6"}, src: KeySourceSocket, id: "r:198.51.100.7"},
-		{name: "cidr_trusted_peer_one_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_mixed_trusted_and_untrusted_hops", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.1.1.1, 192.168.1.1"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_entirely_trusted_chain_leftmost", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 10.9.9.9, 192.168.4.4"}, src: KeySourceHeader, id: "r:10.9.9.9"},
-		{name: "cidr_malformed_ends_at_nearest_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, garbage, 10.1.1.1"}, src: KeySourceHeader, id: "r:10.1.1.1", issues: unusable},
-		{name: "cidr_malformed_rightmost_ends_at_peer", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, garbage"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
-		{name: "cidr_unknown_ends_at_nearest_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: unknown, 192.168.1.1"}, src: KeySourceHeader, id: "r:192.168.1.1", issues: unusable},
-		{name: "cidr_absent_header_keys_on_peer", opts: cidr, peer: "10.0.0.2:1", src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
-		{name: "cidr_ipv4_mapped_peer_trusted", opts: cidr, peer: "[::ffff:10.0.0.2]:80", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_ipv4_mapped_hop_trusted", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, ::ffff:10.1.1.1"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_zoned_peer_trusted", opts: cidr, peer: "[fe80::1%eth0]:80", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_lines_form_one_list", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6", "X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: 10.1.1.1"}, src: KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "cidr_ipv6_client_grouped", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: [2001:db8:1:2::99]:443"}, src: KeySourceHeader, id: "r:2001:db8:1:2::"},
-		{name: "cidr_walk_longer_than_max_ends_at_last_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, " + strings.Join(chain20, ", ")}, src: KeySourceHeader, id: "r:" + chain20[len(chain20)-MaxTrustedHops], issues: unusable},
-		{name: "cidr_unknown_peer_fallback", opts: cidr, peer: "", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: KeySourceFallback, id: "r:", issues: noAddr},
-		{name: "cidr_forwarded_header_not_read", opts: cidr, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6"}, src: KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "cidr_untrusted_peer_header_ignored", opts: cidr, peer: "198.51.100.7:1", header: []string{"X-Forwarded-For: 6.6.6.6"}, src: limit.KeySourceSocket, id: "r:198.51.100.7"},
+		{name: "cidr_trusted_peer_one_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_mixed_trusted_and_untrusted_hops", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.1.1.1, 192.168.1.1"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_entirely_trusted_chain_leftmost", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 10.9.9.9, 192.168.4.4"}, src: limit.KeySourceHeader, id: "r:10.9.9.9"},
+		{name: "cidr_malformed_ends_at_nearest_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, garbage, 10.1.1.1"}, src: limit.KeySourceHeader, id: "r:10.1.1.1", issues: unusable},
+		{name: "cidr_malformed_rightmost_ends_at_peer", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, garbage"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: unusable},
+		{name: "cidr_unknown_ends_at_nearest_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: unknown, 192.168.1.1"}, src: limit.KeySourceHeader, id: "r:192.168.1.1", issues: unusable},
+		{name: "cidr_absent_header_keys_on_peer", opts: cidr, peer: "10.0.0.2:1", src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
+		{name: "cidr_ipv4_mapped_peer_trusted", opts: cidr, peer: "[::ffff:10.0.0.2]:80", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_ipv4_mapped_hop_trusted", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9, ::ffff:10.1.1.1"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_zoned_peer_trusted", opts: cidr, peer: "[fe80::1%eth0]:80", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_lines_form_one_list", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6", "X-Forwarded-For: 203.0.113.9", "X-Forwarded-For: 10.1.1.1"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
+		{name: "cidr_ipv6_client_grouped", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: [2001:db8:1:2::99]:443"}, src: limit.KeySourceHeader, id: "r:2001:db8:1:2::"},
+		{name: "cidr_walk_longer_than_max_ends_at_last_trusted_hop", opts: cidr, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 6.6.6.6, " + strings.Join(chain20, ", ")}, src: limit.KeySourceHeader, id: "r:" + chain20[len(chain20)-16], issues: unusable},
+		{name: "cidr_unknown_peer_fallback", opts: cidr, peer: "", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceFallback, id: "r:", issues: noAddr},
+		{name: "cidr_forwarded_header_not_read", opts: cidr, peer: "10.0.0.2:1", header: []string{"Forwarded: for=6.6.6.6"}, src: limit.KeySourceSocket, id: "r:10.0.0.2", issues: miss},
 	}
 	if len(cases) < 40 {
 		t.Fatalf("only %d cases", len(cases))
@@ -153,61 +159,12 @@ func TestClientIdentityChain(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			src, id, issues := deriveIdentity(t, Policy{KeyFunc: tc.keyFunc}, tc.opts, tc.peer, headerOf(tc.header...))
+			src, id, issues := deriveIdentity(t, limit.Policy{KeyFunc: tc.keyFunc}, tc.opts, tc.peer, headerOf(tc.header...))
 			if src != tc.src || id != tc.id {
 				t.Errorf("got %s %q, want %s %q", src, id, tc.src, tc.id)
 			}
 			if !slices.Equal(issues, tc.issues) {
 				t.Errorf("issues %v, want %v", issues, tc.issues)
-			}
-		})
-	}
-}
-
-// TestParseAddr covers the socket-peer parser on its own.
-func TestParseAddr(t *testing.T) {
-	t.Parallel()
-	cases := []struct {
-		name, in, want string // want "" means not ok
-	}{
-		{"ipv4", "192.0.2.1", "192.0.2.1"},
-		{"ipv4_port", "192.0.2.1:40001", "192.0.2.1"},
-		{"ipv6", "2001:db8::1", "2001:db8::1"},
-		{"ipv6_brackets", "[2001:db8::1]", "2001:db8::1"},
-		{"ipv6_brackets_port", "[2001:db8::1]:443", "2001:db8::1"},
-		{"ipv6_zone", "fe80::1%eth0", "fe80::1"},
-		{"ipv6_zone_brackets_port", "[fe80::1%25eth0]:80", "fe80::1"},
-		{"ipv4_mapped", "::ffff:192.0.2.1", "192.0.2.1"},
-		{"ipv4_mapped_brackets_port", "[::ffff:192.0.2.1]:40003", "192.0.2.1"},
-		{"port_leading_zeros", "192.0.2.1:0080", "192.0.2.1"},
-		{"empty", "", ""},
-		{"unspecified_v4", "0.0.0.0", ""},
-		{"unspecified_v6", "[::]:80", ""},
-		{"unspecified_mapped", "::ffff:0.0.0.0", ""},
-		{"empty_port", "192.0.2.1:", ""},
-		{"port_too_big", "192.0.2.1:65536", ""},
-		{"port_not_digits", "192.0.2.1:http", ""},
-		{"ipv4_in_brackets", "[192.0.2.1]:80", ""},
-		{"zone_on_ipv4", "192.0.2.1%eth0", ""},
-		{"empty_zone", "fe80::1%", ""},
-		{"unclosed_bracket", "[2001:db8::1:443", ""},
-		{"junk_after_bracket", "[2001:db8::1]x", ""},
-		{"host_name", "example.com", ""},
-		{"unknown", "unknown", ""},
-		{"spaces_not_trimmed", " 192.0.2.1", ""},
-		{"too_long", strings.Repeat("1", 101), ""},
-		{"ipv6_port_without_brackets_is_not_a_port", "2001:db8::1:443", "2001:db8::1:443"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			a, ok := ParseAddr(tc.in)
-			got := ""
-			if ok {
-				got = a.String()
-			}
-			if got != tc.want {
-				t.Errorf("ParseAddr(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
 			}
 		})
 	}
@@ -220,39 +177,39 @@ func TestTrustOptions(t *testing.T) {
 	pfx := netip.MustParsePrefix
 	cases := []struct {
 		name    string
-		opts    []Option
+		opts    []limit.Option
 		errWant string // "" means accepted
 	}{
-		{"xff_hops1", []Option{WithTrustedHeader("X-Forwarded-For", 1)}, ""},
-		{"forwarded_hops_max", []Option{WithTrustedHeader("forwarded", MaxTrustedHops)}, ""},
-		{"single_value_hops1", []Option{WithTrustedHeader("CF-Connecting-IP", 1)}, ""},
-		{"hops_zero", []Option{WithTrustedHeader("X-Forwarded-For", 0)}, "hops must be within 1..16"},
-		{"hops_over_max", []Option{WithTrustedHeader("X-Forwarded-For", MaxTrustedHops+1)}, "hops must be within 1..16"},
-		{"single_value_hops2", []Option{WithTrustedHeader("X-Real-IP", 2)}, "single-value header"},
-		{"empty_name", []Option{WithTrustedHeader("", 1)}, "not an HTTP header name"},
-		{"name_with_space", []Option{WithTrustedHeader("X Forwarded", 1)}, "not an HTTP header name"},
-		{"name_with_colon", []Option{WithTrustedHeader("X-Real-IP:", 1)}, "not an HTTP header name"},
-		{"proxies", []Option{WithTrustedProxies(pfx("10.0.0.0/8"), pfx("2001:db8::/32"))}, ""},
-		{"proxies_none", []Option{WithTrustedProxies()}, "at least one prefix"},
-		{"proxies_invalid", []Option{WithTrustedProxies(netip.Prefix{})}, "invalid"},
-		{"proxies_v4_zero_bits", []Option{WithTrustedProxies(pfx("0.0.0.0/0"))}, "trusts every address"},
-		{"proxies_v6_zero_bits", []Option{WithTrustedProxies(pfx("::/0"))}, "trusts every address"},
-		{"proxies_mapped_zero_bits", []Option{WithTrustedProxies(pfx("::ffff:0.0.0.0/96"))}, "trusts every address"},
-		{"header_then_proxies", []Option{WithTrustedHeader("X-Forwarded-For", 1), WithTrustedProxies(pfx("10.0.0.0/8"))}, "exclusive"},
-		{"proxies_then_header", []Option{WithTrustedProxies(pfx("10.0.0.0/8")), WithTrustedHeader("X-Forwarded-For", 1)}, "exclusive"},
-		{"address_prefix_v4_zero", []Option{WithAddressPrefixes(0, 64)}, "IPv4 prefix 0"},
-		{"address_prefix_v6_too_big", []Option{WithAddressPrefixes(32, 129)}, "IPv6 prefix 129"},
+		{"xff_hops1", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1)}, ""},
+		{"forwarded_hops_max", []limit.Option{limit.WithTrustedHeader("forwarded", 16)}, ""},
+		{"single_value_hops1", []limit.Option{limit.WithTrustedHeader("CF-Connecting-IP", 1)}, ""},
+		{"hops_zero", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 0)}, "hops must be within 1..16"},
+		{"hops_over_max", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 17)}, "hops must be within 1..16"},
+		{"single_value_hops2", []limit.Option{limit.WithTrustedHeader("X-Real-IP", 2)}, "single-value header"},
+		{"empty_name", []limit.Option{limit.WithTrustedHeader("", 1)}, "not an HTTP header name"},
+		{"name_with_space", []limit.Option{limit.WithTrustedHeader("X Forwarded", 1)}, "not an HTTP header name"},
+		{"name_with_colon", []limit.Option{limit.WithTrustedHeader("X-Real-IP:", 1)}, "not an HTTP header name"},
+		{"proxies", []limit.Option{limit.WithTrustedProxies(pfx("10.0.0.0/8"), pfx("2001:db8::/32"))}, ""},
+		{"proxies_none", []limit.Option{limit.WithTrustedProxies()}, "at least one prefix"},
+		{"proxies_invalid", []limit.Option{limit.WithTrustedProxies(netip.Prefix{})}, "invalid"},
+		{"proxies_v4_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("0.0.0.0/0"))}, "trusts every address"},
+		{"proxies_v6_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("::/0"))}, "trusts every address"},
+		{"proxies_mapped_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("::ffff:0.0.0.0/96"))}, "trusts every address"},
+		{"header_then_proxies", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithTrustedProxies(pfx("10.0.0.0/8"))}, "exclusive"},
+		{"proxies_then_header", []limit.Option{limit.WithTrustedProxies(pfx("10.0.0.0/8")), limit.WithTrustedHeader("X-Forwarded-For", 1)}, "exclusive"},
+		{"address_prefix_v4_zero", []limit.Option{limit.WithAddressPrefixes(0, 64)}, "IPv4 prefix 0"},
+		{"address_prefix_v6_too_big", []limit.Option{limit.WithAddressPrefixes(32, 129)}, "IPv6 prefix 129"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := New(newIDStore(), Policy{}, tc.opts...)
+			_, err := limit.New(limittest.NewStore(nil), limit.Policy{}, tc.opts...)
 			switch {
 			case tc.errWant == "" && err != nil:
 				t.Fatalf("unexpected error: %v", err)
 			case tc.errWant != "" && err == nil:
 				t.Fatalf("accepted; want an error containing %q", tc.errWant)
-			case tc.errWant != "" && (!errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), tc.errWant)):
+			case tc.errWant != "" && (!errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), tc.errWant)):
 				t.Fatalf("error %q; want ErrInvalidOption containing %q", err, tc.errWant)
 			}
 		})
@@ -264,9 +221,9 @@ func TestTrustOptions(t *testing.T) {
 func TestTrustedProxiesNormalisesPrefixes(t *testing.T) {
 	t.Parallel()
 	for _, p := range []string{"10.1.2.3/8", "::ffff:10.0.0.0/104"} {
-		opts := []Option{WithTrustedProxies(netip.MustParsePrefix(p))}
-		src, id, _ := deriveIdentity(t, Policy{}, opts, "10.0.0.2:1", headerOf("X-Forwarded-For: 203.0.113.9"))
-		if src != KeySourceHeader || id != "r:203.0.113.9" {
+		opts := []limit.Option{limit.WithTrustedProxies(netip.MustParsePrefix(p))}
+		src, id, _ := deriveIdentity(t, limit.Policy{}, opts, "10.0.0.2:1", headerOf("X-Forwarded-For: 203.0.113.9"))
+		if src != limit.KeySourceHeader || id != "r:203.0.113.9" {
 			t.Errorf("prefix %s: got %s %q, want header r:203.0.113.9", p, src, id)
 		}
 	}
@@ -276,14 +233,14 @@ func TestTrustedProxiesNormalisesPrefixes(t *testing.T) {
 // [::ffff:192.0.2.1]:40003 draw on one allowance through Check.
 func TestMappedAndPlainPeerShareBucket(t *testing.T) {
 	t.Parallel()
-	l := MustNew(newIDStore(), Policy{Limit: 2})
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2})
 	ctx := t.Context()
 	for i, peer := range []string{"192.0.2.1:40001", "[::ffff:192.0.2.1]:40003", "192.0.2.1:40002"} {
-		resp := l.Check(ctx, Request{Peer: peer})
+		resp := check(l, ctx, limit.Request{Peer: peer})
 		if want := i < 2; resp.Decision.Allowed != want {
 			t.Fatalf("request %d from %s: allowed %v, want %v", i, peer, resp.Decision.Allowed, want)
 		}
-		if resp.Decision.KeySource != KeySourceSocket {
+		if resp.Decision.KeySource != limit.KeySourceSocket {
 			t.Fatalf("KeySource %s, want socket", resp.Decision.KeySource)
 		}
 	}
@@ -293,15 +250,15 @@ func TestMappedAndPlainPeerShareBucket(t *testing.T) {
 // allowance; the next /64 has its own.
 func TestIPv6RotationThroughCheck(t *testing.T) {
 	t.Parallel()
-	l := MustNew(newIDStore(), Policy{Limit: 3})
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3})
 	ctx := t.Context()
 	for i := range 5 {
 		peer := "[2001:db8:0:1::" + string(rune('a'+i)) + "]:443"
-		if got, want := l.Check(ctx, Request{Peer: peer}).Decision.Allowed, i < 3; got != want {
+		if got, want := check(l, ctx, limit.Request{Peer: peer}).Decision.Allowed, i < 3; got != want {
 			t.Fatalf("rotation %d (%s): allowed %v, want %v", i, peer, got, want)
 		}
 	}
-	if !l.Check(ctx, Request{Peer: "[2001:db8:0:2::a]:443"}).Decision.Allowed {
+	if !check(l, ctx, limit.Request{Peer: "[2001:db8:0:2::a]:443"}).Decision.Allowed {
 		t.Fatal("the next /64 was limited with the first")
 	}
 }
@@ -313,22 +270,22 @@ func TestFallbackBucketCap(t *testing.T) {
 	cases := []struct {
 		name    string
 		limit   int64
-		opts    []Option
+		opts    []limit.Option
 		allowed int
 	}{
 		{"default_divisor", 50, nil, 5},
-		{"divisor_4", 20, []Option{WithFallbackDivisor(4)}, 5},
+		{"divisor_4", 20, []limit.Option{limit.WithFallbackDivisor(4)}, 5},
 		{"never_below_one", 5, nil, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			obs := &idObserver{}
-			l := MustNew(newIDStore(), Policy{Limit: tc.limit}, append(tc.opts, WithObserver(obs))...)
+			obs := &limittest.Recorder{}
+			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: tc.limit}, append(tc.opts, limit.WithObserver(obs))...)
 			n := 0
 			for range tc.allowed + 3 {
-				d := l.Check(t.Context(), Request{Peer: ""}).Decision
-				if d.KeySource != KeySourceFallback {
+				d := check(l, t.Context(), limit.Request{Peer: ""}).Decision
+				if d.KeySource != limit.KeySourceFallback {
 					t.Fatalf("KeySource %s, want fallback", d.KeySource)
 				}
 				if d.Limit != int64(tc.allowed) {
@@ -341,9 +298,27 @@ func TestFallbackBucketCap(t *testing.T) {
 			if n != tc.allowed {
 				t.Fatalf("%d allowed, want %d", n, tc.allowed)
 			}
-			if got := obs.issueCount(IssueNoClientAddress); got != tc.allowed+3 {
+			if got := obs.Issues(limit.IssueNoClientAddress); got != tc.allowed+3 {
 				t.Fatalf("%d no-client-address events, want one per request (%d)", got, tc.allowed+3)
 			}
 		})
 	}
+}
+
+// FuzzNoTrustIgnoresHeaders: with nothing trusted, no header of any name or
+// content changes the identity of a request.
+func FuzzNoTrustIgnoresHeaders(f *testing.F) {
+	f.Add("X-Forwarded-For", "203.0.113.9", "192.0.2.1:40001")
+	f.Add("Forwarded", `for="[2001:db8::1]:443"`, "[2001:db8::2]:1")
+	f.Add("X-Real-IP", "203.0.113.9", "")
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{})
+	f.Fuzz(func(t *testing.T, name, raw, peer string) {
+		lines := strings.Split(raw, "\n")
+		h := http.Header{name: lines, http.CanonicalHeaderKey(name): lines}
+		s1, id1 := limit.Identify(l, limit.Request{Peer: peer})
+		s2, id2 := limit.Identify(l, limit.Request{Peer: peer, Header: h})
+		if s1 != s2 || id1 != id2 {
+			t.Fatalf("a %q header changed the key: %s %q vs %s %q", name, s1, id1, s2, id2)
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package limit
+package limit_test
 
 import (
 	"context"
@@ -12,26 +12,21 @@ import (
 	"testing"
 	"time"
 
+	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // These tests run the identity chain over real sockets: a plain net/http
-// server that calls the engine the way every adapter does (Peer from
-// r.RemoteAddr, Header from r.Header), and clients that connect from distinct
+// server that calls the engine the way every net/http adapter does, and
+// clients that connect from distinct
 // loopback addresses or over a Unix socket.
 
-// engineHandler is the smallest adapter: build the Request, Check, write the
-// denial or call the handler.
-func engineHandler(l *Limiter) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resp := l.Check(r.Context(), Request{Method: r.Method, Path: r.URL.Path, Peer: r.RemoteAddr, Header: r.Header, Native: r})
-		resp.WriteHeaders(w.Header())
-		if resp.Denied() {
-			resp.WriteDenial(w)
-			return
-		}
+// engineHandler is the smallest adapter: the engine's own net/http handler
+// (Peer from r.RemoteAddr, Header from r.Header) around an "ok" handler.
+func engineHandler(l *limit.Limiter) http.Handler {
+	return l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
-	})
+	}), nil)
 }
 
 // serve runs h on ln until the test ends.
@@ -85,8 +80,8 @@ func get(t *testing.T, c *http.Client, url string, header ...string) int {
 // the same policy over TCP keys each client on its address at the full Limit.
 func TestSocketFallbackBucketCap(t *testing.T) {
 	t.Parallel()
-	obs := &idObserver{}
-	l := MustNew(newIDStore(), Policy{Limit: 20, Window: time.Hour}, WithObserver(obs))
+	obs := &limittest.Recorder{}
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 20, Window: time.Hour}, limit.WithObserver(obs))
 
 	dir, err := os.MkdirTemp("", "qg")
 	if err != nil {
@@ -110,11 +105,11 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 	if want := []int{200, 200, 429, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses over the Unix socket %v, want %v (fallback cap max(1, 20/10) = 2, shared by all clients)", got, want)
 	}
-	if n := obs.issueCount(IssueNoClientAddress); n != 4 {
+	if n := obs.Issues(limit.IssueNoClientAddress); n != 4 {
 		t.Fatalf("%d no-client-address events, want 4", n)
 	}
-	for _, s := range obs.keySources() {
-		if s != KeySourceFallback {
+	for _, s := range keySources(obs) {
+		if s != limit.KeySourceFallback {
 			t.Fatalf("KeySource %s, want fallback", s)
 		}
 	}
@@ -132,7 +127,7 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 			t.Fatalf("TCP request %d from 127.0.0.2: status %d, want 200", i, s)
 		}
 	}
-	if n := obs.issueCount(IssueNoClientAddress); n != 4 {
+	if n := obs.Issues(limit.IssueNoClientAddress); n != 4 {
 		t.Fatalf("TCP requests reported no-client-address (%d events)", n)
 	}
 }
@@ -143,8 +138,8 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 // request carrying the header is keyed on it.
 func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	t.Parallel()
-	obs := &idObserver{}
-	l := MustNew(newIDStore(), Policy{Limit: 2, Window: time.Hour}, WithTrustedHeader("X-Forwarded-For", 1), WithObserver(obs))
+	obs := &limittest.Recorder{}
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -162,11 +157,11 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v: each peer has its own bucket of 2", got, want)
 	}
-	if n := obs.issueCount(IssueTrustedHeaderMissing); n != 6 {
+	if n := obs.Issues(limit.IssueTrustedHeaderMissing); n != 6 {
 		t.Fatalf("%d trusted-header-missing events, want one per request (6)", n)
 	}
-	for _, s := range obs.keySources() {
-		if s != KeySourceSocket {
+	for _, s := range keySources(obs) {
+		if s != limit.KeySourceSocket {
 			t.Fatalf("KeySource %s, want socket", s)
 		}
 	}
@@ -176,10 +171,10 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	if s := get(t, a, url, "X-Forwarded-For: 203.0.113.9"); s != 200 {
 		t.Fatalf("request with the trusted header: status %d, want 200", s)
 	}
-	if ks := obs.keySources(); ks[len(ks)-1] != KeySourceHeader {
+	if ks := keySources(obs); ks[len(ks)-1] != limit.KeySourceHeader {
 		t.Fatalf("KeySource %s, want header", ks[len(ks)-1])
 	}
-	if n := obs.issueCount(IssueTrustedHeaderMissing); n != 6 {
+	if n := obs.Issues(limit.IssueTrustedHeaderMissing); n != 6 {
 		t.Fatalf("the request with the header was reported missing (%d events)", n)
 	}
 }

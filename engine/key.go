@@ -5,9 +5,91 @@ import (
 	"encoding/hex"
 )
 
+// keyer spells the store key of a (bucket, identity) and its window phase.
+// It holds the process-wide key settings and the policy's algorithm, and is
+// built once by New.
+type keyer struct {
+	prefix   string
+	hashKeys bool
+	letter   byte  // the algorithm letter
+	phaseMS  int64 // window length for the per-identity phase; 0: no phase (AlignWindows, TokenBucket)
+}
+
 // maxRawIdentity is the longest identity stored as is; longer ones (and all
 // of them with WithHashKeys) are stored as their hex SHA-256 digest.
 const maxRawIdentity = 128
+
+// appendKey appends the store key of (bucket, id) to buf:
+//
+//	<prefix>:{<tag>}:<bucket>:<algorithm letter>:<identity>
+//
+// where <identity> is the identity's key form (appendIdentity). The tag is 8
+// hex digits of a 64-bit hash of (bucket, identity): the bucket's FNV-1a hash
+// (computed once per bucket) mixed with the identity's. The braces make it
+// the Redis Cluster hash tag, so every key of one (bucket, identity) lives
+// in one slot, and braces later in the bucket (route templates) cannot take
+// the slot over because Redis uses the first "{...}" only. It also returns
+// the 64-bit hash (for store sharding) and the window phase: FNV-1a of the
+// identity's key form modulo the window, or 0 with AlignWindows or a
+// TokenBucket.
+func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, uint64, int64) {
+	buf = append(buf, k.prefix...)
+	buf = append(buf, ":{"...)
+	tagAt := len(buf)
+	buf = append(buf, "00000000}:"...)
+	buf = append(buf, bucket.name...)
+	buf = append(buf, ':', k.letter, ':')
+	idAt := len(buf)
+	buf = k.appendIdentity(buf, id)
+	ih := fnvAdd(fnvOffset, buf[idAt:])
+	h := mix64(bucket.hash ^ ih*0x9e3779b97f4a7c15)
+	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
+	hex.Encode(buf[tagAt:tagAt+8], tag[:])
+	var phase int64
+	if k.phaseMS > 0 {
+		phase = int64(ih % uint64(k.phaseMS))
+	}
+	return buf, h, phase
+}
+
+// appendIdentity appends the key form of id:
+//   - an application identity (KeyFunc, Consume): "r:k=" + the identity, or,
+//     when it is longer than 128 bytes or HashKeys is on, "h:" + hex SHA-256
+//     of "k=" + the identity;
+//   - a client address: "r:" + its text, or with HashKeys "h:" + hex SHA-256
+//     of its text;
+//   - the fallback identity: "r:", which no KeyFunc (blank falls through)
+//     and no address can produce.
+//
+// The "k=" domain keeps an application identity apart from a client
+// address, whose text never starts with "k=": a KeyFunc value that spells an
+// address is not that address's allowance. The r/h tag keeps a hashed
+// identity from ever colliding with a raw one.
+func (k *keyer) appendIdentity(buf []byte, id *who) []byte {
+	switch {
+	case id.src == KeySourceFallback:
+		return append(buf, "r:"...)
+	case id.src == KeySourceKeyFunc || id.src == KeySourceConsume:
+		if len(id.text) > maxRawIdentity || k.hashKeys {
+			start := len(buf)
+			buf = append(append(buf, "k="...), id.text...)
+			sum := sha256.Sum256(buf[start:])
+			return appendDigest(buf[:start], sum[:])
+		}
+		return append(append(buf, "r:k="...), id.text...)
+	case id.text != "": // a plain IPv4 peer: never with HashKeys
+		return append(append(buf, "r:"...), id.text...)
+	case k.hashKeys:
+		var text [64]byte // the longest address text is 39 bytes: no allocation
+		sum := sha256.Sum256(id.addr.AppendTo(text[:0]))
+		return appendDigest(buf, sum[:])
+	}
+	return id.addr.AppendTo(append(buf, "r:"...))
+}
+
+func appendDigest(buf, sum []byte) []byte {
+	return hex.AppendEncode(append(buf, "h:"...), sum)
+}
 
 // FNV-1a, 64 bit. Inlined rather than hash/fnv so that hashing a []byte does
 // not allocate behind an interface.
@@ -30,63 +112,6 @@ func fnvAddString(h uint64, s string) uint64 {
 		h *= fnvPrime
 	}
 	return h
-}
-
-// appendIdentity appends the key form of an application identity (from
-// Policy.KeyFunc or Consume) to buf: "r:k=" + the identity, or, when it is
-// longer than 128 bytes or HashKeys is on, "h:" + hex SHA-256 of "k=" + the
-// identity. The "k=" domain keeps an application identity apart from a
-// client address, which is keyed as "r:<address>" or "h:" + SHA-256 of the
-// address text (appendAddr) and never starts with "k=": a KeyFunc value that
-// spells an address is not that address's allowance. The r/h tag keeps a
-// hashed identity from ever colliding with a raw one.
-func (l *Limiter) appendIdentity(buf []byte, identity string) []byte {
-	if len(identity) > maxRawIdentity || l.cfg.hashKeys {
-		start := len(buf)
-		buf = append(append(buf, "k="...), identity...)
-		sum := sha256.Sum256(buf[start:])
-		buf = append(buf[:start], "h:"...)
-		return hex.AppendEncode(buf, sum[:])
-	}
-	buf = append(buf, "r:k="...)
-	return append(buf, identity...)
-}
-
-func appendDigest(buf, id []byte) []byte {
-	sum := sha256.Sum256(id)
-	buf = append(buf, "h:"...)
-	return hex.AppendEncode(buf, sum[:])
-}
-
-// appendKey appends the store key of (bucket, id) to buf, where id is the
-// output of appendIdentity:
-//
-//	<prefix>:{<tag>}:<bucket>:<algorithm letter>:<r|h>:<identity>
-//
-// The tag is 8 hex digits of a 64-bit hash of (bucket, identity): the
-// bucket's FNV-1a hash (computed once per bucket) mixed with the identity's.
-// The braces make it the Redis Cluster hash tag, so every key of one (bucket,
-// identity) lives in one slot, and braces later in the bucket (route
-// templates) cannot take the slot over because Redis uses the first "{...}"
-// only. It also returns the 64-bit hash (for store sharding) and the window
-// phase: FNV-1a of the identity modulo the window, or 0 with AlignWindows or a
-// TokenBucket.
-func (l *Limiter) appendKey(buf []byte, bucket bucketRef, id []byte) ([]byte, uint64, int64) {
-	ih := fnvAdd(fnvOffset, id)
-	h := mix64(bucket.hash ^ ih*0x9e3779b97f4a7c15)
-	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
-	buf = append(buf, l.cfg.keyPrefix...)
-	buf = append(buf, ":{"...)
-	buf = hex.AppendEncode(buf, tag[:])
-	buf = append(buf, "}:"...)
-	buf = append(buf, bucket.name...)
-	buf = append(buf, ':', l.policy.Algorithm.letter(), ':')
-	buf = append(buf, id...)
-	var phase int64
-	if !l.policy.AlignWindows && l.policy.Algorithm != TokenBucket {
-		phase = int64(ih % uint64(l.res.windowMS))
-	}
-	return buf, h, phase
 }
 
 // mix64 is the splitmix64 finaliser: every input bit affects every output bit.

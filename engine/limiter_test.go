@@ -1,93 +1,54 @@
-package limit
+package limit_test
 
 import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// mapStore is the simplest correct Store: one mutex, one map, a settable
-// clock in Unix ms. It is what every real store must be equivalent to.
-type mapStore struct {
-	mu    sync.Mutex
-	now   int64
-	m     map[string]mapEntry
-	keys  []string // every key written, in order
-	takes int      // calls of Take
-}
-
-type mapEntry struct {
-	st  State
-	exp int64
-}
-
-func newMapStore(now int64) *mapStore { return &mapStore{now: now, m: map[string]mapEntry{}} }
-
-func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.takes++
-	e, ok := s.m[string(op.Key)]
-	if ok && e.exp <= s.now {
-		e = mapEntry{}
-	}
-	next, res := op.Apply(e.st, s.now)
-	if res.Allowed {
-		s.m[string(op.Key)] = mapEntry{next, s.now + res.TTLMS}
-		s.keys = append(s.keys, string(op.Key))
-	}
-	return res, nil
-}
-
-func (s *mapStore) InProcess() {}
-
-func (s *mapStore) advance(ms int64) {
-	s.mu.Lock()
-	s.now += ms
-	s.mu.Unlock()
-}
-
 func TestNewValidatesPolicyFields(t *testing.T) {
-	store := newMapStore(0)
+	store := storeAt(0)
 	tests := []struct {
 		name  string
-		p     Policy
+		p     limit.Policy
 		field string // must appear in the error; "" means valid
 	}{
-		{"zero_value_takes_defaults", Policy{}, ""},
-		{"negative_limit", Policy{Limit: -1}, "Limit"},
-		{"negative_window", Policy{Window: -time.Second}, "Window"},
-		{"window_over_24h", Policy{Window: 25 * time.Hour}, "Window"},
-		{"window_sub_millisecond", Policy{Window: 1500 * time.Microsecond}, "Window"},
-		{"negative_cost", Policy{Cost: -2}, "Cost"},
-		{"cost_over_limit", Policy{Limit: 3, Cost: 4}, "Cost"},
-		{"burst_on_window_algorithm", Policy{Burst: 5}, "Burst"},
-		{"token_bucket_inexact_interval", Policy{Algorithm: TokenBucket, Limit: 3, Window: time.Second}, "Window"},
-		{"token_bucket_exact_interval", Policy{Algorithm: TokenBucket, Limit: 4, Window: time.Second, Burst: 10}, ""},
-		{"cost_over_burst", Policy{Algorithm: TokenBucket, Limit: 1, Window: time.Second, Burst: 2, Cost: 3}, "Cost"},
-		{"name_with_colon", Policy{Name: "a:b"}, "Name"},
-		{"name_blank", Policy{Name: "   "}, "Name"},
-		{"name_non_ascii", Policy{Name: "caf\u00e9"}, "Name"},
-		{"name_with_quote_is_fine", Policy{Name: `say "hi" \o/`}, ""},
-		{"limit_too_large_for_exact_math", Policy{Limit: 1 << 40, Window: 24 * time.Hour}, "Limit"},
-		{"unknown_algorithm", Policy{Algorithm: 9}, "Algorithm"},
-		{"unknown_disclosure", Policy{Disclosure: 9}, "Disclosure"},
-		{"unknown_header_style", Policy{HeaderStyle: 64}, "HeaderStyle"},
-		{"fail_local_without_store", Policy{FailureMode: FailLocal}, "FailLocal"},
+		{"zero_value_takes_defaults", limit.Policy{}, ""},
+		{"negative_limit", limit.Policy{Limit: -1}, "Limit"},
+		{"negative_window", limit.Policy{Window: -time.Second}, "Window"},
+		{"window_over_24h", limit.Policy{Window: 25 * time.Hour}, "Window"},
+		{"window_sub_millisecond", limit.Policy{Window: 1500 * time.Microsecond}, "Window"},
+		{"negative_cost", limit.Policy{Cost: -2}, "Cost"},
+		{"cost_over_limit", limit.Policy{Limit: 3, Cost: 4}, "Cost"},
+		{"burst_on_window_algorithm", limit.Policy{Burst: 5}, "Burst"},
+		{"token_bucket_inexact_interval", limit.Policy{Algorithm: limit.TokenBucket, Limit: 3, Window: time.Second}, "Window"},
+		{"token_bucket_exact_interval", limit.Policy{Algorithm: limit.TokenBucket, Limit: 4, Window: time.Second, Burst: 10}, ""},
+		{"cost_over_burst", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 2, Cost: 3}, "Cost"},
+		{"name_with_colon", limit.Policy{Name: "a:b"}, "Name"},
+		{"name_blank", limit.Policy{Name: "   "}, "Name"},
+		{"name_non_ascii", limit.Policy{Name: "caf\u00e9"}, "Name"},
+		{"name_with_quote_is_fine", limit.Policy{Name: `say "hi" \o/`}, ""},
+		{"limit_too_large_for_exact_math", limit.Policy{Limit: 1 << 40, Window: 24 * time.Hour}, "Limit"},
+		{"unknown_algorithm", limit.Policy{Algorithm: 9}, "Algorithm"},
+		{"unknown_disclosure", limit.Policy{Disclosure: 9}, "Disclosure"},
+		{"unknown_header_style", limit.Policy{HeaderStyle: 64}, "HeaderStyle"},
+		{"fail_local_without_store", limit.Policy{FailureMode: limit.FailLocal}, "FailLocal"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(store, tt.p)
+			_, err := limit.New(store, tt.p)
 			if tt.field == "" {
 				if err != nil {
 					t.Fatalf("New: %v, want nil", err)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.field) || !errors.Is(err, ErrInvalidPolicy) {
+			if err == nil || !strings.Contains(err.Error(), tt.field) || !errors.Is(err, limit.ErrInvalidPolicy) {
 				t.Fatalf("New: %v, want an ErrInvalidPolicy naming %s", err, tt.field)
 			}
 		})
@@ -97,74 +58,51 @@ func TestNewValidatesPolicyFields(t *testing.T) {
 func TestNewValidatesOptions(t *testing.T) {
 	tests := []struct {
 		name string
-		opt  Option
+		opt  limit.Option
 	}{
-		{"prefix_with_brace", WithKeyPrefix("a{b")},
-		{"prefix_with_colon", WithKeyPrefix("a:b")},
-		{"prefix_empty", WithKeyPrefix("")},
-		{"timeout_zero", WithStoreTimeout(0)},
-		{"nil_logger", WithLogger(nil)},
-		{"nil_observer", WithObserver(nil)},
-		{"divisor_zero", WithFallbackDivisor(0)},
-		{"ipv4_prefix_33", WithAddressPrefixes(33, 64)},
-		{"ipv6_prefix_0", WithAddressPrefixes(32, 0)},
+		{"prefix_with_brace", limit.WithKeyPrefix("a{b")},
+		{"prefix_with_colon", limit.WithKeyPrefix("a:b")},
+		{"prefix_empty", limit.WithKeyPrefix("")},
+		{"timeout_zero", limit.WithStoreTimeout(0)},
+		{"nil_logger", limit.WithLogger(nil)},
+		{"nil_observer", limit.WithObserver(nil)},
+		{"divisor_zero", limit.WithFallbackDivisor(0)},
+		{"ipv4_prefix_33", limit.WithAddressPrefixes(33, 64)},
+		{"ipv6_prefix_0", limit.WithAddressPrefixes(32, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(newMapStore(0), Policy{}, tt.opt); !errors.Is(err, ErrInvalidOption) {
+			if _, err := limit.New(storeAt(0), limit.Policy{}, tt.opt); !errors.Is(err, limit.ErrInvalidOption) {
 				t.Fatalf("New: %v, want ErrInvalidOption", err)
 			}
 		})
 	}
-	if _, err := New(nil, Policy{}); err == nil {
+	if _, err := limit.New(nil, limit.Policy{}); err == nil {
 		t.Fatal("New(nil store): want an error")
 	}
 }
 
-func TestRetryAfterSecondsRoundsUp(t *testing.T) {
-	tests := []struct {
-		name string
-		in   time.Duration
-		want int64
-	}{
-		{"9.5s_is_10", 9500 * time.Millisecond, 10},
-		{"0.3s_is_1", 300 * time.Millisecond, 1},
-		{"exact_second", 2 * time.Second, 2},
-		{"one_ms_over", 2001 * time.Millisecond, 3},
-		{"zero_is_1", 0, 1},
-		{"negative_is_1", -time.Second, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := RetryAfterSeconds(Decision{RetryAfter: tt.in}); got != tt.want {
-				t.Fatalf("RetryAfterSeconds(%v) = %d, want %d", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
-func check(t *testing.T, l *Limiter, peer string) Response {
-	t.Helper()
-	return l.Check(context.Background(), Request{Peer: peer, Path: "/x", Method: "GET"})
+func checkPeer(l *limit.Limiter, peer string) response {
+	return check(l, context.Background(), limit.Request{Peer: peer, Path: "/x", Method: "GET"})
 }
 
 // A client that keeps retrying while denied is admitted again exactly when
 // Retry-After said, in every algorithm, and not one millisecond earlier.
 func TestRetryingWhileDeniedIsAdmittedExactlyAtRetryAfter(t *testing.T) {
-	for _, p := range []Policy{
-		{Algorithm: FixedWindow, Limit: 3, Window: 10 * time.Second},
-		{Algorithm: SlidingWindow, Limit: 3, Window: 10 * time.Second},
-		{Algorithm: TokenBucket, Limit: 2, Window: 10 * time.Second, Burst: 3},
+	for _, p := range []limit.Policy{
+		{Algorithm: limit.FixedWindow, Limit: 3, Window: 10 * time.Second},
+		{Algorithm: limit.SlidingWindow, Limit: 3, Window: 10 * time.Second},
+		{Algorithm: limit.TokenBucket, Limit: 2, Window: 10 * time.Second, Burst: 3},
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
-			store := newMapStore(1_700_000_000_123)
-			l := MustNew(store, p)
+			store := storeAt(1_700_000_000_123)
+			l := limit.MustNew(store, p)
 			for i := 0; i < 3; i++ {
-				if r := check(t, l, "192.0.2.7:1000"); r.Denied() {
+				if r := checkPeer(l, "192.0.2.7:1000"); r.Denied() {
 					t.Fatalf("request %d denied", i)
 				}
 			}
-			r := check(t, l, "192.0.2.7:1000")
+			r := checkPeer(l, "192.0.2.7:1000")
 			if !r.Denied() {
 				t.Fatal("4th request admitted")
 			}
@@ -173,7 +111,7 @@ func TestRetryingWhileDeniedIsAdmittedExactlyAtRetryAfter(t *testing.T) {
 			// promised instant does not move
 			for waited := int64(0); waited+100 < wait; waited += 100 {
 				store.advance(100)
-				r2 := check(t, l, "192.0.2.7:1000")
+				r2 := checkPeer(l, "192.0.2.7:1000")
 				if !r2.Denied() {
 					t.Fatalf("admitted after %d ms, Retry-After promised %d ms", waited+100, wait)
 				}
@@ -182,94 +120,64 @@ func TestRetryingWhileDeniedIsAdmittedExactlyAtRetryAfter(t *testing.T) {
 				}
 			}
 			// jump to exactly the promised instant (from the first denial)
-			store.mu.Lock()
-			store.now = 1_700_000_000_123 + wait
-			store.mu.Unlock()
-			if r := check(t, l, "192.0.2.7:1000"); r.Denied() {
+			store.set(1_700_000_000_123 + wait)
+			if r := checkPeer(l, "192.0.2.7:1000"); r.Denied() {
 				t.Fatalf("denied at the promised instant (+%d ms)", wait)
 			}
 		})
 	}
 }
 
-func TestFixedWindowPhasePerIdentity(t *testing.T) {
-	l := MustNew(newMapStore(0), Policy{Algorithm: FixedWindow, Limit: 1, Window: time.Minute})
-	phase := func(id string) int64 {
-		sc := &scratch{}
-		sc.id = l.appendIdentity(nil, id)
-		_, _, ph := l.appendKey(nil, l.sharedRef, sc.id)
-		return ph
-	}
-	if first, again := phase("198.51.100.1"), phase("198.51.100.1"); first != again {
-		t.Fatal("phase is not stable for one identity")
-	}
-	seen := map[int64]bool{}
-	for _, id := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "2001:db8::", "user-42"} {
-		ph := phase(id)
-		if ph < 0 || ph >= 60_000 {
-			t.Fatalf("phase %d outside the window", ph)
-		}
-		seen[ph] = true
-	}
-	if len(seen) < 4 {
-		t.Fatalf("phases barely differ between identities: %v", seen)
-	}
-	aligned := MustNew(newMapStore(0), Policy{Algorithm: FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true})
-	if _, _, ph := aligned.appendKey(nil, aligned.sharedRef, []byte("r:198.51.100.1")); ph != 0 {
-		t.Fatalf("AlignWindows phase %d, want 0", ph)
-	}
-}
-
 func TestTokenBucketBurstAndRefill(t *testing.T) {
-	store := newMapStore(5_000_000)
+	store := storeAt(5_000_000)
 	// 1 token per second, burst 5
-	l := MustNew(store, Policy{Algorithm: TokenBucket, Limit: 1, Window: time.Second, Burst: 5})
+	l := limit.MustNew(store, limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})
 	for i := 0; i < 5; i++ {
-		r := check(t, l, "203.0.113.9:1")
+		r := checkPeer(l, "203.0.113.9:1")
 		if r.Denied() || r.Decision.Remaining != int64(4-i) {
 			t.Fatalf("burst request %d: denied=%v remaining=%d", i, r.Denied(), r.Decision.Remaining)
 		}
 	}
-	r := check(t, l, "203.0.113.9:1")
+	r := checkPeer(l, "203.0.113.9:1")
 	if !r.Denied() || r.Decision.RetryAfter != time.Second {
 		t.Fatalf("6th: denied=%v retry=%v, want denied for 1s", r.Denied(), r.Decision.RetryAfter)
 	}
 	store.advance(999)
-	if r := check(t, l, "203.0.113.9:1"); !r.Denied() {
+	if r := checkPeer(l, "203.0.113.9:1"); !r.Denied() {
 		t.Fatal("admitted 1 ms before a token refilled")
 	}
 	store.advance(1)
-	if r := check(t, l, "203.0.113.9:1"); r.Denied() {
+	if r := checkPeer(l, "203.0.113.9:1"); r.Denied() {
 		t.Fatal("denied when a token had refilled")
 	}
 	// a long idle period refills to Burst, not beyond
 	store.advance(60_000)
-	if r := check(t, l, "203.0.113.9:1"); r.Decision.Remaining != 4 {
+	if r := checkPeer(l, "203.0.113.9:1"); r.Decision.Remaining != 4 {
 		t.Fatalf("after idling, remaining %d, want 4 (burst 5 minus this one)", r.Decision.Remaining)
 	}
 }
 
 func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
-	for _, alg := range []Algorithm{FixedWindow, SlidingWindow, TokenBucket} {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			store := newMapStore(0)
+			store := storeAt(0)
 			cost := int64(1)
-			p := Policy{Algorithm: alg, Limit: 5, Window: 5 * time.Second, AlignWindows: true,
-				CostFunc: func(Request) int64 { return cost }}
-			l := MustNew(store, p)
+			p := limit.Policy{Algorithm: alg, Limit: 5, Window: 5 * time.Second, AlignWindows: true,
+				CostFunc: func(limit.Request) int64 { return cost }}
+			l := limit.MustNew(store, p)
 			for i := 0; i < 3; i++ {
-				check(t, l, "192.0.2.1:9")
+				checkPeer(l, "192.0.2.1:9")
 			}
 			cost = 3 // 2 remain
-			if r := check(t, l, "192.0.2.1:9"); !r.Denied() || r.Decision.Remaining != 2 {
+			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.Remaining != 2 {
 				t.Fatalf("cost 3 with 2 remaining: denied=%v remaining=%d", r.Denied(), r.Decision.Remaining)
 			}
 			cost = 1_000_000 // far above the capacity: denied, never an overflow
-			if r := check(t, l, "192.0.2.1:9"); !r.Denied() || r.Decision.RetryAfter <= 0 {
+			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.RetryAfter <= 0 {
 				t.Fatalf("huge cost: denied=%v retry=%v", r.Denied(), r.Decision.RetryAfter)
 			}
 			cost = 2 // the denied requests consumed nothing
-			if r := check(t, l, "192.0.2.1:9"); r.Denied() || r.Decision.Remaining != 0 {
+			if r := checkPeer(l, "192.0.2.1:9"); r.Denied() || r.Decision.Remaining != 0 {
 				t.Fatalf("cost 2 with 2 remaining: denied=%v remaining=%d", r.Denied(), r.Decision.Remaining)
 			}
 		})
@@ -277,28 +185,28 @@ func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
 }
 
 func TestBuckets(t *testing.T) {
-	store := newMapStore(0)
+	store := storeAt(0)
 	tests := []struct {
 		name  string
-		p     Policy
+		p     limit.Policy
 		route string
 		want  string
 	}{
-		{"shared_signature", Policy{}, "/a/{id}", "100p60"},
-		{"fixed_signature", Policy{Algorithm: FixedWindow, Limit: 5}, "", "5p60f"},
-		{"gcra_signature_with_burst", Policy{Algorithm: TokenBucket, Limit: 1, Window: time.Second, Burst: 5}, "", "1p1gb5"},
-		{"subsecond_window", Policy{Limit: 10, Window: 500 * time.Millisecond}, "", "10p500ms"},
-		{"name_wins", Policy{Name: "login", Scope: PerRoute}, "/a/{id}", "login"},
-		{"per_route_chi", Policy{Scope: PerRoute}, "/v1/notes/{id}", "/v1/notes/{id} 100p60"},
-		{"per_route_echo", Policy{Scope: PerRoute}, "/v1/notes/:id", "/v1/notes/{id} 100p60"},
-		{"per_route_nethttp_method", Policy{Scope: PerRoute}, "GET /v1/notes/{id}", "/v1/notes/{id} 100p60"},
-		{"per_route_chi_regexp", Policy{Scope: PerRoute}, "/v1/notes/{id:[0-9]+}", "/v1/notes/{id} 100p60"},
-		{"per_route_unknown_falls_back", Policy{Scope: PerRoute}, "", "100p60"},
+		{"shared_signature", limit.Policy{}, "/a/{id}", "100p60"},
+		{"fixed_signature", limit.Policy{Algorithm: limit.FixedWindow, Limit: 5}, "", "5p60f"},
+		{"gcra_signature_with_burst", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5}, "", "1p1gb5"},
+		{"subsecond_window", limit.Policy{Limit: 10, Window: 500 * time.Millisecond}, "", "10p500ms"},
+		{"name_wins", limit.Policy{Name: "login", Scope: limit.PerRoute}, "/a/{id}", "login"},
+		{"per_route_chi", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/{id}", "/v1/notes/{id} 100p60"},
+		{"per_route_echo", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/:id", "/v1/notes/{id} 100p60"},
+		{"per_route_nethttp_method", limit.Policy{Scope: limit.PerRoute}, "GET /v1/notes/{id}", "/v1/notes/{id} 100p60"},
+		{"per_route_chi_regexp", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/{id:[0-9]+}", "/v1/notes/{id} 100p60"},
+		{"per_route_unknown_falls_back", limit.Policy{Scope: limit.PerRoute}, "", "100p60"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := MustNew(store, tt.p)
-			if got := l.Check(context.Background(), Request{Route: tt.route, Peer: "192.0.2.1:1"}).Decision.Bucket; got != tt.want {
+			l := limit.MustNew(store, tt.p)
+			if got := check(l, context.Background(), limit.Request{Route: tt.route, Peer: "192.0.2.1:1"}).Decision.Bucket; got != tt.want {
 				t.Fatalf("bucket %q, want %q", got, tt.want)
 			}
 		})
@@ -324,7 +232,7 @@ func TestNormalizeRoute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := NormalizeRoute(tt.in); got != tt.want {
+			if got := limit.NormalizeRoute(tt.in); got != tt.want {
 				t.Fatalf("NormalizeRoute(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
@@ -332,23 +240,23 @@ func TestNormalizeRoute(t *testing.T) {
 }
 
 func TestStoreKeyLayout(t *testing.T) {
-	store := newMapStore(0)
-	l := MustNew(store, Policy{Scope: PerRoute, Algorithm: FixedWindow, Limit: 5}, WithKeyPrefix("app"))
-	l.Check(context.Background(), Request{Route: "/v1/{a}/{b}", Peer: "[::ffff:192.0.2.1]:40003"})
-	l.Check(context.Background(), Request{Route: "/v1/{a}/{b}", Peer: "192.0.2.1:40001"})
-	if len(store.m) != 1 {
-		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.m))
+	store := storeAt(0)
+	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5}, limit.WithKeyPrefix("app"))
+	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "[::ffff:192.0.2.1]:40003"})
+	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "192.0.2.1:40001"})
+	if len(store.Keys()) != 1 {
+		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.Keys()))
 	}
-	key := store.keys[0]
+	key := store.Keys()[0]
 	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:f:r:192.0.2.1
 	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:f:r:192.0.2.1") {
 		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<alg>:r:<identity>", key)
 	}
-	hashed := MustNew(store, Policy{}, WithHashKeys(true))
-	hashed.Check(context.Background(), Request{Peer: "192.0.2.1:1"})
-	long := MustNew(store, Policy{KeyFunc: func(Request) (string, error) { return strings.Repeat("k", 200), nil }})
-	long.Check(context.Background(), Request{})
-	for _, k := range store.keys[2:] { // the first two are the raw key above
+	hashed := limit.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
+	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
+	long := limit.MustNew(store, limit.Policy{KeyFunc: func(limit.Request) (string, error) { return strings.Repeat("k", 200), nil }})
+	check(long, context.Background(), limit.Request{})
+	for _, k := range store.Keys()[1:] { // the first is the raw key above
 		if !strings.Contains(k, ":h:") || strings.Contains(k, "192.0.2.1") || strings.Contains(k, "kkkk") {
 			t.Fatalf("key %q: want a hashed identity", k)
 		}
@@ -356,8 +264,8 @@ func TestStoreKeyLayout(t *testing.T) {
 }
 
 func TestIdentityChain(t *testing.T) {
-	store := newMapStore(0)
-	keyFunc := func(r Request) (string, error) {
+	store := storeAt(0)
+	keyFunc := func(r limit.Request) (string, error) {
 		switch r.Path {
 		case "/user":
 			return "user-1", nil
@@ -368,23 +276,23 @@ func TestIdentityChain(t *testing.T) {
 		}
 		return "  ", nil
 	}
-	l := MustNew(store, Policy{Limit: 20, KeyFunc: keyFunc})
+	l := limit.MustNew(store, limit.Policy{Limit: 20, KeyFunc: keyFunc})
 	tests := []struct {
 		name, path, peer string
-		want             KeySource
+		want             limit.KeySource
 		limit            int64
 	}{
-		{"key_func", "/user", "192.0.2.1:1", KeySourceKeyFunc, 20},
-		{"key_func_error_falls_through", "/error", "192.0.2.1:1", KeySourceSocket, 20},
-		{"key_func_blank_falls_through", "/blank", "192.0.2.1:1", KeySourceSocket, 20},
-		{"key_func_panic_falls_through", "/panic", "192.0.2.1:1", KeySourceSocket, 20},
-		{"no_peer_is_fallback", "/blank", "", KeySourceFallback, 2},
-		{"garbage_peer_is_fallback", "/blank", "not-an-ip", KeySourceFallback, 2},
-		{"unspecified_peer_is_fallback", "/blank", "0.0.0.0:1", KeySourceFallback, 2},
+		{"key_func", "/user", "192.0.2.1:1", limit.KeySourceKeyFunc, 20},
+		{"key_func_error_falls_through", "/error", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"key_func_blank_falls_through", "/blank", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"key_func_panic_falls_through", "/panic", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"no_peer_is_fallback", "/blank", "", limit.KeySourceFallback, 2},
+		{"garbage_peer_is_fallback", "/blank", "not-an-ip", limit.KeySourceFallback, 2},
+		{"unspecified_peer_is_fallback", "/blank", "0.0.0.0:1", limit.KeySourceFallback, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := l.Check(context.Background(), Request{Path: tt.path, Peer: tt.peer}).Decision
+			d := check(l, context.Background(), limit.Request{Path: tt.path, Peer: tt.peer}).Decision
 			if d.KeySource != tt.want || d.Limit != tt.limit {
 				t.Fatalf("source %s limit %d, want %s %d", d.KeySource, d.Limit, tt.want, tt.limit)
 			}
@@ -393,14 +301,14 @@ func TestIdentityChain(t *testing.T) {
 }
 
 func TestConsume(t *testing.T) {
-	store := newMapStore(0)
-	l := MustNew(store, Policy{Name: "jobs", Limit: 2, Algorithm: FixedWindow})
+	store := storeAt(0)
+	l := limit.MustNew(store, limit.Policy{Name: "jobs", Limit: 2, Algorithm: limit.FixedWindow})
 	for i := 0; i < 2; i++ {
 		if d, err := l.Consume(context.Background(), "tenant-a"); err != nil || !d.Allowed || d.Bucket != "jobs" {
 			t.Fatalf("consume %d: %+v %v", i, d, err)
 		}
 	}
-	if d, _ := l.Consume(context.Background(), "tenant-a"); d.Allowed || d.Outcome != OutcomeLimited {
+	if d, _ := l.Consume(context.Background(), "tenant-a"); d.Allowed || d.Outcome != limit.OutcomeLimited {
 		t.Fatalf("third consume: %+v", d)
 	}
 	if d, _ := l.ConsumeN(context.Background(), "tenant-b", 2); !d.Allowed || d.Remaining != 0 {
@@ -408,38 +316,30 @@ func TestConsume(t *testing.T) {
 	}
 }
 
-type failingStore struct{ err error }
-
-func (s failingStore) Take(context.Context, *Op) (Result, error) { return Result{}, s.err }
-
-type panickingStore struct{}
-
-func (panickingStore) Take(context.Context, *Op) (Result, error) { panic("store bug") }
-
 func TestStoreFailureModes(t *testing.T) {
-	down := failingStore{errors.New("connection refused")}
-	local := newMapStore(0)
+	down := limittest.FailingStore{Err: errors.New("connection refused")}
+	local := storeAt(0)
 	tests := []struct {
 		name    string
-		store   Store
-		mode    FailureMode
+		store   limit.Store
+		mode    limit.FailureMode
 		allowed bool
-		outcome Outcome
+		outcome limit.Outcome
 		status  int
 	}{
-		{"fail_open", down, FailOpen, true, OutcomeDegraded, 0},
-		{"fail_closed", down, FailClosed, false, OutcomeLimited, 503},
-		{"fail_local", down, FailLocal, true, OutcomeDegraded, 0},
-		{"panicking_store_is_a_failure", panickingStore{}, FailOpen, true, OutcomeDegraded, 0},
+		{"fail_open", down, limit.FailOpen, true, limit.OutcomeDegraded, 0},
+		{"fail_closed", down, limit.FailClosed, false, limit.OutcomeLimited, 503},
+		{"fail_local", down, limit.FailLocal, true, limit.OutcomeDegraded, 0},
+		{"panicking_store_is_a_failure", panickingStore, limit.FailOpen, true, limit.OutcomeDegraded, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := MustNew(tt.store, Policy{FailureMode: tt.mode, Disclosure: DiscloseAlways}, WithLocalStore(local))
-			r := l.Check(context.Background(), Request{Peer: "192.0.2.1:1"})
+			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, limit.WithLocalStore(local))
+			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
 			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
 				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)
 			}
-			if tt.mode == FailOpen {
+			if tt.mode == limit.FailOpen {
 				for _, f := range r.Fields() {
 					if strings.HasPrefix(f.Name, "Ratelimit") {
 						t.Fatalf("fail-open response claims numbers it does not know: %v", r.Fields())

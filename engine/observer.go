@@ -2,47 +2,11 @@ package limit
 
 import "time"
 
-// Outcome is what the engine did with a request; it is the outcome label of
-// quotagate_requests_total.
-type Outcome string
-
-const (
-	// OutcomeAllowed: the store admitted the request.
-	OutcomeAllowed Outcome = "allowed"
-	// OutcomeLimited: the request was denied (429), or denied by the local
-	// store under FailLocal, or rejected (503) under FailClosed.
-	OutcomeLimited Outcome = "limited"
-	// OutcomeDegraded: the store failed and the request was admitted without
-	// a shared decision (FailOpen, or FailLocal admitting it).
-	OutcomeDegraded Outcome = "degraded"
-	// OutcomeSkipped: Policy.SkipPaths or Policy.Skip exempted the request.
-	// It appears only in the Decision returned by Check, never in an event:
-	// skipped requests are not reported.
-	OutcomeSkipped Outcome = "skipped"
-)
-
-// KeySource says where the identity of a request came from; it is the
-// key_source label of quotagate_requests_total.
-type KeySource string
-
-const (
-	// KeySourceKeyFunc: Policy.KeyFunc returned a non-blank identity.
-	KeySourceKeyFunc KeySource = "key-func"
-	// KeySourceHeader: the trusted client-address header.
-	KeySourceHeader KeySource = "header"
-	// KeySourceSocket: the socket peer address.
-	KeySourceSocket KeySource = "socket"
-	// KeySourceFallback: no identity at all; the shared fallback bucket.
-	KeySourceFallback KeySource = "fallback"
-	// KeySourceConsume: the identity passed to Limiter.Consume.
-	KeySourceConsume KeySource = "consume"
-)
-
 // Issue names a reported problem; it is the issue label of
 // quotagate_client_address_issues_total. Besides client-address problems the
 // set holds the failures of user-supplied policy functions (KeyFunc, Skip,
-// hooks, DenyResponse), which are recovered rather than turned into a 500.
-// Each kind is logged at most once per 10 minutes.
+// hooks, LimitedResponse), which are recovered rather than turned into a
+// 500. Each kind is logged at most once per 10 minutes.
 type Issue string
 
 const (
@@ -66,10 +30,45 @@ const (
 	// IssueHookPanic: Policy.OnLimited or Policy.OnStoreError panicked; the
 	// panic was recovered and the request got its normal response.
 	IssueHookPanic Issue = "hook-panic"
-	// IssueDenyResponseFallback: Policy.DenyResponse panicked, returned nil
-	// or a Status outside 400-599; the default denial was sent instead.
-	IssueDenyResponseFallback Issue = "deny-response-fallback"
+	// IssueLimitedResponseFallback: Policy.LimitedResponse panicked, returned
+	// nil or a Status outside 400-599; the default response was sent.
+	IssueLimitedResponseFallback Issue = "limited-response-fallback"
+	// IssueNativeMismatch: a typed KeyFunc or CostFunc (KeyFuncOf,
+	// CostFuncOf: the adapters' KeyFunc and CostFunc) met a Request whose
+	// Native is another framework's type, so it was not called: identity
+	// fell through, or the cost was the policy's Cost. The log line names
+	// both types.
+	IssueNativeMismatch Issue = "native-mismatch"
 )
+
+// issueKinds is the number of log gates: one per Issue kind, one for
+// unknown kinds.
+const issueKinds = 10
+
+// index is the kind's log gate.
+func (i Issue) index() int {
+	switch i {
+	case IssueTrustedHeaderMissing:
+		return 0
+	case IssueTrustedHeaderUnusable:
+		return 1
+	case IssueNoClientAddress:
+		return 2
+	case IssueRouteUnknown:
+		return 3
+	case IssueKeyFuncPanic:
+		return 4
+	case IssueSkipPanic:
+		return 5
+	case IssueHookPanic:
+		return 6
+	case IssueLimitedResponseFallback:
+		return 7
+	case IssueNativeMismatch:
+		return 8
+	}
+	return 9
+}
 
 // DecisionEvent describes one decision for an Observer. Every field comes from
 // configuration or a closed set: never the identity, the raw path or a header.
@@ -100,8 +99,8 @@ type Observer interface {
 	// request whose local store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
 	// StoreDuration is called after every store call, failed ones included,
-	// with the store's name (see NamedStore; "custom" otherwise) and the
-	// operation ("take").
+	// with the store's name (StoreInfo.Name; "custom" when the store does not
+	// describe itself) and the operation ("take").
 	StoreDuration(store, op string, d time.Duration)
 }
 

@@ -3,26 +3,14 @@ package limit
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
 )
 
-// Process-wide defaults.
-const (
-	// DefaultKeyPrefix starts every store key.
-	DefaultKeyPrefix = "quotagate"
-	// DefaultStoreTimeout bounds each call to a store that is not in-process.
-	DefaultStoreTimeout = 100 * time.Millisecond
-	// DefaultFallbackDivisor divides Limit for the shared fallback bucket.
-	DefaultFallbackDivisor = 10
-	// DefaultIPv4Prefix groups IPv4 clients: /32, one address each.
-	DefaultIPv4Prefix = 32
-	// DefaultIPv6Prefix groups IPv6 clients: /64, one subnet each, so that a
-	// client cannot escape its limit by rotating addresses inside its /64.
-	DefaultIPv6Prefix = 64
-)
+// DefaultStoreTimeout bounds each call to a store that does I/O when
+// WithStoreTimeout is not given.
+const DefaultStoreTimeout = 100 * time.Millisecond
 
 // config is what Options set. It is shared, read-only, by a Limiter and the
 // Limiters derived from it with With.
@@ -37,19 +25,18 @@ type config struct {
 	ipv4Bits        int
 	ipv6Bits        int
 	trust           trustConfig
-	gates           *logGates
+	rep             *reporter // built by New from logger and observer
 }
 
 func defaultConfig() *config {
 	return &config{
-		keyPrefix:       DefaultKeyPrefix,
-		logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		keyPrefix:       "quotagate",
+		logger:          slog.New(slog.DiscardHandler),
 		observer:        nopObserver{},
 		storeTimeout:    DefaultStoreTimeout,
-		fallbackDivisor: DefaultFallbackDivisor,
-		ipv4Bits:        DefaultIPv4Prefix,
-		ipv6Bits:        DefaultIPv6Prefix,
-		gates:           new(logGates),
+		fallbackDivisor: 10,
+		ipv4Bits:        32,
+		ipv6Bits:        64,
 	}
 }
 
@@ -97,8 +84,9 @@ func WithObserver(o Observer) Option {
 	}
 }
 
-// WithStoreTimeout bounds each store call that is not in-process (default
-// 100 ms). It must be positive.
+// WithStoreTimeout bounds each call to a store that is not in-process
+// (StoreInfo.InProcess); default DefaultStoreTimeout, 100 ms. It must be
+// positive.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -133,9 +121,9 @@ func WithLocalStore(s Store) Option {
 }
 
 // WithFallbackDivisor sets the divisor of the shared fallback bucket used by
-// requests with no identity at all: its limit is max(Cost, Limit/n), never below the policy Cost (for a
-// TokenBucket, Burst is divided instead, the rate is kept). Default 10; n must
-// be >= 1.
+// requests with no identity at all: its limit is max(Cost, Limit/n), never
+// below the policy Cost (for a TokenBucket, Burst is divided instead, the
+// rate is kept). Default 10; n must be >= 1.
 func WithFallbackDivisor(n int64) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -147,8 +135,10 @@ func WithFallbackDivisor(n int64) Option {
 }
 
 // WithAddressPrefixes sets how client addresses are grouped before keying:
-// IPv4 addresses by their first v4 bits (1..32, default 32) and IPv6 addresses
-// by their first v6 bits (1..128, default 64).
+// IPv4 addresses by their first v4 bits (1..32, default 32: one address
+// each) and IPv6 addresses by their first v6 bits (1..128, default 64: one
+// subnet each, so that a client cannot escape its limit by rotating
+// addresses inside its /64).
 func WithAddressPrefixes(v4, v6 int) Option {
 	return func(c *config) error {
 		if v4 < 1 || v4 > 32 {

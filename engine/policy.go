@@ -9,16 +9,12 @@ import (
 	"time"
 )
 
-// Defaults applied to zero-valued [Policy] fields.
+// Defaults applied to zero-valued Policy fields, and the longest Window.
 const (
-	// DefaultLimit is the quota used when Policy.Limit is 0 (100 requests).
-	DefaultLimit = 100
-	// DefaultWindow is the window used when Policy.Window is 0 (60 s).
-	DefaultWindow = 60 * time.Second
-	// MaxWindow is the longest accepted Policy.Window (24 h).
-	MaxWindow = 24 * time.Hour
-	// DefaultCost is the cost of one request when Policy.Cost is 0.
-	DefaultCost = 1
+	defaultLimit  = 100
+	defaultWindow = 60 * time.Second
+	defaultCost   = 1
+	maxWindow     = 24 * time.Hour
 )
 
 // maxExact is 2^53: every integer below it is exact in a float64, which is
@@ -127,11 +123,11 @@ type Policy struct {
 	Scope Scope
 	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
 	Algorithm Algorithm
-	// Limit is the quota per Window (requests, or cost units). 0 means
-	// DefaultLimit (100), never unlimited; negative is an error.
+	// Limit is the quota per Window (requests, or cost units). 0 means the
+	// default, 100, never unlimited; negative is an error.
 	Limit int64
 	// Window is the period of the quota, a whole number of milliseconds from
-	// 1 ms to 24 h. 0 means DefaultWindow (60 s).
+	// 1 ms to 24 h. 0 means the default, 60 s.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
 	// reject a non-zero Burst.
@@ -161,7 +157,8 @@ type Policy struct {
 	HeaderStyle HeaderStyle
 	// ProblemType is the "type" member of the default 429 body (RFC 9457
 	// problem details), a URI reference (RFC 3986) such as
-	// ProblemTypeQuotaExceeded. Default DefaultProblemType ("about:blank").
+	// ProblemTypeQuotaExceeded. Default "about:blank" (RFC 9457: the problem
+	// is described by the status code alone).
 	// New rejects a value that is not a URI reference: whitespace, control
 	// bytes, non-ASCII, '"', '\', '<', '>' or a malformed %-escape. The 503
 	// body of FailClosed always says "about:blank": it is not a quota problem.
@@ -180,39 +177,33 @@ type Policy struct {
 	// reported as IssueSkipPanic.
 	Skip func(r Request) bool
 
-	// OnLimited, when set, is called synchronously for every denied request
-	// (429, and 503 under FailClosed), after the Decision and before the
-	// denial is built. A panic is recovered, reported as IssueHookPanic and
-	// logged at most once per 10 minutes; the request still gets its denial,
-	// never a 500. For Consume and ConsumeN, r is empty except Native, which
-	// holds a ConsumeCall.
+	// OnLimited, when set, is called synchronously for every limited request
+	// (429, and 503 under FailClosed), after the Decision and before
+	// LimitedResponse. A panic is recovered, reported as IssueHookPanic and
+	// logged at most once per 10 minutes; the request still gets its limited
+	// response, never a 500. For Consume and ConsumeN, r is empty except
+	// Native, which holds the identity (a string); d.Cost is the cost.
 	OnLimited func(ctx context.Context, r Request, d Decision)
 	// OnStoreError, when set, is called synchronously once for every
 	// decision whose store call failed (error, timeout or panic; when
 	// FailLocal's local store failed too, err joins both errors), before the
-	// FailureMode's response is built. Panics are handled as for OnLimited. err may describe the
-	// backend: never show it to clients. For Consume and ConsumeN, r is as
-	// for OnLimited.
+	// FailureMode's response is built. Panics are handled as for
+	// OnLimited. err may describe the backend: never show it to clients. For
+	// Consume and ConsumeN, r is as for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
-	// DenyResponse, when set, builds the response to a denied request in
-	// place of the default problem body (see Denial for what it may
-	// replace). A nil result, a panic or a Status outside 400-599 falls back
-	// to the default denial, reported as IssueDenyResponseFallback and
+	// LimitedResponse, when set, builds the response to a limited request
+	// in place of the default problem body (see the LimitedResponse type for
+	// what it may replace). A nil result, a panic or a Status outside 400-599 falls back
+	// to the default response, reported as IssueLimitedResponseFallback and
 	// logged at most once per 10 minutes. It runs synchronously and must be
 	// safe for concurrent use. Consume never calls it.
-	DenyResponse func(ctx context.Context, r Request, d Decision) *Denial
+	LimitedResponse func(ctx context.Context, r Request, d Decision) *LimitedResponse
 }
 
-// Problem types for Policy.ProblemType.
-const (
-	// DefaultProblemType is the RFC 9457 default: the problem is described
-	// by the status code alone.
-	DefaultProblemType = "about:blank"
-	// ProblemTypeQuotaExceeded is the problem type that
-	// draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
-	// exceeded quota (registration pending when this was written).
-	ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-)
+// ProblemTypeQuotaExceeded is, for Policy.ProblemType, the problem type
+// that draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
+// exceeded quota (registration pending when this was written).
+const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 // resolved holds a validated policy's derived integers.
 type resolved struct {
@@ -225,13 +216,13 @@ type resolved struct {
 func (p *Policy) resolve() (resolved, error) {
 	var r resolved
 	if p.Limit < 0 {
-		return r, fmt.Errorf("%w: Limit %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Limit, DefaultLimit)
+		return r, fmt.Errorf("%w: Limit %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Limit, defaultLimit)
 	}
 	if p.Window < 0 {
-		return r, fmt.Errorf("%w: Window %v is negative (0 means the default %v)", ErrInvalidPolicy, p.Window, DefaultWindow)
+		return r, fmt.Errorf("%w: Window %v is negative (0 means the default %v)", ErrInvalidPolicy, p.Window, defaultWindow)
 	}
-	if p.Window > MaxWindow {
-		return r, fmt.Errorf("%w: Window %v is over the maximum %v", ErrInvalidPolicy, p.Window, MaxWindow)
+	if p.Window > maxWindow {
+		return r, fmt.Errorf("%w: Window %v is over the maximum %v", ErrInvalidPolicy, p.Window, maxWindow)
 	}
 	if p.Window%time.Millisecond != 0 {
 		return r, fmt.Errorf("%w: Window %v is not a whole number of milliseconds", ErrInvalidPolicy, p.Window)
@@ -240,7 +231,7 @@ func (p *Policy) resolve() (resolved, error) {
 		return r, fmt.Errorf("%w: Burst %d is negative", ErrInvalidPolicy, p.Burst)
 	}
 	if p.Cost < 0 {
-		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, DefaultCost)
+		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)
 	}
 	if p.Algorithm > TokenBucket {
 		return r, fmt.Errorf("%w: Algorithm %d is unknown", ErrInvalidPolicy, p.Algorithm)
@@ -274,13 +265,13 @@ func (p *Policy) resolve() (resolved, error) {
 	}
 	r.limit, r.windowMS, r.cost = p.Limit, p.Window.Milliseconds(), p.Cost
 	if r.limit == 0 {
-		r.limit = DefaultLimit
+		r.limit = defaultLimit
 	}
 	if r.windowMS == 0 {
-		r.windowMS = DefaultWindow.Milliseconds()
+		r.windowMS = defaultWindow.Milliseconds()
 	}
 	if r.cost == 0 {
-		r.cost = DefaultCost
+		r.cost = defaultCost
 	}
 	capacity := r.limit
 	switch p.Algorithm {

@@ -1,20 +1,21 @@
-package limit
+package limit_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
 )
 
-func fieldNames(resp Response) []string {
+func fieldNames(resp response) []string {
 	var names []string
 	for _, f := range resp.Fields() {
 		names = append(names, f.Name)
@@ -26,16 +27,16 @@ func fieldNames(resp Response) []string {
 // never changes enforcement: the same traffic gets the same decisions and
 // leaves the same store state at every level.
 func TestDisclosureLevelsNestAndNeverChangeEnforcement(t *testing.T) {
-	levels := []Disclosure{DiscloseNone, DiscloseRetryAfter, DiscloseOnLimit, DiscloseAlways}
+	levels := []limit.Disclosure{limit.DiscloseNone, limit.DiscloseRetryAfter, limit.DiscloseOnLimit, limit.DiscloseAlways}
 	var prevAllowed, prevDenied []string
-	var prevDecisions []Decision
+	var prevDecisions []limit.Decision
 	for _, lv := range levels {
-		store := newMapStore(epochMS)
-		l := mustNew(t, store, Policy{Limit: 3, Window: time.Minute, Disclosure: lv, HeaderStyle: HeadersIETF | HeadersTriplet | HeadersLegacy})
+		store := storeAt(epochMS)
+		l := mustNew(t, store, limit.Policy{Limit: 3, Window: time.Minute, Disclosure: lv, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy})
 		var allowed, denied []string
-		var decisions []Decision
+		var decisions []limit.Decision
 		for i := 0; i < 5; i++ {
-			resp := l.Check(context.Background(), req("192.0.2.1:1000", "/x"))
+			resp := check(l, context.Background(), req("192.0.2.1:1000", "/x"))
 			d := resp.Decision
 			d.Policy = nil
 			decisions = append(decisions, d)
@@ -83,16 +84,12 @@ func TestPolicyNamesParseBackAsStructuredFields(t *testing.T) {
 			names = append(names, string(b))
 		}
 	}
-	store := newMapStore(epochMS)
+	store := storeAt(epochMS)
 	for i, name := range names {
-		global := mustNew(t, store, Policy{Name: name, Limit: 10, Window: time.Minute, Disclosure: DiscloseAlways})
-		route := mustNew(t, store, Policy{Name: name + "2", Limit: 5, Window: 90 * time.Second, Disclosure: DiscloseAlways})
-		h := http.Header{}
+		global := mustNew(t, store, limit.Policy{Name: name, Limit: 10, Window: time.Minute, Disclosure: limit.DiscloseAlways})
+		route := mustNew(t, store, limit.Policy{Name: name + "2", Limit: 5, Window: 90 * time.Second, Disclosure: limit.DiscloseAlways})
 		peer := "192.0.2." + strconv.Itoa(1+i%250) + ":1"
-		r1 := global.Check(context.Background(), req(peer, "/"))
-		r1.WriteHeaders(h)
-		r2 := route.Check(context.Background(), req(peer, "/"))
-		r2.WriteHeaders(h)
+		h, ds := stack(req(peer, "/"), global, route)
 
 		pol, err := parseSFList(h.Values("Ratelimit-Policy"))
 		if err != nil {
@@ -105,7 +102,7 @@ func TestPolicyNamesParseBackAsStructuredFields(t *testing.T) {
 		if len(pol) != 2 || len(lim) != 2 {
 			t.Fatalf("name %q: want two members each, got %v and %v", name, pol, lim)
 		}
-		wantQ, wantW, wantR := []int64{10, 5}, []int64{60, 90}, []int64{r1.Decision.Remaining, r2.Decision.Remaining}
+		wantQ, wantW, wantR := []int64{10, 5}, []int64{60, 90}, []int64{ds[0].Remaining, ds[1].Remaining}
 		for k, wantName := range []string{name, name + "2"} {
 			if pol[k].Value != wantName || lim[k].Value != wantName {
 				t.Fatalf("member %d: names %#v / %#v, want %q (mount order)", k, pol[k].Value, lim[k].Value, wantName)
@@ -129,8 +126,8 @@ func TestPolicyNamesParseBackAsStructuredFields(t *testing.T) {
 // With IETF and Triplet combined, RateLimit-Policy stays a valid -10 list
 // (string members only); Triplet's own values are in the other three fields.
 func TestCombinedStylesKeepRateLimitPolicyValid(t *testing.T) {
-	l := mustNew(t, newMapStore(epochMS), Policy{Limit: 10, Window: time.Minute, Disclosure: DiscloseAlways, HeaderStyle: HeadersIETF | HeadersTriplet})
-	h := responseHeader(l.Check(context.Background(), req("192.0.2.1:1", "/")))
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 10, Window: time.Minute, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet})
+	h := check(l, context.Background(), req("192.0.2.1:1", "/")).Header
 	pol, err := parseSFList(h.Values("Ratelimit-Policy"))
 	if err != nil || len(pol) != 1 || pol[0].Value != "10p60" {
 		t.Fatalf("RateLimit-Policy %q: %v %v", h.Values("Ratelimit-Policy"), pol, err)
@@ -140,8 +137,8 @@ func TestCombinedStylesKeepRateLimitPolicyValid(t *testing.T) {
 			t.Fatalf("%s %q: %v", name, h.Values(name), err)
 		}
 	}
-	only := mustNew(t, newMapStore(epochMS), Policy{Limit: 10, Window: time.Minute, Disclosure: DiscloseAlways, HeaderStyle: HeadersTriplet})
-	h = responseHeader(only.Check(context.Background(), req("192.0.2.1:1", "/")))
+	only := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 10, Window: time.Minute, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet})
+	h = check(only, context.Background(), req("192.0.2.1:1", "/")).Header
 	pol, err = parseSFList(h.Values("Ratelimit-Policy"))
 	if err != nil || len(pol) != 1 || pol[0].Value != int64(10) {
 		t.Fatalf("Triplet RateLimit-Policy %q: %v %v", h.Values("Ratelimit-Policy"), pol, err)
@@ -155,19 +152,16 @@ func TestCombinedStylesKeepRateLimitPolicyValid(t *testing.T) {
 // single-value Triplet and Legacy fields carry the limiter closer to
 // exhaustion, whichever mount it is.
 func TestTwoLimitersMergeHeaders(t *testing.T) {
-	all := HeadersIETF | HeadersTriplet | HeadersLegacy
-	store := newMapStore(epochMS)
-	global := mustNew(t, store, Policy{Name: "global", Limit: 100, Window: time.Minute, AlignWindows: true, Algorithm: FixedWindow, Disclosure: DiscloseAlways, HeaderStyle: all})
-	login := mustNew(t, store, Policy{Name: "login", Limit: 5, Window: 10 * time.Second, AlignWindows: true, Algorithm: FixedWindow, Disclosure: DiscloseAlways, HeaderStyle: all})
-	for _, order := range [][]*Limiter{{global, login}, {login, global}} {
-		store.reset()
-		h := http.Header{}
-		for _, l := range order {
-			resp := l.Check(context.Background(), req("192.0.2.9:1", "/login"))
-			resp.WriteHeaders(h)
-		}
-		first, second := order[0].Policy().Name, order[1].Policy().Name
-		if got, want := h.Values("Ratelimit-Policy"), []string{`"` + first + `";q=` + order[0].headers.limit + ";w=" + strconv.FormatInt(order[0].headers.windowS, 10), `"` + second + `";q=` + order[1].headers.limit + ";w=" + strconv.FormatInt(order[1].headers.windowS, 10)}; !slices.Equal(got, want) {
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	store := storeAt(epochMS)
+	global := mustNew(t, store, limit.Policy{Name: "global", Limit: 100, Window: time.Minute, AlignWindows: true, Algorithm: limit.FixedWindow, Disclosure: limit.DiscloseAlways, HeaderStyle: all})
+	login := mustNew(t, store, limit.Policy{Name: "login", Limit: 5, Window: 10 * time.Second, AlignWindows: true, Algorithm: limit.FixedWindow, Disclosure: limit.DiscloseAlways, HeaderStyle: all})
+	policyMember := map[*limit.Limiter]string{global: `"global";q=100;w=60`, login: `"login";q=5;w=10`}
+	for _, order := range [][]*limit.Limiter{{global, login}, {login, global}} {
+		store.Reset()
+		h, ds := stack(req("192.0.2.9:1", "/login"), order...)
+		first, second := ds[0].Bucket, ds[1].Bucket
+		if got, want := h.Values("Ratelimit-Policy"), []string{policyMember[order[0]], policyMember[order[1]]}; !slices.Equal(got, want) {
 			t.Fatalf("RateLimit-Policy %q, want %q", got, want)
 		}
 		if got := h.Values("Ratelimit"); len(got) != 2 || !strings.HasPrefix(got[0], `"`+first+`"`) || !strings.HasPrefix(got[1], `"`+second+`"`) {
@@ -186,13 +180,9 @@ func TestTwoLimitersMergeHeaders(t *testing.T) {
 		}
 	}
 	// Equal Remaining: the later reset wins.
-	a := mustNew(t, store, Policy{Name: "a", Limit: 5, Window: 10 * time.Second, AlignWindows: true, Algorithm: FixedWindow, Disclosure: DiscloseAlways, HeaderStyle: HeadersTriplet})
-	b := mustNew(t, store, Policy{Name: "b", Limit: 5, Window: 60 * time.Second, AlignWindows: true, Algorithm: FixedWindow, Disclosure: DiscloseAlways, HeaderStyle: HeadersTriplet})
-	h := http.Header{}
-	ra := a.Check(context.Background(), req("192.0.2.9:1", "/"))
-	ra.WriteHeaders(h)
-	rb := b.Check(context.Background(), req("192.0.2.9:1", "/"))
-	rb.WriteHeaders(h)
+	a := mustNew(t, store, limit.Policy{Name: "a", Limit: 5, Window: 10 * time.Second, AlignWindows: true, Algorithm: limit.FixedWindow, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet})
+	b := mustNew(t, store, limit.Policy{Name: "b", Limit: 5, Window: 60 * time.Second, AlignWindows: true, Algorithm: limit.FixedWindow, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet})
+	h, _ := stack(req("192.0.2.9:1", "/"), a, b)
 	if h.Get("Ratelimit-Reset") != "50" || h.Get("Ratelimit-Remaining") != "4" {
 		t.Fatalf("equal remaining: %v, want b's later reset 50", h)
 	}
@@ -202,14 +192,15 @@ func TestTwoLimitersMergeHeaders(t *testing.T) {
 }
 
 func TestProblemType(t *testing.T) {
-	valid := []string{"", "about:blank", ProblemTypeQuotaExceeded, "/problems/rate-limit", "urn:example:quota", "https://example.com/p?x=1&y=%41#frag", "tag:example.com,2026:quota"}
+	bodies := map[string]string{}
+	valid := []string{"", "about:blank", limit.ProblemTypeQuotaExceeded, "/problems/rate-limit", "urn:example:quota", "https://example.com/p?x=1&y=%41#frag", "tag:example.com,2026:quota"}
 	for _, typ := range valid {
-		l, err := New(newMapStore(epochMS), Policy{Limit: 1, ProblemType: typ})
+		l, err := limit.New(storeAt(epochMS), limit.Policy{Limit: 1, ProblemType: typ})
 		if err != nil {
 			t.Fatalf("ProblemType %q: %v", typ, err)
 		}
-		l.Check(context.Background(), req("192.0.2.1:1", "/"))
-		resp := l.Check(context.Background(), req("192.0.2.1:1", "/"))
+		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
 		var body struct {
 			Type   string `json:"type"`
 			Title  string `json:"title"`
@@ -227,17 +218,18 @@ func TestProblemType(t *testing.T) {
 		if body.Type != want || body.Title != "Too Many Requests" || body.Status != 429 {
 			t.Fatalf("ProblemType %q: body %s", typ, resp.Body)
 		}
+		bodies[typ] = string(resp.Body)
 	}
-	if got := string(problemBody("", 429)); got != `{"type":"about:blank","title":"Too Many Requests","status":429}` {
+	if got := bodies[""]; got != `{"type":"about:blank","title":"Too Many Requests","status":429}` {
 		t.Fatalf("default body %s", got)
 	}
-	if got := string(problemBody(ProblemTypeQuotaExceeded, 429)); got != `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}` {
+	if got := bodies[limit.ProblemTypeQuotaExceeded]; got != `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}` {
 		t.Fatalf("quota-exceeded body %s", got)
 	}
 	invalid := []string{"a b", `a"b`, `a\b`, "<x>", "caf\xc3\xa9", "%4", "%zz", "x\n", "{a}", "a|b", "http://[::1"}
 	for _, typ := range invalid {
-		_, err := New(newMapStore(epochMS), Policy{ProblemType: typ})
-		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "ProblemType") {
+		_, err := limit.New(storeAt(epochMS), limit.Policy{ProblemType: typ})
+		if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "ProblemType") {
 			t.Fatalf("ProblemType %q: err %v, want ErrInvalidPolicy naming ProblemType", typ, err)
 		}
 	}
@@ -246,14 +238,14 @@ func TestProblemType(t *testing.T) {
 // The default bodies say nothing about the limit, the delay, the client or
 // any error.
 func TestDefaultBodiesDiscloseNothing(t *testing.T) {
-	l := mustNew(t, newMapStore(epochMS), Policy{Limit: 7, Window: 13 * time.Second})
-	var resp Response
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 7, Window: 13 * time.Second})
+	var resp response
 	for i := 0; i < 8; i++ {
-		resp = l.Check(context.Background(), req("203.0.113.77:5555", "/"))
+		resp = check(l, context.Background(), req("203.0.113.77:5555", "/"))
 	}
-	closed := mustNew(t, errStore, Policy{Limit: 7, Window: 13 * time.Second, FailureMode: FailClosed})
-	resp503 := closed.Check(context.Background(), req("203.0.113.77:5555", "/"))
-	for _, r := range []Response{resp, resp503} {
+	closed := mustNew(t, errStore, limit.Policy{Limit: 7, Window: 13 * time.Second, FailureMode: limit.FailClosed})
+	resp503 := check(closed, context.Background(), req("203.0.113.77:5555", "/"))
+	for _, r := range []response{resp, resp503} {
 		body := string(r.Body)
 		for _, leak := range []string{"7", "13", "203.0.113", "5555", "backend", "7p13"} {
 			if strings.Contains(body, leak) {
@@ -266,32 +258,42 @@ func TestDefaultBodiesDiscloseNothing(t *testing.T) {
 	}
 }
 
-func TestWriteDenial(t *testing.T) {
-	l := mustNew(t, newMapStore(epochMS), Policy{Limit: 1})
-	ok := l.Check(context.Background(), req("192.0.2.1:1", "/"))
+// CheckHTTP writes nothing for an allowed request at the default
+// disclosure, and the whole limited response (status, Content-Length, body)
+// for a limited one.
+func TestCheckHTTPWritesTheLimitedResponse(t *testing.T) {
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 1})
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1"
 	w := httptest.NewRecorder()
-	ok.WriteDenial(w)
-	if w.Code != 200 || len(w.Header()) != 0 || w.Body.Len() != 0 {
-		t.Fatal("WriteDenial wrote an allowed response")
+	if !l.CheckHTTP(w, r, "", nil).Allowed {
+		t.Fatal("first request limited")
 	}
-	denied := l.Check(context.Background(), req("192.0.2.1:1", "/"))
+	if w.Code != 200 || len(w.Header()) != 0 || w.Body.Len() != 0 || w.Flushed {
+		t.Fatal("CheckHTTP wrote to an allowed response")
+	}
 	w = httptest.NewRecorder()
-	denied.WriteDenial(w)
-	if w.Code != 429 || w.Body.String() != string(denied.Body) || w.Header().Get("Content-Length") != strconv.Itoa(len(denied.Body)) {
-		t.Fatalf("WriteDenial: %d %v %q", w.Code, w.Header(), w.Body)
+	if l.CheckHTTP(w, r, "", nil).Allowed {
+		t.Fatal("second request allowed")
+	}
+	body := `{"type":"about:blank","title":"Too Many Requests","status":429}`
+	if w.Code != 429 || w.Body.String() != body || w.Header().Get("Content-Length") != strconv.Itoa(len(body)) {
+		t.Fatalf("CheckHTTP: %d %v %q", w.Code, w.Header(), w.Body)
 	}
 }
 
-// propStore applies a random State chosen by gen for the Op it is given, and
-// keeps the Op and State so that the test can replay the decision later.
+// propStore is not a store double but a state generator: it applies a random
+// State chosen by gen for the Op it is given (a state no sequence of
+// requests at one clock would reach quickly), and keeps the Op and State so
+// that the test can replay the decision later.
 type propStore struct {
 	now int64
-	gen func(op *Op, now int64) State
-	op  Op
-	st  State
+	gen func(op *limit.Op, now int64) limit.State
+	op  limit.Op
+	st  limit.State
 }
 
-func (s *propStore) Take(_ context.Context, op *Op) (Result, error) {
+func (s *propStore) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	s.op = *op
 	s.op.Key = nil
 	s.st = s.gen(op, s.now)
@@ -299,7 +301,7 @@ func (s *propStore) Take(_ context.Context, op *Op) (Result, error) {
 	return res, nil
 }
 
-func (s *propStore) InProcess() {}
+func (s *propStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: true} }
 
 // Property: over random states of all three algorithms, Retry-After is at
 // least 1, equals the t (and Triplet Reset) it accompanies, and the same
@@ -311,43 +313,43 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 	windows := []int64{1000, 1500, 7000, 10_000, 60_000, 3_600_000}
 	var denials [3]int
 	for i := 0; i < runs; i++ {
-		alg := Algorithm(rng.IntN(3))
-		limit := 1 + rng.Int64N(50)
+		alg := limit.Algorithm(rng.IntN(3))
+		lim := 1 + rng.Int64N(50)
 		w := windows[rng.IntN(len(windows))]
-		p := Policy{Algorithm: alg, Limit: limit, Window: time.Duration(w) * time.Millisecond, Disclosure: DiscloseAlways,
-			HeaderStyle: HeadersIETF | HeadersTriplet | HeadersLegacy, AlignWindows: rng.IntN(2) == 0}
-		capacity := limit
-		if alg == TokenBucket {
-			p.Window = time.Duration(limit*(1+rng.Int64N(2000))) * time.Millisecond
-			p.Burst = 1 + rng.Int64N(2*limit)
+		p := limit.Policy{Algorithm: alg, Limit: lim, Window: time.Duration(w) * time.Millisecond, Disclosure: limit.DiscloseAlways,
+			HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy, AlignWindows: rng.IntN(2) == 0}
+		capacity := lim
+		if alg == limit.TokenBucket {
+			p.Window = time.Duration(lim*(1+rng.Int64N(2000))) * time.Millisecond
+			p.Burst = 1 + rng.Int64N(2*lim)
 			capacity = p.Burst
 		}
 		cost := 1 + rng.Int64N(capacity)
-		p.CostFunc = func(Request) int64 { return cost }
+		p.CostFunc = func(limit.Request) int64 { return cost }
 		store := &propStore{now: 1_700_000_000_000 + rng.Int64N(1_000_000_000)}
-		store.gen = func(op *Op, now int64) State {
-			if op.Algorithm == TokenBucket {
+		store.gen = func(op *limit.Op, now int64) limit.State {
+			if op.Algorithm == limit.TokenBucket {
 				tau := op.Burst * op.IntervalMS
-				return State{TAT: now - tau + rng.Int64N(2*tau+1)}
+				return limit.State{TAT: now - tau + rng.Int64N(2*tau+1)}
 			}
 			// Windows up to the current one: states a store whose clock
 			// never went backwards can hold. (After a backwards step the
 			// algorithms measure delays from the start of the stored window;
 			// see the "Clock going backwards" decision.)
-			idx := floorDiv(now-op.PhaseMS, op.WindowMS)
-			return State{Window: idx - 2 + rng.Int64N(3), Count: rng.Int64N(op.Limit + 1), Prev: rng.Int64N(op.Limit + 1)}
+			idx := (now - op.PhaseMS) / op.WindowMS // both positive: the floor
+			return limit.State{Window: idx - 2 + rng.Int64N(3), Count: rng.Int64N(op.Limit + 1), Prev: rng.Int64N(op.Limit + 1)}
 		}
 		l := mustNew(t, store, p)
-		resp := l.Check(context.Background(), req("192.0.2.1:1", "/"))
-		h := responseHeader(resp)
+		resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
+		h := resp.Header
 		d := resp.Decision
-		lim, err := parseSFList(h.Values("Ratelimit"))
-		if err != nil || len(lim) != 1 {
+		rl, err := parseSFList(h.Values("Ratelimit"))
+		if err != nil || len(rl) != 1 {
 			t.Fatalf("run %d: RateLimit %q: %v", i, h.Values("Ratelimit"), err)
 		}
-		tv, _ := lim[0].param("t")
+		tv, _ := rl[0].param("t")
 		tSec := tv.(int64)
-		if r, _ := lim[0].param("r"); r.(int64) < 0 {
+		if r, _ := rl[0].param("r"); r.(int64) < 0 {
 			t.Fatalf("run %d: negative remaining %v", i, r)
 		}
 		epoch, _ := strconv.ParseInt(h.Get("X-Ratelimit-Reset"), 10, 64)
@@ -387,7 +389,7 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 	}
 	for alg, n := range denials {
 		if n < runs/20 {
-			t.Fatalf("%v: only %d denials in %d runs: the generator does not exercise denials", Algorithm(alg), n, runs)
+			t.Fatalf("%v: only %d denials in %d runs: the generator does not exercise denials", limit.Algorithm(alg), n, runs)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package limit
+package limit_test
 
 // A Structured Field Values parser (RFC 9651, section 4.2), written for the
 // tests so that the RateLimit fields are checked by parsing them back rather

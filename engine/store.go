@@ -12,23 +12,8 @@ import "context"
 // A non-nil error means the backend failed (unreachable, timed out, broken
 // reply), never "denied"; the engine then applies the policy's FailureMode.
 // Take must honour ctx's deadline and be safe for concurrent use. It must not
-// keep op or op.Key after it returns.
+// keep op or op.Key after it returns. It may describe itself to the engine
+// by implementing Describer.
 type Store interface {
 	Take(ctx context.Context, op *Op) (Result, error)
-}
-
-// InProcessStore is implemented by stores whose Take never waits on I/O, such
-// as the memory store. The engine calls them without arming the store timeout
-// (which would cost a timer per decision).
-type InProcessStore interface {
-	Store
-	// InProcess is a marker; its result is ignored.
-	InProcess()
-}
-
-// NamedStore is implemented by stores that name themselves for metrics
-// (the store label of quotagate_store_duration_seconds), e.g. "memory", "redis".
-type NamedStore interface {
-	Store
-	StoreName() string
 }

@@ -6,20 +6,20 @@ import (
 	"net/textproto"
 )
 
-// MaxTrustedHops bounds the hops of WithTrustedHeader and the length of the
+// maxTrustedHops bounds the hops of WithTrustedHeader and the length of the
 // walk of WithTrustedProxies: the parse of a forwarding header examines at
 // most this many members, whatever the header's length.
-const MaxTrustedHops = 16
+const maxTrustedHops = 16
 
 // Canonical names of the list headers the engine parses as lists. Every other
 // trusted header is a single-value header.
 const (
-	// HeaderXForwardedFor is the de-facto X-Forwarded-For list: one address
-	// per hop, each proxy appending the address it received the request from.
-	HeaderXForwardedFor = "X-Forwarded-For"
-	// HeaderForwarded is the RFC 7239 Forwarded list; the engine reads the
-	// for= parameter of each forwarded-element.
-	HeaderForwarded = "Forwarded"
+	// hXForwardedFor is the de-facto X-Forwarded-For list: one address per
+	// hop, each proxy appending the address it received the request from.
+	hXForwardedFor = "X-Forwarded-For"
+	// hForwarded is the RFC 7239 Forwarded list; the engine reads the for=
+	// parameter of each forwarded-element.
+	hForwarded = "Forwarded"
 )
 
 // trustMode says where, besides the socket peer, a client address may come from.
@@ -84,10 +84,10 @@ type trustConfig struct {
 // 128 bytes, Forwarded elements of up to 512): its cost does not depend on the
 // header's length, and it does not allocate for a well-formed header.
 //
-// Errors: a name that is not an HTTP token, hops outside 1..MaxTrustedHops
-// (16), hops other than 1 for a single-value header, or use together with
-// WithTrustedProxies (the two are exclusive). Without either option no header
-// is ever read for identity.
+// Errors: a name that is not an HTTP token, hops outside 1..16, hops other
+// than 1 for a single-value header, or use together with WithTrustedProxies
+// (the two are exclusive). Without either option no header is ever read for
+// identity.
 func WithTrustedHeader(name string, hops int) Option {
 	return func(c *config) error {
 		if !isToken(name) {
@@ -99,16 +99,16 @@ func WithTrustedHeader(name string, hops int) Option {
 		canon := textproto.CanonicalMIMEHeaderKey(name)
 		format := formatSingle
 		switch canon {
-		case HeaderXForwardedFor:
+		case hXForwardedFor:
 			format = formatXFF
-		case HeaderForwarded:
+		case hForwarded:
 			format = formatForwarded
 		}
-		if hops < 1 || hops > MaxTrustedHops {
-			return fmt.Errorf("%w: WithTrustedHeader(%q, %d): hops must be within 1..%d (the number of your proxies that append to the header)", ErrInvalidOption, name, hops, MaxTrustedHops)
+		if hops < 1 || hops > maxTrustedHops {
+			return fmt.Errorf("%w: WithTrustedHeader(%q, %d): hops must be within 1..%d (the number of your proxies that append to the header)", ErrInvalidOption, name, hops, maxTrustedHops)
 		}
 		if format == formatSingle && hops != 1 {
-			return fmt.Errorf("%w: WithTrustedHeader(%q, %d): %s is a single-value header, used as is; hops must be 1 (only %s and %s are lists)", ErrInvalidOption, name, hops, canon, HeaderXForwardedFor, HeaderForwarded)
+			return fmt.Errorf("%w: WithTrustedHeader(%q, %d): %s is a single-value header, used as is; hops must be 1 (only %s and %s are lists)", ErrInvalidOption, name, hops, canon, hXForwardedFor, hForwarded)
 		}
 		c.trust = trustConfig{mode: trustHeader, header: canon, format: format, hops: hops}
 		return nil
@@ -126,12 +126,12 @@ func WithTrustedHeader(name string, hops int) Option {
 // at the nearest trusted hop (the last trusted address passed, or the peer),
 // which is then the key, and the trusted-header-unusable issue is reported;
 // attacker text never becomes a key. A chain whose members are all trusted
-// keys on its leftmost member; a walk that passes MaxTrustedHops (16) trusted
-// members without meeting a client ends like a malformed member. A trusted
-// peer that sent no X-Forwarded-For is the key, reported as
-// trusted-header-missing. A peer outside prefixes is the key and no header is
-// read or reported. The walk's cost is bounded by MaxTrustedHops, not by the
-// header's length, and it does not allocate for a well-formed header.
+// keys on its leftmost member; a walk that passes 16 trusted members without
+// meeting a client ends like a malformed member. A trusted peer that sent no
+// X-Forwarded-For is the key, reported as trusted-header-missing. A peer
+// outside prefixes is the key and no header is read or reported. The walk's
+// cost is bounded by those 16 members, not by the header's length, and it
+// does not allocate for a well-formed header.
 //
 // Threat model: a client can write anything left of what your proxies
 // append, and can connect directly; neither matters, because only addresses
@@ -168,7 +168,7 @@ func WithTrustedProxies(prefixes ...netip.Prefix) Option {
 			}
 			ps = append(ps, p.Masked())
 		}
-		c.trust = trustConfig{mode: trustProxies, header: HeaderXForwardedFor, format: formatXFF, proxies: ps}
+		c.trust = trustConfig{mode: trustProxies, header: hXForwardedFor, format: formatXFF, proxies: ps}
 		return nil
 	}
 }
@@ -268,8 +268,8 @@ func (t *trustConfig) fromHeader(lines []string) (netip.Addr, Issue, string) {
 // (trusted) peer.
 func (t *trustConfig) walk(lines []string, socket clientAddr) clientAddr {
 	last := socket
-	it := newListIter(lines, false, MaxTrustedHops)
-	for n := 0; n < MaxTrustedHops; n++ {
+	it := newListIter(lines, false, maxTrustedHops)
+	for n := 0; n < maxTrustedHops; n++ {
 		m, st := it.member()
 		switch st {
 		case memberEnd:
@@ -291,7 +291,7 @@ func (t *trustConfig) walk(lines []string, socket clientAddr) clientAddr {
 		}
 		last = clientAddr{addr: a, src: KeySourceHeader}
 	}
-	last.issue, last.detail = IssueTrustedHeaderUnusable, "more than MaxTrustedHops trusted hops"
+	last.issue, last.detail = IssueTrustedHeaderUnusable, "more than 16 trusted hops"
 	return last
 }
 

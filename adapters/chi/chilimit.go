@@ -8,20 +8,6 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// Middleware returns chi middleware (func(http.Handler) http.Handler) that
-// decides every request with l. Allowed requests reach next with the engine's
-// header fields applied (none at the default disclosure; several mounts on one
-// request merge as limit.Response.WriteHeadersTo describes); denied requests
-// get the engine's denial (429 with Retry-After and an RFC 9457 body by
-// default, or what Policy.DenyResponse built) and next is not called.
-// Requests the policy skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l may be shared by several
-// mounts, which then draw on the same buckets.
-func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return l.HTTPHandler(next, RoutePattern)
-	}
-}
-
 // RoutePattern returns the chi route template that r matches
 // ("/v1/notes/{id}"), or "" when no route matches. After routing (inline
 // r.With or r.Group middleware) it is chi's RoutePattern; before routing (a
@@ -59,15 +45,24 @@ func RoutePattern(r *http.Request) string {
 	return p
 }
 
-// KeyFunc adapts a key function over *http.Request to Policy.KeyFunc, e.g. to
-// limit by API key or user ID. A blank result or an error falls through to the
-// client address; a panic is recovered by the engine.
-func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc {
-	return limit.HTTPKeyFunc(f)
+// Middleware returns chi middleware (func(http.Handler) http.Handler) that
+// decides every request with l (limit.Limiter.HTTPHandler, with RoutePattern
+// for the route). Allowed requests reach next with the engine's header
+// fields applied (none at the default disclosure; several mounts on one
+// request merge); limited requests get the engine's response (429 with
+// Retry-After and an RFC 9457 body by default, or what
+// Policy.LimitedResponse built) and next is not called. Requests the policy
+// skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l
+// may be shared by several mounts, which then draw on the same buckets.
+func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, RoutePattern) }
 }
 
-// CostFunc adapts a pricing function over *http.Request to Policy.CostFunc
-// (a result <= 0 means the policy's Cost).
-func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 {
-	return limit.HTTPCostFunc(f)
-}
+// KeyFunc adapts a key function over the *http.Request (chi.URLParam works in
+// it) to Policy.KeyFunc, e.g. to limit by API key or user ID: limit.KeyFuncOf,
+// which explains blank results, errors and panics.
+func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+
+// CostFunc adapts a pricing function over the *http.Request to
+// Policy.CostFunc: limit.CostFuncOf.
+func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }

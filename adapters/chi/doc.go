@@ -10,7 +10,8 @@
 // and GET on one route share a bucket: neither the method nor the raw path is
 // ever part of a bucket.
 //
-// The adapter holds no policy: it translates the request into a limit.Request,
-// calls the engine once, copies the engine's header fields and either calls the
-// next handler or writes the engine's denial unchanged.
+// The adapter holds no policy and writes nothing itself: the engine's
+// net/http handler (limit.Limiter.HTTPHandler) decides the request and writes
+// its header fields or its limited response; the adapter only supplies the
+// matched route (RoutePattern).
 package chilimit

@@ -40,7 +40,7 @@ func TestRegressionChiRoutePatternIgnoresRoutePath(t *testing.T) {
 		{"CleanPath", middleware.CleanPath, "/v1//login"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store, _ := newStore(t)
+			store := newStore()
 			login := limit.MustNew(store, limit.Policy{
 				Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute,
 			})
@@ -69,7 +69,7 @@ func TestRegressionChiRoutePatternIgnoresRoutePath(t *testing.T) {
 // (so the request is skipped: not counted, never limited) while chi routes
 // it to another handler ("/{page}"), which is thereby unlimited.
 func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
-	store, _ := newStore(t)
+	store := newStore()
 	l := limit.MustNew(store, limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
 	var health, page counter
 	r := chi.NewRouter()

@@ -30,8 +30,8 @@
 //	v1.POST("/login", login)
 //	e.GET("/v1/search", search, echolimit.Middleware(perRoute))
 //
-// The adapter holds no policy: it translates the request into a limit.Request,
-// calls the engine once, copies the engine's header fields and either calls
-// the next handler or writes the engine's denial unchanged (returning nil, so
-// echo's HTTPErrorHandler is not involved).
+// The adapter holds no policy and writes nothing itself: it hands the engine
+// the request, the route and c.Response() (limit.Limiter.CheckHTTP), which
+// writes the header fields or the whole limited response, and then calls next
+// or returns nil (so echo's HTTPErrorHandler is not involved).
 package echolimit

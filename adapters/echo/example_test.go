@@ -12,36 +12,30 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// A global limit with e.Use, plus per-route limits on a group: every route
-// of the group gets its own bucket of 2 per minute.
-func Example() {
+// Limit by API key on one route: the typed key function reads echo's own
+// context; requests without a key would fall through to the client address.
+func ExampleKeyFunc() {
+	apiKey := echolimit.KeyFunc(func(c echo.Context) (string, error) {
+		return c.Request().Header.Get("X-Api-Key"), nil
+	})
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
-	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
-	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
-	if err != nil {
-		panic(err)
-	}
+	byKey := limit.MustNew(store, limit.Policy{Limit: 2, Window: time.Minute, KeyFunc: apiKey})
 
 	e := echo.New()
-	e.Use(echolimit.Middleware(global))
-	v1 := e.Group("/v1", echolimit.Middleware(perRoute))
-	v1.POST("/login", func(c echo.Context) error { return c.String(http.StatusOK, "welcome") })
-
-	srv := httptest.NewServer(e)
-	defer srv.Close()
-	for range 3 {
-		resp, err := http.Post(srv.URL+"/v1/login", "text/plain", nil)
-		if err != nil {
-			panic(err)
-		}
-		resp.Body.Close()
-		fmt.Println(resp.StatusCode, resp.Header.Get("Retry-After") != "")
+	e.GET("/v1/search", func(c echo.Context) error { return c.String(http.StatusOK, "results") }, echolimit.Middleware(byKey))
+	for _, key := range []string{"k1", "k1", "k1", "k2"} {
+		req := httptest.NewRequest("GET", "/v1/search", nil) // every request from one client address
+		req.Header.Set("X-Api-Key", key)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		fmt.Println(key, rec.Code)
 	}
 	// Output:
-	// 200 false
-	// 200 false
-	// 429 true
+	// k1 200
+	// k1 200
+	// k1 429
+	// k2 200
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // Policy.SkipPaths is compared with Request.Path, the decoded r.URL.Path,
@@ -20,7 +21,7 @@ import (
 // never limited), and echo serves it with the "/:page" handler, which is
 // thereby unlimited.
 func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
-	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
 	var health, page atomic.Int64
 	e := echo.New()
 	e.Use(echolimit.Middleware(l))

@@ -12,10 +12,9 @@
 // itself. So in a Use mount the route is unknown, and a PerRoute policy falls
 // back to its Shared bucket and reports the route-unknown issue on every
 // request, and the metrics' handler label is empty. Shared policies (the
-// usual global limit) decide the same either way. For
-// PerRoute buckets, mount the handler at route level, where c.Route().Path is
-// the matched template ("/v1/notes/:id", spelled "/v1/notes/{id}" in bucket
-// names):
+// usual global limit) decide the same either way. For PerRoute buckets,
+// mount the handler at route level, where c.Route().Path is the matched
+// template ("/v1/notes/:id", spelled "/v1/notes/{id}" in bucket names):
 //
 //	perRoute, _ := l.With(limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute, Algorithm: limit.FixedWindow})
 //	byRoute := fiberlimit.New(perRoute)
@@ -43,7 +42,21 @@
 // route's registered path, which the app owns; the denial body is copied into
 // the response.
 //
-// The adapter holds no policy: it translates the request into a limit.Request,
-// calls the engine once, copies the engine's header fields into the fasthttp
-// response and either calls c.Next() or writes the engine's denial unchanged.
+// # How a Use mount is told from a route
+//
+// fiber.Route marks Use mounts with an unexported field only. The adapter
+// does not read it: it asks fiber's public App.GetRoutes(true), which lists
+// every route except Use mounts, once per route it runs in (the answer is
+// remembered), and takes c.Route() for a route when a listed route has the
+// same path and runs the same handlers (the same backing array of Handlers).
+// The one limitation: an application that passes one handler slice to both a
+// group mount and a route of the same path (app.Group("/x", hs...) and
+// app.Get("/x", hs...); app.Use copies its handlers, so it cannot) makes that
+// mount look like the route.
+//
+// The adapter holds no policy and writes nothing itself: it hands the engine
+// the request and fasthttp's response (limit.Limiter.Check, through the
+// limit.ResponseWriter the adapter implements over fasthttp), which writes the
+// header fields or the whole limited response, and then calls c.Next() or
+// returns nil.
 package fiberlimit

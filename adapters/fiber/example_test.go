@@ -16,21 +16,18 @@ import (
 // per-route handler goes on each route (in a Use mount fiber does not know
 // the matched route yet), and each route gets its own bucket of 2 per minute.
 func Example() {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
 	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	app.Use(fiberlimit.New(global))
 	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
 	if err != nil {
 		panic(err)
 	}
-	byRoute := fiberlimit.New(perRoute)
-
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(fiberlimit.New(global))
-	v1 := app.Group("/v1")
-	v1.Post("/login", byRoute, func(c *fiber.Ctx) error { return c.SendString("welcome") })
+	app.Group("/v1").Post("/login", fiberlimit.New(perRoute), func(c *fiber.Ctx) error { return c.SendString("welcome") })
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,117 +1,126 @@
 package fiberlimit
 
 import (
-	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/gofiber/fiber/v2"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/valyala/fasthttp"
 )
 
-// New returns a fiber handler that decides every request with l. Allowed
+// New returns a fiber handler that decides every request with l
+// (limit.Limiter.Check, writing through fasthttp's response). Allowed
 // requests continue with c.Next() after the engine's header fields are added
 // (none at the default disclosure), and keep the handlers' status, body and
-// error; denied requests get the engine's denial (429 with Retry-After and an
-// RFC 9457 body by default), c.Next() is not called and nil is returned, so
-// fiber's ErrorHandler is not involved; requests the policy skips continue
-// untouched. Safe for concurrent use; l may be shared by several mounts,
-// which then draw on the same buckets.
+// error; limited requests get the engine's response (429 with Retry-After
+// and an RFC 9457 body by default), c.Next() is not called and nil is
+// returned, so fiber's ErrorHandler is not involved; requests the policy
+// skips continue untouched. Safe for concurrent use; l may be shared by
+// several mounts, which then draw on the same buckets.
 //
-// The route template is read only when l.NeedsRoute(): at route level
-// (app.Get(path, New(l), h)) it is c.Route().Path; in a Use mount (app.Use,
-// Group.Use, app.Group(prefix, New(l))) the matched route is not known yet,
-// so it is "": a PerRoute policy falls back to its Shared bucket and reports
-// the route-unknown issue, and the metrics' handler label is empty.
+// The route template is c.Route().Path at route level (app.Get(path, New(l),
+// h)); in a Use mount (app.Use, Group.Use, app.Group(prefix, New(l))) the
+// matched route is not known yet, so it is "": a PerRoute policy falls back
+// to its Shared bucket and reports the route-unknown issue, and the metrics'
+// handler label is empty (see the package documentation).
 func New(l *limit.Limiter) fiber.Handler {
-	needRoute := l.NeedsRoute()
+	var routes routeSet
 	return func(c *fiber.Ctx) error {
-		fc := c.Context()
-		// fasthttp reuses the buffers behind c.Method() and c.Path() for the
-		// next request: copy them, since the Request may outlive this call
-		// (a KeyFunc, CostFunc or Observer may keep its strings).
-		req := limit.Request{
-			Method: method(c.Method()),
-			Path:   strings.Clone(c.Path()),
-			Peer:   peer(fc),
-			Header: (*header)(&fc.Request.Header),
-			Native: c,
+		if !l.Check(c.UserContext(), request(c, &routes), (*response)(c.Response())).Allowed {
+			return nil
 		}
-		if needRoute {
-			req.Route = route(c)
-		}
-		resp := l.Check(c.UserContext(), req)
-		// The engine's merge rules (several mounts on one request) apply to
-		// fasthttp's header through respHeader, which copies every name and
-		// value into fasthttp's own buffers.
-		resp.WriteHeadersTo((*respHeader)(&fc.Response.Header))
-		if !resp.Denied() {
-			return c.Next()
-		}
-		fc.Response.SetStatusCode(resp.Status)
-		if len(resp.Body) > 0 {
-			// SetBody copies: the engine's body is shared by every denial.
-			fc.Response.SetBody(resp.Body)
-		} else {
-			// A bodiless denial (DiscloseNone) carries no Content-Type, as in
-			// the net/http adapters; fasthttp would add text/plain.
-			fc.Response.ResetBody()
-			fc.Response.Header.SetNoDefaultContentType(true)
-		}
-		return nil
+		return c.Next()
 	}
 }
 
-// useField is the index of fiber.Route's unexported "use" field, true for
-// the routes of Use mounts (app.Use, Group.Use, app.Group with handlers), or
-// -1 if this fiber version has no such bool field. Fiber exposes no public
-// way to tell a Use mount from a route (addRoute overwrites Route.Method with
-// the request method, and Route.Path is a plain prefix for both), and reading
-// one bool by reflection is exact and allocation-free. Without the field
-// every mount counts as a Use mount: PerRoute falls back to Shared, visibly
-// (route-unknown), never to a wrong bucket; the tests pin the behaviour.
-var useField = func() int {
-	f, ok := reflect.TypeFor[fiber.Route]().FieldByName("use")
-	if !ok || f.Type.Kind() != reflect.Bool || len(f.Index) != 1 {
-		return -1
+// request is the engine's view of c. fasthttp reuses the buffers behind
+// c.Method() and c.Path() for the next request: they are copied, since the
+// Request may outlive the handler (a KeyFunc, CostFunc or Observer may keep
+// its strings).
+func request(c *fiber.Ctx, routes *routeSet) limit.Request {
+	fc := c.Context()
+	return limit.Request{
+		Route:  routes.template(c),
+		Method: method(c.Method()),
+		Path:   strings.Clone(c.Path()),
+		Peer:   peer(fc),
+		Header: (*header)(&fc.Request.Header),
+		Native: c,
 	}
-	return f.Index[0]
-}()
+}
 
-// route returns the template of the route c is executing, or "" in a Use
-// mount, where that route is the mount's own prefix, not the matched route.
-// Route.Path is the string the route was registered with, owned by the app
-// for its lifetime (not a request buffer), so it needs no copy.
-func route(c *fiber.Ctx) string {
+// routeSet remembers, for each fiber.Route a handler ran in, the template
+// the engine gets: the route's registered path, or "" for a Use mount.
+// Routes come from the app's configuration: the set stays small and is
+// written once per route, which is what sync.Map is for (lock-free reads,
+// no allocation for a pointer key). first short-cuts the map for the first
+// route seen, which for a global mount is the usual one (the route of the
+// mount for GET): an atomic load and a pointer comparison.
+type routeSet struct {
+	first atomic.Pointer[routeTemplate]
+	m     sync.Map // *fiber.Route -> *routeTemplate
+}
+
+type routeTemplate struct {
+	r *fiber.Route
+	t string
+}
+
+// template returns the route template of the route c is executing, or ""
+// in a Use mount, where that route is the mount's own prefix, not the
+// matched route. Route.Path is the string the route was registered with,
+// owned by the app for its lifetime (not a request buffer), so it needs no
+// copy.
+func (rs *routeSet) template(c *fiber.Ctx) string {
 	r := c.Route()
-	if useField < 0 || reflect.ValueOf(r).Elem().Field(useField).Bool() {
-		return ""
+	if len(r.Handlers) == 0 {
+		return "" // fiber's stand-in route outside any route (its error handler)
 	}
-	return r.Path
+	if f := rs.first.Load(); f != nil && f.r == r {
+		return f.t
+	}
+	if v, ok := rs.m.Load(r); ok {
+		return v.(*routeTemplate).t
+	}
+	rt := &routeTemplate{r: r, t: r.Path}
+	if isUse(c.App(), r) {
+		rt.t = ""
+	}
+	rs.m.Store(r, rt)
+	rs.first.CompareAndSwap(nil, rt)
+	return rt.t
 }
+
+// isUse reports whether r is the route of a Use mount (app.Use, Group.Use,
+// app.Group with handlers). Fiber marks those with an unexported field only,
+// but its public App.GetRoutes(true) lists every route except them, and a
+// listed route runs the same handlers as r exactly when it is r (or its
+// HEAD/GET twin): their Handlers share one backing array, which fiber never
+// shares between a Use mount and a route unless the application passes one
+// slice to both (app.Group(p, hs...) and app.Get(p, hs...)). It is called
+// once per route (routeSet remembers).
+func isUse(app *fiber.App, r *fiber.Route) bool {
+	for _, route := range app.GetRoutes(true) {
+		if len(route.Handlers) > 0 && &route.Handlers[0] == &r.Handlers[0] && route.Path == r.Path {
+			return false
+		}
+	}
+	return true
+}
+
+// methods are fiber's constants for the standard methods.
+var methods = [...]string{fiber.MethodGet, fiber.MethodHead, fiber.MethodPost, fiber.MethodPut, fiber.MethodPatch,
+	fiber.MethodDelete, fiber.MethodOptions, fiber.MethodConnect, fiber.MethodTrace}
 
 // method returns m as one of fiber's method constants when it is a standard
 // method (no allocation), else a copy.
 func method(m string) string {
-	switch m {
-	case fiber.MethodGet:
-		return fiber.MethodGet
-	case fiber.MethodHead:
-		return fiber.MethodHead
-	case fiber.MethodPost:
-		return fiber.MethodPost
-	case fiber.MethodPut:
-		return fiber.MethodPut
-	case fiber.MethodPatch:
-		return fiber.MethodPatch
-	case fiber.MethodDelete:
-		return fiber.MethodDelete
-	case fiber.MethodOptions:
-		return fiber.MethodOptions
-	case fiber.MethodConnect:
-		return fiber.MethodConnect
-	case fiber.MethodTrace:
-		return fiber.MethodTrace
+	for _, s := range methods {
+		if m == s {
+			return s
+		}
 	}
 	return strings.Clone(m)
 }
@@ -146,51 +155,50 @@ func (h *header) Values(name string) []string {
 	return out
 }
 
-// respHeader is limit.HeaderWriter over fasthttp's response header; the
-// pointer conversion does not allocate.
-type respHeader fasthttp.ResponseHeader
+// response is limit.ResponseWriter over fasthttp's response: the engine
+// decides every field, status and body, and response only stores them the
+// fasthttp way. The pointer conversion does not allocate.
+type response fasthttp.Response
 
 var (
-	_ limit.HeaderWriter = (*respHeader)(nil)
-	_ limit.Header       = (*header)(nil)
+	_ limit.ResponseWriter = (*response)(nil)
+	_ limit.Header         = (*header)(nil)
 )
 
 // Get returns the first value of name ("" when absent). It allocates a copy;
-// the engine calls it only to merge Triplet or Legacy fields of two mounts.
-func (h *respHeader) Get(name string) string {
-	return string((*fasthttp.ResponseHeader)(h).Peek(name))
+// the engine calls it only to merge the fields of two mounts.
+func (r *response) Get(name string) string {
+	return string((*fasthttp.Response)(r).Header.Peek(name))
 }
 
-// Set replaces every value of name.
-func (h *respHeader) Set(name, value string) { (*fasthttp.ResponseHeader)(h).Set(name, value) }
+// Set replaces every value of name; fasthttp copies name and value.
+func (r *response) Set(name, value string) { (*fasthttp.Response)(r).Header.Set(name, value) }
 
-// Add appends a value of name.
-func (h *respHeader) Add(name, value string) { (*fasthttp.ResponseHeader)(h).Add(name, value) }
+// Add appends a value of name; fasthttp copies name and value.
+func (r *response) Add(name, value string) { (*fasthttp.Response)(r).Header.Add(name, value) }
+
+// Send sets the status and the body (SetBody copies: the engine's body is
+// shared). A bodiless response (DiscloseNone) carries no Content-Type, as
+// in the net/http adapters, although fasthttp would add text/plain.
+func (r *response) Send(status int, body []byte) {
+	fr := (*fasthttp.Response)(r)
+	fr.SetStatusCode(status)
+	if len(body) > 0 {
+		fr.SetBody(body)
+		return
+	}
+	fr.ResetBody()
+	fr.Header.SetNoDefaultContentType(true)
+}
 
 // KeyFunc adapts a key function over *fiber.Ctx to Policy.KeyFunc, e.g. to
-// limit by API key or authenticated user. A blank result or an error falls
-// through to the client address; a panic is recovered by the engine. The
-// result may point into fasthttp's buffers (c.Get): the engine copies it
-// before the call returns. The context is valid only during the call.
-func KeyFunc(f func(c *fiber.Ctx) (string, error)) limit.KeyFunc {
-	return func(req limit.Request) (string, error) {
-		c, ok := req.Native.(*fiber.Ctx)
-		if !ok {
-			return "", nil
-		}
-		return f(c)
-	}
-}
+// limit by API key or authenticated user: limit.KeyFuncOf, which explains
+// blank results, errors, panics and a key function mounted under another
+// framework. The result may point into fasthttp's buffers (c.Get): the
+// engine copies it before the call returns. The context is valid only
+// during the call.
+func KeyFunc(f func(c *fiber.Ctx) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
 
-// CostFunc adapts a pricing function over *fiber.Ctx to Policy.CostFunc (a
-// result <= 0 means the policy's Cost; a panic is recovered by the engine
-// and means Cost too).
-func CostFunc(f func(c *fiber.Ctx) int64) func(limit.Request) int64 {
-	return func(req limit.Request) int64 {
-		c, ok := req.Native.(*fiber.Ctx)
-		if !ok {
-			return 0
-		}
-		return f(c)
-	}
-}
+// CostFunc adapts a pricing function over *fiber.Ctx to Policy.CostFunc:
+// limit.CostFuncOf.
+func CostFunc(f func(c *fiber.Ctx) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }

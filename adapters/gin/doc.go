@@ -28,7 +28,8 @@
 //	v1.POST("/login", login)
 //	r.GET("/v1/search", ginlimit.Middleware(perRoute), search)
 //
-// The adapter holds no policy: it translates the request into a limit.Request,
-// calls the engine once, copies the engine's header fields and either lets the
-// chain continue or writes the engine's denial unchanged and aborts it.
+// The adapter holds no policy and writes nothing itself: it hands the engine
+// the request, the route and c.Writer (limit.Limiter.CheckHTTP), which writes
+// the header fields or the whole limited response, and aborts the chain when
+// the request is limited.
 package ginlimit

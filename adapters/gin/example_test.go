@@ -1,6 +1,7 @@
 package ginlimit_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,36 +13,27 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// A global limit with r.Use, plus per-route limits on a group: every route
-// of the group gets its own bucket of 2 per minute.
+// A global limit whose limited requests get the application's own JSON body
+// instead of the RFC 9457 problem; the engine still sends Retry-After.
 func Example() {
+	slowDown := func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
+		return &limit.LimitedResponse{Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"slow down"}`)}
+	}
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
 	}
-	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
-	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
-	if err != nil {
-		panic(err)
-	}
+	global := limit.MustNew(store, limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: slowDown})
 
 	r := gin.New()
 	r.Use(ginlimit.Middleware(global))
-	v1 := r.Group("/v1", ginlimit.Middleware(perRoute))
-	v1.POST("/login", func(c *gin.Context) { c.String(http.StatusOK, "welcome") })
-
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-	for range 3 {
-		resp, err := http.Post(srv.URL+"/v1/login", "text/plain", nil)
-		if err != nil {
-			panic(err)
-		}
-		resp.Body.Close()
-		fmt.Println(resp.StatusCode, resp.Header.Get("Retry-After") != "")
+	r.GET("/v1/notes/:id", func(c *gin.Context) { c.String(http.StatusOK, "a note") })
+	for range 2 {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/notes/7", nil))
+		fmt.Println(rec.Code, rec.Body.String(), rec.Header().Get("Retry-After") != "")
 	}
 	// Output:
-	// 200 false
-	// 200 false
-	// 429 true
+	// 200 a note false
+	// 429 {"error":"slow down"} true
 }

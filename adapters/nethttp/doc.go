@@ -34,7 +34,8 @@
 //	mux.Handle("/v1/", httplimit.Middleware(perRoute)(v1))
 //	mux.Handle("GET /v1/search", httplimit.Middleware(perRoute)(http.HandlerFunc(search)))
 //
-// The adapter holds no policy: it translates the request into a limit.Request,
-// calls the engine once, copies the engine's header fields and either calls
-// the next handler or writes the engine's denial unchanged.
+// The adapter holds no policy and writes nothing itself: the engine's
+// net/http handler (limit.Limiter.HTTPHandler) decides the request and writes
+// its header fields or its limited response; the adapter only supplies the
+// matched pattern (RoutePattern).
 package httplimit

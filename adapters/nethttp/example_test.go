@@ -15,6 +15,11 @@ import (
 // A global limit on a whole ServeMux, plus per-route limits on a sub-mux:
 // every pattern of the sub-mux gets its own bucket of 2 per minute.
 func Example() {
+	v1 := http.NewServeMux()
+	v1.HandleFunc("POST /v1/login", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "welcome") })
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+
 	store, err := memstore.New()
 	if err != nil {
 		panic(err)
@@ -24,12 +29,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-
-	v1 := http.NewServeMux()
-	v1.HandleFunc("POST /v1/login", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "welcome") })
-	mux := http.NewServeMux()
 	mux.Handle("/v1/", httplimit.Middleware(perRoute)(v1))
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
 
 	srv := httptest.NewServer(httplimit.Middleware(global)(mux))
 	defer srv.Close()

@@ -9,11 +9,12 @@ import (
 )
 
 // Middleware returns net/http middleware (func(http.Handler) http.Handler)
-// that decides every request with l before next. Allowed requests reach next
-// with the engine's header fields applied (none at the default disclosure)
-// and keep next's status and body; denied requests get the engine's denial
-// (429 with Retry-After and an RFC 9457 body by default) and next is not
-// called; requests the policy skips reach next untouched.
+// that decides every request with l before next (limit.Limiter.HTTPHandler).
+// Allowed requests reach next with the engine's header fields applied (none
+// at the default disclosure) and keep next's status and body; limited
+// requests get the engine's response (429 with Retry-After and an RFC 9457
+// body by default) and next is not called; requests the policy skips reach
+// next untouched.
 //
 // The route template comes from the ServeMux: when next is a *http.ServeMux,
 // or another Middleware mount directly around one (several global limiters
@@ -82,15 +83,11 @@ func cleanPath(p string) string {
 	return np
 }
 
-// KeyFunc adapts a key function over *http.Request to Policy.KeyFunc, e.g. to
-// limit by API key or user ID. A blank result or an error falls through to the
-// client address; a panic is recovered by the engine.
-func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc {
-	return limit.HTTPKeyFunc(f)
-}
+// KeyFunc adapts a key function over the *http.Request (r.PathValue works in
+// it) to Policy.KeyFunc: limit.KeyFuncOf, which explains blank results,
+// errors and panics.
+func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
 
-// CostFunc adapts a pricing function over *http.Request to Policy.CostFunc
-// (a result <= 0 means the policy's Cost).
-func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 {
-	return limit.HTTPCostFunc(f)
-}
+// CostFunc adapts a pricing function over the *http.Request to
+// Policy.CostFunc: limit.CostFuncOf.
+func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }

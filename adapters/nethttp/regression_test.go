@@ -12,6 +12,7 @@ import (
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // DESIGN (Buckets): "Scope PerRoute: bucket = matched route template,
@@ -24,7 +25,7 @@ func TestRegressionEndAnchorRouteSharesBucketWithAnotherRoute(t *testing.T) {
 	if got := limit.NormalizeRoute("GET /v1/notes/{$}"); got != "/v1/notes/" {
 		t.Errorf(`NormalizeRoute("GET /v1/notes/{$}") = %q, want "/v1/notes/" (only the anchor dropped)`, got)
 	}
-	store, _ := newStore(t)
+	store := limittest.NewStore(nil)
 	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute, Limit: 1, Window: time.Minute})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/notes/{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "list") })

@@ -1,33 +1,20 @@
-// Package limittest holds helpers for testing quotagate adapters and stores
-// over real sockets: HTTP clients that dial from a chosen loopback address (so
-// that the server sees distinct socket peers), and a settable fake clock.
-// It imports only the standard library.
+// Package limittest holds the shared test doubles of quotagate's modules: a
+// reference Store (the simplest correct store), stores that fail, hang or
+// answer late, a recording Observer, a settable fake Clock, and helpers for
+// tests over real sockets (HTTP clients that dial from a chosen loopback
+// address, so that the server sees distinct socket peers).
+//
+// It imports only the standard library and the engine, so that adapters,
+// stores and metrics can test without another quotagate module.
 package limittest
 
 import (
-	"net"
-	"net/http"
 	"sync"
 	"time"
 )
 
-// ClientFrom returns an HTTP client whose connections originate from ip, a
-// loopback address such as "127.0.0.2" (all of 127.0.0.0/8 is local on
-// Linux), so that a server on 127.0.0.1 sees ip as the socket peer. Redirects
-// are not followed. Close its idle connections with CloseIdleConnections.
-func ClientFrom(ip string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-	return &http.Client{
-		Transport: &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: 16},
-		Timeout:   10 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error {
-			return http.ErrUseLastResponse
-		},
-	}
-}
-
-// Clock is a fake clock for stores (memstore.WithClock(c.Now)). The zero value
-// reads the Unix epoch; it is safe for concurrent use.
+// Clock is a fake clock for stores (memstore.WithClock(c.Now), NewStore(c.Now)).
+// The zero value reads the Unix epoch; it is safe for concurrent use.
 type Clock struct {
 	mu sync.Mutex
 	t  time.Time

@@ -99,10 +99,11 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/7", Peer: "192.0.2.1:5000"}
 			ctx := context.Background()
-			l.Check(ctx, req)
+			w := limittest.NewWriter()
+			l.Check(ctx, req, w)
 			b.ReportAllocs()
 			for b.Loop() {
-				l.Check(ctx, req)
+				l.Check(ctx, req, w)
 			}
 		})
 	}

@@ -2,8 +2,8 @@ package promlimit_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"time"
@@ -27,8 +27,13 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
+	// The limiter in front of a handler, as an adapter mounts it; the route
+	// function names the matched route template (the handler label).
+	notes := l.HTTPHandler(http.NotFoundHandler(), func(*http.Request) string { return "/v1/notes/{id}" })
 	for range 3 {
-		l.Check(context.Background(), limit.Request{Route: "/v1/notes/{id}", Peer: "192.0.2.1:4000"})
+		r := httptest.NewRequest("GET", "/v1/notes/7", nil)
+		r.RemoteAddr = "192.0.2.1:4000"
+		notes.ServeHTTP(httptest.NewRecorder(), r)
 	}
 
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) // mount on GET /metrics, outside the limiter

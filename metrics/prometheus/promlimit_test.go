@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,28 +23,6 @@ import (
 )
 
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// flaky wraps a store; while down, every call fails. It counts calls and
-// failed calls.
-type flaky struct {
-	inner        limit.Store
-	down         atomic.Bool
-	calls, fails atomic.Int64
-}
-
-var errOutage = errors.New("connection refused")
-
-func (f *flaky) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
-	f.calls.Add(1)
-	if f.down.Load() || f.inner == nil {
-		f.fails.Add(1)
-		return limit.Result{}, errOutage
-	}
-	return f.inner.Take(ctx, op)
-}
-
-func (f *flaky) InProcess()        {}
-func (f *flaky) StoreName() string { return "memory" }
 
 func newMemstore(t testing.TB, clock *limittest.Clock) *memstore.Store {
 	t.Helper()
@@ -101,7 +78,7 @@ func TestScriptedRunExactSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock := limittest.NewClock(epoch)
-	store := &flaky{inner: newMemstore(t, clock)}
+	store := &limittest.FlakyStore{Store: newMemstore(t, clock)}
 	global, err := limit.New(store, limit.Policy{Limit: 3, Window: time.Minute, Algorithm: limit.FixedWindow}, limit.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +90,7 @@ func TestScriptedRunExactSeries(t *testing.T) {
 	ctx := context.Background()
 	check := func(l *limit.Limiter, route, peer string, want limit.Outcome) {
 		t.Helper()
-		d := l.Check(ctx, limit.Request{Route: route, Method: "GET", Path: "/raw/" + peer, Peer: peer}).Decision
+		d := l.Check(ctx, limit.Request{Route: route, Method: "GET", Path: "/raw/" + peer, Peer: peer}, limittest.NewWriter())
 		if d.Outcome != want {
 			t.Fatalf("Check(%q, %q): outcome %s, want %s", route, peer, d.Outcome, want)
 		}
@@ -129,9 +106,9 @@ func TestScriptedRunExactSeries(t *testing.T) {
 	check(login, "/v1/login", a, limit.OutcomeAllowed)
 	check(login, "/v1/login", a, limit.OutcomeLimited)
 	check(login, "", a, limit.OutcomeAllowed) // route-unknown: the shared bucket 2p60f
-	store.down.Store(true)
+	store.Fail()
 	check(global, "/v1/notes/{id}", a, limit.OutcomeDegraded)
-	store.down.Store(false)
+	store.Heal()
 	clock.Advance(time.Minute)
 	check(global, "/v1/notes/{id}", a, limit.OutcomeAllowed)
 
@@ -168,8 +145,8 @@ quotagate_store_errors_total{bucket="3p60f",failure_mode="open"} 1
 		t.Error(err)
 	}
 	n, upper := histogram(t, reg, "memory", "take")
-	if n != uint64(store.calls.Load()) || n != 12 {
-		t.Errorf("store duration samples: %d, store calls: %d, want 12 each", n, store.calls.Load())
+	if n != uint64(store.Calls()) || n != 12 {
+		t.Errorf("store duration samples: %d, store calls: %d, want 12 each", n, store.Calls())
 	}
 	if want := promlimit.DefaultDurationBuckets(); len(upper) != len(want) || upper[0] != 0.00005 || upper[len(upper)-1] != 1 {
 		t.Errorf("duration buckets %v, want %v", upper, want)
@@ -196,8 +173,9 @@ quotagate_store_errors_total{bucket="3p60f",failure_mode="open"} 1
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	obs := promlimit.MustNew(nil)
-	down := &flaky{} // no inner store: every call fails
 	clock := limittest.NewClock(epoch)
+	down := &limittest.FlakyStore{Store: newMemstore(t, clock)} // every call fails
+	down.Fail()
 	open := limit.MustNew(down, limit.Policy{Name: "open", Limit: 100},
 		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
 	closed, err := open.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
@@ -213,19 +191,19 @@ func TestStoreOutage(t *testing.T) {
 		return limit.Request{Route: "/v1/notes/{id}", Peer: "198.51.100.7:" + strconv.Itoa(1000+i)}
 	}
 	for i := range 7 {
-		if resp := open.Check(ctx, req(i)); resp.Denied() || resp.Decision.Outcome != limit.OutcomeDegraded {
-			t.Fatalf("FailOpen during an outage: %+v", resp.Decision)
+		if d := open.Check(ctx, req(i), limittest.NewWriter()); !d.Allowed || d.Outcome != limit.OutcomeDegraded {
+			t.Fatalf("FailOpen during an outage: %+v", d)
 		}
 	}
 	for i := range 3 {
-		if resp := closed.Check(ctx, req(i)); resp.Status != http.StatusServiceUnavailable {
-			t.Fatalf("FailClosed during an outage: status %d", resp.Status)
+		if w := limittest.NewWriter(); closed.Check(ctx, req(i), w).Allowed || w.Status != http.StatusServiceUnavailable {
+			t.Fatalf("FailClosed during an outage: status %d", w.Status)
 		}
 	}
 	for i := range 3 {
-		local.Check(ctx, req(i)) // local store: 2 admitted (degraded), then limited
+		local.Check(ctx, req(i), limittest.NewWriter()) // local store: 2 admitted (degraded), then limited
 	}
-	if _, err := open.Consume(ctx, "job-1"); !errors.Is(err, errOutage) {
+	if _, err := open.Consume(ctx, "job-1"); !errors.Is(err, limittest.ErrDown) {
 		t.Fatalf("Consume during an outage: error %v, want the store's", err)
 	}
 
@@ -257,8 +235,8 @@ quotagate_store_errors_total{bucket="open",failure_mode="open"} 8
 	for _, v := range values(t, obs, promlimit.StoreErrorsTotal) {
 		errs += v
 	}
-	if errs != float64(down.fails.Load()) || down.fails.Load() != 14 {
-		t.Errorf("store errors counted %v, failed store calls %d; want equal, 14", errs, down.fails.Load())
+	if errs != float64(down.Failures()) || down.Failures() != 14 {
+		t.Errorf("store errors counted %v, failed store calls %d; want equal, 14", errs, down.Failures())
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(obs)

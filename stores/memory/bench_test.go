@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -30,10 +31,11 @@ func BenchmarkDecision(b *testing.B) {
 		b.Run("serial/keys="+strconv.Itoa(keys), func(b *testing.B) {
 			l := newLimiter(b)
 			ctx := context.Background()
+			w := limittest.NewWriter()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				l.Check(ctx, limit.Request{Peer: peers[i%keys]})
+				l.Check(ctx, limit.Request{Peer: peers[i%keys]}, w)
 				i++
 			}
 		})
@@ -44,8 +46,9 @@ func BenchmarkDecision(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(next.Add(7919))
+				w := limittest.NewWriter()
 				for pb.Next() {
-					l.Check(ctx, limit.Request{Peer: peers[i%keys]})
+					l.Check(ctx, limit.Request{Peer: peers[i%keys]}, w)
 					i++
 				}
 			})

@@ -56,9 +56,8 @@ type entry struct {
 }
 
 var (
-	_ limit.Store          = (*Store)(nil)
-	_ limit.InProcessStore = (*Store)(nil)
-	_ limit.NamedStore     = (*Store)(nil)
+	_ limit.Store     = (*Store)(nil)
+	_ limit.Describer = (*Store)(nil)
 )
 
 // Option configures New.
@@ -242,12 +241,9 @@ func (e *entry) prune(now int64) *entry {
 	return head
 }
 
-// InProcess marks Store as an in-process store: the engine calls it without a
-// timeout context.
-func (s *Store) InProcess() {}
-
-// StoreName returns "memory", the store label in metrics.
-func (s *Store) StoreName() string { return "memory" }
+// Describe tells the engine that Store is in-process (it is called without
+// the store timeout) and is "memory", the store label in metrics.
+func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "memory", InProcess: true} }
 
 // Len returns the number of entries held, expired ones not yet reclaimed
 // included.

@@ -40,7 +40,7 @@ func TestMaxKeysBoundsMemory(t *testing.T) {
 	s, _ := newStore(t, memstore.WithMaxKeys(640))
 	l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 	for i := 0; i < 20_000; i++ {
-		l.Check(context.Background(), limit.Request{Peer: peer(i)})
+		l.Check(context.Background(), limit.Request{Peer: peer(i)}, limittest.NewWriter())
 	}
 	if n := s.Len(); n > 640 {
 		t.Fatalf("%d entries held, MaxKeys 640", n)
@@ -54,7 +54,7 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 	ctx := context.Background()
 	// fill every shard with short-lived entries, then let them all expire
 	for i := 0; i < 3000; i++ {
-		short.Check(ctx, limit.Request{Peer: peer(i)})
+		short.Check(ctx, limit.Request{Peer: peer(i)}, limittest.NewWriter())
 	}
 	if n := s.Len(); n != 64*16 {
 		t.Fatalf("%d entries after the fill, want the cap %d", n, 64*16)
@@ -62,14 +62,14 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 	clock.Advance(3 * time.Second)
 	// a long-lived identity uses its whole quota...
 	for i := 0; i < 2; i++ {
-		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"})
+		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}, limittest.NewWriter())
 	}
 	// ...then new identities arrive in every (full) shard: the expired
 	// entries make room, the live one stays.
 	for i := 3000; i < 3300; i++ {
-		short.Check(ctx, limit.Request{Peer: peer(i)})
+		short.Check(ctx, limit.Request{Peer: peer(i)}, limittest.NewWriter())
 	}
-	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}).Decision; d.Allowed {
+	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}, limittest.NewWriter()); d.Allowed {
 		t.Fatal("a live, exhausted entry was evicted while expired entries could be reclaimed")
 	}
 	if n := s.Len(); n > 400 {
@@ -91,7 +91,7 @@ func TestConcurrentDecisionsAreExact(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					if !l.Check(context.Background(), limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+					if l.Check(context.Background(), limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter()).Allowed {
 						allowed.Add(1)
 					}
 				}()
@@ -109,12 +109,12 @@ func TestExpiredStateStartsAfresh(t *testing.T) {
 	s, clock := newStore(t)
 	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second})
 	ctx := context.Background()
-	l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
-	if !l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+	l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter())
+	if l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter()).Allowed {
 		t.Fatal("second request in the window admitted")
 	}
 	clock.Advance(2 * time.Second)
-	if l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}).Denied() {
+	if !l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter()).Allowed {
 		t.Fatal("denied after the window and its TTL passed")
 	}
 }
@@ -126,15 +126,15 @@ func TestClockGoingBackwardsIsHandled(t *testing.T) {
 			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 2, Window: 10 * time.Second})
 			ctx := context.Background()
 			for i := 0; i < 2; i++ {
-				l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
+				l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter())
 			}
 			clock.Advance(-time.Hour)
-			r := l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"})
-			if !r.Denied() {
+			d := l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter())
+			if d.Allowed {
 				t.Fatal("a clock step backwards refilled the quota")
 			}
-			if r.Decision.RetryAfter <= 0 || r.Decision.ResetAfter < 0 || r.Decision.Remaining < 0 {
-				t.Fatalf("negative or zero delays after a backwards clock: %+v", r.Decision)
+			if d.RetryAfter <= 0 || d.ResetAfter < 0 || d.Remaining < 0 {
+				t.Fatalf("negative or zero delays after a backwards clock: %+v", d)
 			}
 		})
 	}
@@ -143,16 +143,18 @@ func TestClockGoingBackwardsIsHandled(t *testing.T) {
 // The allowed path of engine + memory store allocates nothing: default
 // disclosure, a socket-peer identity, a key already present.
 func TestAllowedPathAllocatesNothing(t *testing.T) {
+	limittest.SkipAllocsUnderRace(t)
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, _ := newStore(t)
 			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1_000_000, Window: 1000 * time.Second, Scope: limit.PerRoute})
 			req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/1", Peer: "[2001:db8::7%eth0]:443"}
 			ctx := context.Background()
-			l.Check(ctx, req)
+			w := limittest.NewWriter()
+			l.Check(ctx, req, w)
 			allocs := testing.AllocsPerRun(1000, func() {
-				if l.Check(ctx, req).Denied() {
-					t.Fatal("denied")
+				if !l.Check(ctx, req, w).Allowed {
+					t.Fatal("limited")
 				}
 			})
 			if allocs != 0 {
@@ -191,7 +193,7 @@ func TestMaxKeysIsExact(t *testing.T) {
 		s, _ := newStore(t, memstore.WithMaxKeys(max))
 		l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 		for i := 0; i < 20_000; i++ {
-			l.Check(context.Background(), limit.Request{Peer: peer(i)})
+			l.Check(context.Background(), limit.Request{Peer: peer(i)}, limittest.NewWriter())
 		}
 		if n := s.Len(); n > max {
 			t.Errorf("WithMaxKeys(%d): %d entries held", max, n)

@@ -55,8 +55,8 @@ type clientRef struct{ c rueidis.Client }
 type errRef struct{ err error }
 
 var (
-	_ limit.Store      = (*Store)(nil)
-	_ limit.NamedStore = (*Store)(nil)
+	_ limit.Store     = (*Store)(nil)
+	_ limit.Describer = (*Store)(nil)
 )
 
 // Option configures New, Dial and NewFromURL.
@@ -125,8 +125,9 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// StoreName returns "redis", the store label in metrics.
-func (s *Store) StoreName() string { return "redis" }
+// Describe tells the engine that Store is "redis", the store label in
+// metrics, and does I/O (it is called under the store timeout).
+func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
 
 // Client returns the rueidis client, or nil while a Store built by Dial or
 // NewFromURL has not connected yet.

@@ -186,8 +186,8 @@ func TestOwnership(t *testing.T) {
 	if _, err := s.Take(ctx, &op); err != nil {
 		t.Fatal(err)
 	}
-	if s.StoreName() != "redis" || s.Client() == nil {
-		t.Errorf("StoreName %q Client %v", s.StoreName(), s.Client())
+	if info := s.Describe(); info.Name != "redis" || info.InProcess || s.Client() == nil {
+		t.Errorf("Describe %+v Client %v", info, s.Client())
 	}
 	s.Close()
 	if _, err := s.Take(ctx, &op); !errors.Is(err, ErrClosed) {

@@ -192,9 +192,9 @@ func TrustOptions(c Config) ([]limit.Option, error) {
 	if header != "" {
 		hops := c.TrustedHops
 		if hops == 0 {
-			if canon := textproto.CanonicalMIMEHeaderKey(header); canon == limit.HeaderXForwardedFor || canon == limit.HeaderForwarded {
+			if canon := textproto.CanonicalMIMEHeaderKey(header); canon == "X-Forwarded-For" || canon == "Forwarded" {
 				return nil, fmt.Errorf("-trusted-header %s needs -trusted-hops N: how many of your proxies append to it "+
-					"(1 for a single proxy, 1..%d)", canon, limit.MaxTrustedHops)
+					"(1 for a single proxy, 2 for a CDN in front of a load balancer)", canon)
 			}
 			hops = 1 // a single-value header: the only valid value
 		}
@@ -273,7 +273,7 @@ func NoteBody(id string) string {
 
 // Describe is the start-up line's policy part.
 func (l *Limiters) Describe() string {
-	return "policies: global " + l.Global.Policy().Algorithm.String() + " 100/60s shared; " +
+	return "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
 		"POST /v1/login fixed-window 5/60s per route; " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3)"
 }

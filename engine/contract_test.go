@@ -1,8 +1,6 @@
-package chilimit_test
+package limit_test
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,18 +12,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-	chilimit "github.com/quotagate/quotagate/adapters/chi"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 var updateDoc = flag.Bool("update-doc", false, "rewrite the golden section of docs/response-contract.md from the golden table")
 
-// The response contract, checked end to end: one chi server per row on a
-// real socket, a fake clock, and the exact set of response header fields
-// (every field but Date) with their values.
+// The response contract, checked end to end: one server per row on a real
+// socket (the engine's own net/http handler, which every adapter's writes go
+// through or reproduce: conformance checks the adapters against it), a fake
+// clock, and the exact set of response header fields (every field but Date)
+// with their values.
 //
 // Every row uses the same policy: sliding window, 3 requests per 60 s,
 // windows aligned to the epoch, default name "3p60"; the clock reads
@@ -304,10 +301,7 @@ Content-Type: application/problem+json
 Retry-After: 1`, body503},
 }
 
-const (
-	body429 = `{"type":"about:blank","title":"Too Many Requests","status":429}`
-	body503 = `{"type":"about:blank","title":"Service Unavailable","status":503}`
-)
+const body429 = body429Default
 
 type contractRow struct {
 	disclosure, style, outcome string
@@ -329,13 +323,7 @@ var styles = map[string]limit.HeaderStyle{
 // contractClock is 2026-01-01T00:00:10.500Z.
 var contractClock = time.Date(2026, 1, 1, 0, 0, 10, 500_000_000, time.UTC)
 
-type failingStore struct{}
-
-func (failingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
-	return limit.Result{}, errors.New("backend down")
-}
-
-// serveRow starts a chi server for one row and returns the response to the
+// serveRow starts a server for one row and returns the response to the
 // request the row describes.
 func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	t.Helper()
@@ -344,15 +332,11 @@ func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	var store limit.Store
 	switch row.outcome {
 	case "allowed", "denied":
-		s, err := memstore.New(memstore.WithClock(limittest.NewClock(contractClock).Now))
-		if err != nil {
-			t.Fatal(err)
-		}
-		store = s
+		store = limittest.NewStore(limittest.NewClock(contractClock).Now)
 	case "fail-open":
-		store, p.FailureMode = failingStore{}, limit.FailOpen
+		store, p.FailureMode = errStore, limit.FailOpen
 	case "fail-closed":
-		store, p.FailureMode = failingStore{}, limit.FailClosed
+		store, p.FailureMode = errStore, limit.FailClosed
 	default:
 		t.Fatalf("unknown outcome %q", row.outcome)
 	}
@@ -360,10 +344,7 @@ func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := chi.NewRouter()
-	r.Use(chilimit.Middleware(l))
-	r.Get("/v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) {})
-	srv := httptest.NewServer(r)
+	srv := httptest.NewServer(l.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil))
 	defer srv.Close()
 	c := limittest.ClientFrom("127.0.0.7")
 	defer c.CloseIdleConnections()
@@ -424,10 +405,10 @@ func TestResponseContractGolden(t *testing.T) {
 // section between the markers is generated from the table above, and this
 // test keeps the two equal (-update-doc rewrites the section).
 const (
-	docPath = "../../docs/response-contract.md"
+	docPath = "../docs/response-contract.md"
 	// readmePath renders the level table and one example per style.
-	readmePath = "../../README.md"
-	docBegin   = "<!-- BEGIN GENERATED from adapters/chi/contract_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
+	readmePath = "../README.md"
+	docBegin   = "<!-- BEGIN GENERATED from engine/contract_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
 	docEnd     = "<!-- END GENERATED -->"
 )
 
@@ -448,7 +429,7 @@ func TestResponseContractDoc(t *testing.T) {
 		want := docBegin + "\n" + renderContract(doc.full) + docEnd
 		if got := text[i : j+len(docEnd)]; got != want {
 			if !*updateDoc {
-				t.Fatalf("%s is out of date with the golden table: run go test -run TestResponseContractDoc -update-doc in adapters/chi", doc.path)
+				t.Fatalf("%s is out of date with the golden table: run go test -run TestResponseContractDoc -update-doc in engine", doc.path)
 			}
 			if err := os.WriteFile(doc.path, []byte(text[:i]+want+text[j+len(docEnd):]), 0o644); err != nil {
 				t.Fatal(err)
@@ -475,9 +456,9 @@ func findRow(d, s, o string) contractRow {
 	panic("no golden row " + d + "/" + s + "/" + o)
 }
 
-// fieldNames lists the names of a row's header fields, Content-Length left
+// contractFieldNames lists the names of a row's header fields, Content-Length left
 // out (it is HTTP framing, not the contract).
-func fieldNames(r contractRow) string {
+func contractFieldNames(r contractRow) string {
 	var names []string
 	for _, line := range strings.Split(strings.TrimPrefix(r.headers, "\n"), "\n") {
 		name := line[:strings.IndexByte(line, ':')]
@@ -514,7 +495,7 @@ func renderContract(full bool) string {
 	for _, d := range disclosureOrder {
 		b.WriteString("| " + disclosureDoc[d] + " |")
 		for _, o := range outcomeOrder {
-			b.WriteString(" " + fieldNames(findRow(d, "ietf", o)) + " |")
+			b.WriteString(" " + contractFieldNames(findRow(d, "ietf", o)) + " |")
 		}
 		b.WriteString("\n")
 	}
@@ -542,105 +523,4 @@ func renderContract(full bool) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | `%s` | %s |\n", r.disclosure, r.style, r.outcome, r.status, strings.ReplaceAll(fields, "<br>", "`<br>`"), body)
 	}
 	return b.String()
-}
-
-// Two limiters on one request, a global root mount and a per-route mount:
-// both policies appear in mount order as list members of the IETF fields;
-// the single-value Triplet and Legacy fields carry the one closer to
-// exhaustion; the denial of the inner mount keeps the outer mount's members.
-func TestTwoMountsOverTheWire(t *testing.T) {
-	clock := limittest.NewClock(contractClock)
-	store, err := memstore.New(memstore.WithClock(clock.Now))
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
-	global := limit.MustNew(store, limit.Policy{Name: "global", Limit: 100, Window: time.Minute, Algorithm: limit.FixedWindow, AlignWindows: true, Disclosure: limit.DiscloseAlways, HeaderStyle: all})
-	login, err := global.With(limit.Policy{Name: "login", Limit: 5, Window: 10 * time.Second, Algorithm: limit.FixedWindow, AlignWindows: true, Disclosure: limit.DiscloseAlways, HeaderStyle: all})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := chi.NewRouter()
-	r.Use(chilimit.Middleware(global))
-	r.With(chilimit.Middleware(login)).Post("/v1/login", func(w http.ResponseWriter, r *http.Request) {})
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-	c := limittest.ClientFrom("127.0.0.8")
-	defer c.CloseIdleConnections()
-	post := func() (int, http.Header) {
-		resp, err := c.Post(srv.URL+"/v1/login", "text/plain", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, resp.Header
-	}
-	check := func(h http.Header, want map[string][]string) {
-		t.Helper()
-		for name, vs := range want {
-			if got := h.Values(name); !slices.Equal(got, vs) {
-				t.Errorf("%s: %q, want %q", name, got, vs)
-			}
-		}
-	}
-	status, h := post()
-	if status != 200 {
-		t.Fatalf("first login: %d", status)
-	}
-	check(h, map[string][]string{
-		"Ratelimit-Policy":      {`"global";q=100;w=60`, `"login";q=5;w=10`},
-		"Ratelimit":             {`"global";r=99;t=50`, `"login";r=4;t=10`},
-		"Ratelimit-Limit":       {"5"},
-		"Ratelimit-Remaining":   {"4"},
-		"Ratelimit-Reset":       {"10"},
-		"X-Ratelimit-Limit":     {"5"},
-		"X-Ratelimit-Remaining": {"4"},
-		"X-Ratelimit-Reset":     {"1767225620"},
-	})
-	for i := 0; i < 4; i++ {
-		post()
-	}
-	status, h = post()
-	if status != 429 {
-		t.Fatalf("6th login: %d, want 429", status)
-	}
-	check(h, map[string][]string{
-		"Ratelimit-Policy":    {`"global";q=100;w=60`, `"login";q=5;w=10`},
-		"Ratelimit":           {`"global";r=94;t=50`, `"login";r=0;t=10`},
-		"Ratelimit-Limit":     {"5"},
-		"Ratelimit-Remaining": {"0"},
-		"Ratelimit-Reset":     {"10"},
-		"X-Ratelimit-Reset":   {"1767225620"},
-		"Retry-After":         {"10"},
-		"Cache-Control":       {"no-store"},
-		"Content-Type":        {limit.ProblemJSON},
-	})
-}
-
-// SkipPaths and a custom DenyResponse, seen by a client.
-func TestSkipAndDenyResponseOverTheWire(t *testing.T) {
-	store, _ := newStore(t)
-	l := limit.MustNew(store, limit.Policy{Limit: 1, SkipPaths: []string{"/health"},
-		DenyResponse: func(_ context.Context, r limit.Request, d limit.Decision) *limit.Denial {
-			return &limit.Denial{Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"rate_limited"}`)}
-		}})
-	r := chi.NewRouter()
-	r.Use(chilimit.Middleware(l))
-	r.Get("/health", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	r.Get("/x", func(w http.ResponseWriter, r *http.Request) {})
-	srv := httptest.NewServer(r)
-	defer srv.Close()
-	c := limittest.ClientFrom("127.0.0.9")
-	defer c.CloseIdleConnections()
-	for i := 0; i < 5; i++ {
-		if status, body, _ := do(t, c, "GET", srv.URL+"/health"); status != 200 || body != "ok" {
-			t.Fatalf("/health %d: %d %q, want it never limited", i, status, body)
-		}
-	}
-	do(t, c, "GET", srv.URL+"/x")
-	status, body, h := do(t, c, "GET", srv.URL+"/x")
-	if status != 429 || body != `{"error":"rate_limited"}` || h.Get("Content-Type") != "application/json" || h.Get("Retry-After") == "" || h.Get("Cache-Control") != "no-store" {
-		t.Fatalf("custom denial: %d %q %v", status, body, h)
-	}
 }

@@ -1,0 +1,101 @@
+package limit
+
+import "time"
+
+// Decision is the engine's answer for one request or Consume call.
+//
+// Allowed and Outcome say the same fact at two levels of detail: a request
+// is either allowed (Outcome allowed, degraded or skipped) or limited
+// (Outcome limited: 429, or 503 under FailClosed).
+type Decision struct {
+	// Allowed reports whether the request may proceed: the adapter calls the
+	// next handler. When false, Check has written the whole response.
+	Allowed bool
+	// Outcome is allowed, limited, degraded, or skipped (Check only).
+	Outcome Outcome
+	// StoreFailed reports that the shared store failed (error, timeout or
+	// panic) and the policy's FailureMode decided: FailOpen admits (Outcome
+	// degraded); FailLocal admits (degraded) or limits (limited) by the
+	// local store's numbers; FailClosed rejects with 503 (limited).
+	StoreFailed bool
+	// Limit is the quota per window of the policy that decided (reduced for
+	// the fallback bucket).
+	Limit int64
+	// Cost is what the request was priced at (Policy.Cost, CostFunc or the
+	// n of ConsumeN); 0 for a skipped request.
+	Cost int64
+	// Remaining is how many more cost-1 requests would be admitted now;
+	// never negative; 0 when no store decided (FailOpen, FailClosed).
+	Remaining int64
+	// ResetAfter is the time until the whole quota is back (FixedWindow: the
+	// end of the window); 0 when no store decided.
+	ResetAfter time.Duration
+	// RetryAfter is, when limited, the earliest time after which the same
+	// request will be admitted with no further traffic (1 s under
+	// FailClosed); 0 when allowed.
+	RetryAfter time.Duration
+	// ResetAt is the store's clock reading plus ResetAfter; the zero Time
+	// when no store decided.
+	ResetAt time.Time
+	// Bucket is the bucket name.
+	Bucket string
+	// KeySource is where the identity came from.
+	KeySource KeySource
+	// Policy is the deciding policy (read-only).
+	Policy *Policy
+
+	// numbers reports that a store (the shared one, or FailLocal's local
+	// one) produced Remaining, ResetAfter and ResetAt, so that they may be
+	// disclosed in RateLimit header fields.
+	numbers bool
+}
+
+// Outcome is what the engine did with a request; it is the outcome label of
+// quotagate_requests_total.
+type Outcome string
+
+const (
+	// OutcomeAllowed: the store admitted the request.
+	OutcomeAllowed Outcome = "allowed"
+	// OutcomeLimited: the request was limited (429), or limited by the local
+	// store under FailLocal, or rejected (503) under FailClosed.
+	OutcomeLimited Outcome = "limited"
+	// OutcomeDegraded: the store failed and the request was admitted without
+	// a shared decision (FailOpen, or FailLocal admitting it).
+	OutcomeDegraded Outcome = "degraded"
+	// OutcomeSkipped: Policy.SkipPaths or Policy.Skip exempted the request.
+	// It appears only in the Decision returned by Check, never in an event:
+	// skipped requests are not reported.
+	OutcomeSkipped Outcome = "skipped"
+)
+
+// KeySource says where the identity of a request came from; it is the
+// key_source label of quotagate_requests_total.
+type KeySource string
+
+const (
+	// KeySourceKeyFunc: Policy.KeyFunc returned a non-blank identity.
+	KeySourceKeyFunc KeySource = "key-func"
+	// KeySourceHeader: the trusted client-address header.
+	KeySourceHeader KeySource = "header"
+	// KeySourceSocket: the socket peer address.
+	KeySourceSocket KeySource = "socket"
+	// KeySourceFallback: no identity at all; the shared fallback bucket.
+	KeySourceFallback KeySource = "fallback"
+	// KeySourceConsume: the identity passed to Limiter.Consume.
+	KeySourceConsume KeySource = "consume"
+)
+
+// fill writes a store's Result into d.
+func (d *Decision) fill(res Result) {
+	d.Allowed = res.Allowed
+	d.Outcome = OutcomeLimited
+	if res.Allowed {
+		d.Outcome = OutcomeAllowed
+	}
+	d.Remaining = max(res.Remaining, 0)
+	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
+	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
+	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+	d.numbers = true
+}

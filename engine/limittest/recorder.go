@@ -1,0 +1,145 @@
+package limittest
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// Recorder is a limit.Observer that keeps every event, in order. Recording
+// an event copies only strings the engine already holds: it allocates
+// nothing but the growth of its event list (see Reserve). The zero value is
+// ready; it is safe for concurrent use.
+type Recorder struct {
+	mu     sync.Mutex
+	events []event
+}
+
+type event struct {
+	kind      byte // 'd' decision, 'i' issue, 'e' store error, 't' store duration
+	decision  limit.DecisionEvent
+	bucket    string
+	issue     limit.Issue
+	mode      limit.FailureMode
+	store, op string
+	d         time.Duration
+}
+
+var _ limit.Observer = (*Recorder)(nil)
+
+func (r *Recorder) add(e event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// Decision records e.
+func (r *Recorder) Decision(e limit.DecisionEvent) { r.add(event{kind: 'd', decision: e}) }
+
+// ClientAddressIssue records an issue.
+func (r *Recorder) ClientAddressIssue(bucket string, issue limit.Issue) {
+	r.add(event{kind: 'i', bucket: bucket, issue: issue})
+}
+
+// StoreError records a failed store call.
+func (r *Recorder) StoreError(bucket string, mode limit.FailureMode) {
+	r.add(event{kind: 'e', bucket: bucket, mode: mode})
+}
+
+// StoreDuration records a store call's duration.
+func (r *Recorder) StoreDuration(store, op string, d time.Duration) {
+	r.add(event{kind: 't', store: store, op: op, d: d})
+}
+
+// Decisions returns the recorded decisions, oldest first.
+func (r *Recorder) Decisions() []limit.DecisionEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []limit.DecisionEvent
+	for _, e := range r.events {
+		if e.kind == 'd' {
+			out = append(out, e.decision)
+		}
+	}
+	return out
+}
+
+// Last returns the newest recorded decision (the zero event when none).
+func (r *Recorder) Last() limit.DecisionEvent {
+	ds := r.Decisions()
+	if len(ds) == 0 {
+		return limit.DecisionEvent{}
+	}
+	return ds[len(ds)-1]
+}
+
+// Issues returns how many times issue was reported.
+func (r *Recorder) Issues(issue limit.Issue) int {
+	return r.count(func(e event) bool { return e.kind == 'i' && e.issue == issue })
+}
+
+// StoreErrors returns how many failed store calls were reported.
+func (r *Recorder) StoreErrors() int { return r.count(func(e event) bool { return e.kind == 'e' }) }
+
+// Durations returns how many store calls were timed.
+func (r *Recorder) Durations() int { return r.count(func(e event) bool { return e.kind == 't' }) }
+
+func (r *Recorder) count(match func(event) bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.events {
+		if match(e) {
+			n++
+		}
+	}
+	return n
+}
+
+// Events returns every event, oldest first, as text:
+//
+//	decision <bucket>|<handler>|<outcome>|<key source>
+//	issue <bucket>|<issue>
+//	store-error <bucket>|<failure mode>
+//	duration <store>|<op>   ("negative duration <store>|<op>" when d < 0)
+func (r *Recorder) Events() []string {
+	r.mu.Lock()
+	events := slices.Clone(r.events)
+	r.mu.Unlock()
+	out := make([]string, 0, len(events))
+	for _, e := range events {
+		switch e.kind {
+		case 'd':
+			d := e.decision
+			out = append(out, "decision "+d.Bucket+"|"+d.Handler+"|"+string(d.Outcome)+"|"+string(d.KeySource))
+		case 'i':
+			out = append(out, "issue "+e.bucket+"|"+string(e.issue))
+		case 'e':
+			out = append(out, "store-error "+e.bucket+"|"+e.mode.String())
+		case 't':
+			s := "duration " + e.store + "|" + e.op
+			if e.d < 0 {
+				s = "negative " + s
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Reset forgets every event, keeping the memory they took.
+func (r *Recorder) Reset() {
+	r.mu.Lock()
+	r.events = r.events[:0]
+	r.mu.Unlock()
+}
+
+// Reserve makes room for n more events, so that recording them allocates
+// nothing (for allocation guards that run with a Recorder).
+func (r *Recorder) Reserve(n int) {
+	r.mu.Lock()
+	r.events = slices.Grow(r.events, n)
+	r.mu.Unlock()
+}

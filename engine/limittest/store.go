@@ -1,0 +1,222 @@
+package limittest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// Store is the reference limit.Store: one mutex, one map, the engine's own
+// math (limit.Op.Apply) at a clock reading, TTLs honoured. It is what every
+// real store must be equivalent to, and the store of tests that need a
+// correct one. Deciding for a key already present allocates nothing. It is
+// safe for concurrent use.
+type Store struct {
+	// Info is what the store tells the engine about itself; NewStore sets
+	// InProcess (no store timeout) and leaves Name empty ("custom"). Set it
+	// before the store is used.
+	Info limit.StoreInfo
+
+	now       func() time.Time
+	mu        sync.Mutex
+	m         map[string]*entry
+	keys      []string
+	calls     int
+	deadlines int
+}
+
+type entry struct {
+	st  limit.State
+	exp int64 // Unix ms at which the entry is dead
+}
+
+var (
+	_ limit.Store     = (*Store)(nil)
+	_ limit.Describer = (*Store)(nil)
+)
+
+// NewStore returns an empty reference Store deciding at now's readings
+// (time.Now when nil; tests pass Clock.Now).
+func NewStore(now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{Info: limit.StoreInfo{InProcess: true}, now: now, m: map[string]*entry{}}
+}
+
+// Take implements limit.Store.
+func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	_, deadline := ctx.Deadline()
+	now := s.now().UnixMilli()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if deadline {
+		s.deadlines++
+	}
+	e := s.m[string(op.Key)] // a lookup with string(bytes) does not allocate
+	var st limit.State
+	if e != nil && e.exp > now {
+		st = e.st
+	}
+	next, res := op.Apply(st, now)
+	if res.Allowed {
+		if e == nil {
+			e = new(entry)
+			s.m[string(op.Key)] = e
+			s.keys = append(s.keys, string(op.Key))
+		}
+		e.st, e.exp = next, now+res.TTLMS
+	}
+	return res, nil
+}
+
+// Describe implements limit.Describer: it returns Info.
+func (s *Store) Describe() limit.StoreInfo { return s.Info }
+
+// Calls returns how many times Take was called.
+func (s *Store) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
+}
+
+// CallsWithDeadline returns how many Take calls had a context deadline (the
+// engine's store timeout).
+func (s *Store) CallsWithDeadline() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadlines
+}
+
+// Keys returns every key written, in the order of their first write.
+func (s *Store) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+// Reset forgets every key.
+func (s *Store) Reset() {
+	s.mu.Lock()
+	clear(s.m)
+	s.keys = nil
+	s.mu.Unlock()
+}
+
+// ErrDown is the error of FailingStore and of FlakyStore while failing.
+var ErrDown = errors.New("limittest: store down")
+
+// FailingStore fails every call, as a backend that is down (Err, or ErrDown
+// when nil) or, with Panic, as a store with a bug (Take panics). It describes
+// itself as doing I/O unless InProcess is set (then the engine calls it
+// without a store timeout, as it does the memory store).
+type FailingStore struct {
+	Err       error
+	Panic     bool
+	InProcess bool
+}
+
+// Describe implements limit.Describer.
+func (f FailingStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: f.InProcess} }
+
+// Take implements limit.Store.
+func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
+	if f.Panic {
+		panic("limittest: store bug")
+	}
+	if f.Err != nil {
+		return limit.Result{}, f.Err
+	}
+	return limit.Result{}, ErrDown
+}
+
+// SlowStore passes every call to Store after Delay, as a backend that
+// answers late; Delay 0 means never (a backend that stopped answering: the
+// call blocks until its context ends). A call whose context ends first
+// returns the context's error, as the Store contract requires. It does not
+// describe itself: the engine arms its store timeout.
+type SlowStore struct {
+	Store limit.Store
+	Delay time.Duration
+}
+
+// Take implements limit.Store.
+func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	if err := ctx.Err(); err != nil {
+		return limit.Result{}, err
+	}
+	var wait <-chan time.Time
+	if s.Delay > 0 {
+		t := time.NewTimer(s.Delay)
+		defer t.Stop()
+		wait = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return limit.Result{}, ctx.Err()
+	case <-wait:
+	}
+	return s.Store.Take(ctx, op)
+}
+
+// FlakyStore passes calls to Store until switched: Fail makes every call
+// return ErrDown, Hang makes every call block until its context ends (the
+// engine's store timeout), Heal restores. It counts its calls and the failed
+// ones. It describes itself with Store's Name (when Store describes itself)
+// but never as in-process, so that the engine arms its timeout. Safe for
+// concurrent use.
+type FlakyStore struct {
+	Store        limit.Store
+	mode         atomic.Int32
+	calls, fails atomic.Int64
+}
+
+const (
+	healthy int32 = iota
+	failing
+	hanging
+)
+
+// Fail makes every later call fail with ErrDown.
+func (f *FlakyStore) Fail() { f.mode.Store(failing) }
+
+// Hang makes every later call block until its context ends.
+func (f *FlakyStore) Hang() { f.mode.Store(hanging) }
+
+// Heal makes every later call reach Store again.
+func (f *FlakyStore) Heal() { f.mode.Store(healthy) }
+
+// Take implements limit.Store.
+func (f *FlakyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	f.calls.Add(1)
+	switch f.mode.Load() {
+	case failing:
+		f.fails.Add(1)
+		return limit.Result{}, ErrDown
+	case hanging:
+		f.fails.Add(1)
+		<-ctx.Done()
+		return limit.Result{}, ctx.Err()
+	}
+	return f.Store.Take(ctx, op)
+}
+
+// Calls returns how many times Take was called.
+func (f *FlakyStore) Calls() int64 { return f.calls.Load() }
+
+// Failures returns how many calls failed (or hung) because of Fail or Hang.
+func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
+
+// Describe implements limit.Describer.
+func (f *FlakyStore) Describe() limit.StoreInfo {
+	var info limit.StoreInfo
+	if d, ok := f.Store.(limit.Describer); ok {
+		info.Name = d.Describe().Name
+	}
+	return info
+}

@@ -1,0 +1,34 @@
+package limit
+
+// op builds the Op of one decision in sc: the store key of (bucket, id) and
+// the policy's numbers for cost. It is the one function that knows the
+// shape of Op. limit is the quota per window the decision reports (the
+// fallback bucket's is tightened).
+func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64) {
+	op = &sc.op
+	*op = Op{
+		Algorithm:  l.policy.Algorithm,
+		Limit:      l.res.limit,
+		Burst:      l.res.burst,
+		WindowMS:   l.res.windowMS,
+		IntervalMS: l.res.intervalMS,
+		Cost:       cost,
+	}
+	if id.src == KeySourceFallback {
+		// Tightened, but never below the policy's Cost: a capacity under it
+		// would limit every request without a client address for ever.
+		if op.Algorithm == TokenBucket {
+			op.Burst = max(l.res.cost, op.Burst/l.cfg.fallbackDivisor)
+		} else {
+			op.Limit = max(l.res.cost, op.Limit/l.cfg.fallbackDivisor)
+		}
+	}
+	capacity := op.Limit
+	if op.Algorithm == TokenBucket {
+		capacity = op.Burst
+	}
+	op.Cost = min(op.Cost, capacity+1) // above capacity: limited; keeps products exact
+	sc.key, op.Hash, op.PhaseMS = l.keys.appendKey(sc.key[:0], bucket, id)
+	op.Key = sc.key
+	return op, op.Limit
+}

@@ -1,0 +1,321 @@
+package limit_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// TestObserverEventsExactlyOnce pins the events of one Check or Consume per
+// situation: one decision per call, one issue per issue met, one store error
+// per failed store call and one duration per store call, nothing else.
+func TestObserverEventsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/7", Peer: "192.0.2.1:5000"}
+	tests := []struct {
+		name   string
+		policy limit.Policy
+		store  func() limit.Store
+		local  func() limit.Store
+		run    func(l *limit.Limiter)
+		want   []string
+	}{
+		{
+			name:   "allowed",
+			policy: limit.Policy{Limit: 2},
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want:   []string{"duration custom|take", "decision 2p60|/v1/notes/{id}|allowed|socket"},
+		},
+		{
+			name:   "limited",
+			policy: limit.Policy{Limit: 1},
+			run: func(l *limit.Limiter) {
+				check(l, ctx, req)
+				check(l, ctx, req)
+			},
+			want: []string{
+				"duration custom|take", "decision 1p60|/v1/notes/{id}|allowed|socket",
+				"duration custom|take", "decision 1p60|/v1/notes/{id}|limited|socket",
+			},
+		},
+		{
+			name:   "named_store",
+			policy: limit.Policy{Limit: 2},
+			store:  func() limit.Store { s := limittest.NewStore(nil); s.Info.Name = "memory"; return s },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want:   []string{"duration memory|take", "decision 2p60|/v1/notes/{id}|allowed|socket"},
+		},
+		{
+			name:   "no_client_address",
+			policy: limit.Policy{Limit: 20},
+			run:    func(l *limit.Limiter) { check(l, ctx, limit.Request{Route: "/a"}) },
+			want: []string{
+				"issue 20p60|no-client-address", "duration custom|take",
+				"decision 20p60|/a|allowed|fallback",
+			},
+		},
+		{
+			name:   "per_route_without_route",
+			policy: limit.Policy{Limit: 2, Scope: limit.PerRoute},
+			run:    func(l *limit.Limiter) { check(l, ctx, limit.Request{Peer: "192.0.2.1"}) },
+			want: []string{
+				"issue 2p60|route-unknown", "duration custom|take",
+				"decision 2p60||allowed|socket",
+			},
+		},
+		{
+			name:   "per_route",
+			policy: limit.Policy{Limit: 2, Scope: limit.PerRoute},
+			run:    func(l *limit.Limiter) { check(l, ctx, limit.Request{Route: "/v1/notes/:id", Peer: "192.0.2.1"}) },
+			want:   []string{"duration custom|take", "decision /v1/notes/{id} 2p60|/v1/notes/:id|allowed|socket"},
+		},
+		{
+			name:   "key_func_panic",
+			policy: limit.Policy{Limit: 2, KeyFunc: func(limit.Request) (string, error) { panic("boom") }},
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"issue 2p60|key-func-panic", "duration custom|take",
+				"decision 2p60|/v1/notes/{id}|allowed|socket",
+			},
+		},
+		{
+			name:   "key_func",
+			policy: limit.Policy{Limit: 2, KeyFunc: func(limit.Request) (string, error) { return "user-1", nil }},
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want:   []string{"duration custom|take", "decision 2p60|/v1/notes/{id}|allowed|key-func"},
+		},
+		{
+			name:   "fail_open",
+			policy: limit.Policy{Limit: 2},
+			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"duration custom|take", "store-error 2p60|open",
+				"decision 2p60|/v1/notes/{id}|degraded|socket",
+			},
+		},
+		{
+			name:   "fail_closed",
+			policy: limit.Policy{Limit: 2, FailureMode: limit.FailClosed},
+			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"duration custom|take", "store-error 2p60|closed",
+				"decision 2p60|/v1/notes/{id}|limited|socket",
+			},
+		},
+		{
+			name:   "store_panic",
+			policy: limit.Policy{Limit: 2},
+			store:  func() limit.Store { return panickingStore },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"duration custom|take", "store-error 2p60|open",
+				"decision 2p60|/v1/notes/{id}|degraded|socket",
+			},
+		},
+		{
+			name:   "fail_local",
+			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
+			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			local:  func() limit.Store { return limittest.NewStore(nil) },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"duration custom|take", "duration custom|take", "store-error 2p60|local",
+				"decision 2p60|/v1/notes/{id}|degraded|socket",
+			},
+		},
+		{
+			name:   "fail_local_local_fails_too",
+			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
+			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			local:  func() limit.Store { return panickingStore },
+			run:    func(l *limit.Limiter) { check(l, ctx, req) },
+			want: []string{
+				"duration custom|take", "duration custom|take", "store-error 2p60|local",
+				"store-error 2p60|local", "decision 2p60|/v1/notes/{id}|degraded|socket",
+			},
+		},
+		{
+			name:   "consume",
+			policy: limit.Policy{Name: "mail", Limit: 2},
+			run:    func(l *limit.Limiter) { l.Consume(ctx, "user-1") },
+			want:   []string{"duration custom|take", "decision mail||allowed|consume"},
+		},
+		{
+			name:   "consume_blank_identity",
+			policy: limit.Policy{Name: "mail", Limit: 20},
+			run:    func(l *limit.Limiter) { l.Consume(ctx, "") },
+			want: []string{
+				"issue mail|no-client-address", "duration custom|take",
+				"decision mail||allowed|fallback",
+			},
+		},
+		{
+			name:   "consume_store_down",
+			policy: limit.Policy{Name: "mail", Limit: 2},
+			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			run:    func(l *limit.Limiter) { l.Consume(ctx, "user-1") },
+			want: []string{
+				"duration custom|take", "store-error mail|open",
+				"decision mail||degraded|consume",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var store limit.Store = limittest.NewStore(nil)
+			if tt.store != nil {
+				store = tt.store()
+			}
+			rec := &limittest.Recorder{}
+			opts := []limit.Option{limit.WithObserver(rec)}
+			if tt.local != nil {
+				opts = append(opts, limit.WithLocalStore(tt.local()))
+			}
+			l, err := limit.New(store, tt.policy, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.run(l)
+			if got := rec.Events(); !slices.Equal(got, tt.want) {
+				t.Errorf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
+			}
+		})
+	}
+}
+
+// TestObserverAllocationFree: with a warm in-process store, Check and Consume
+// allocate nothing on the allowed, limited, degraded and fallback paths, with
+// or without an observer: emitting events costs no allocation.
+func TestObserverAllocationFree(t *testing.T) {
+	ctx := context.Background()
+	w := limittest.NewWriter()
+	do := func(l *limit.Limiter, r limit.Request) {
+		w.Reset()
+		l.Check(ctx, r, w)
+	}
+	peer := limit.Request{Route: "/a/{id}", Peer: "192.0.2.1:1"}
+	// A fixed clock: the limited path's Retry-After (< 100 s) formats without
+	// an allocation.
+	ref := func() limit.Store { return storeAt(1_767_225_600_000) }
+	cases := []struct {
+		name  string
+		store func() limit.Store
+		p     limit.Policy
+		run   func(l *limit.Limiter)
+	}{
+		{"allowed", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { do(l, peer) }},
+		{"limited", ref, limit.Policy{Limit: 1}, func(l *limit.Limiter) { do(l, peer) }},
+		{"per_route", ref, limit.Policy{Limit: 1_000_000_000, Scope: limit.PerRoute}, func(l *limit.Limiter) { do(l, peer) }},
+		{"fallback_issue", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { do(l, limit.Request{Route: "/a/{id}"}) }},
+		{"consume", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { l.Consume(ctx, "user-1") }},
+		{"degraded", func() limit.Store { return limittest.FailingStore{Err: errBackend, InProcess: true} }, limit.Policy{Limit: 10}, func(l *limit.Limiter) { do(l, peer) }},
+	}
+	for _, tc := range cases {
+		for _, observed := range []bool{true, false} {
+			t.Run(tc.name+map[bool]string{true: "/observer", false: "/no-observer"}[observed], func(t *testing.T) {
+				rec := &limittest.Recorder{}
+				rec.Reserve(20_000) // room for every event of the guard's runs
+				opts := []limit.Option{limit.WithLogger(slog.New(slog.DiscardHandler))}
+				if observed {
+					opts = append(opts, limit.WithObserver(rec))
+				}
+				l := limit.MustNew(tc.store(), tc.p, opts...)
+				do(l, peer) // warm: first key write, route cache
+				assertNoAllocs(t, l, func() { tc.run(l) })
+				if observed && (len(rec.Decisions()) == 0 || rec.Durations() == 0) {
+					t.Errorf("observer saw no events: %d decisions, %d durations", len(rec.Decisions()), rec.Durations())
+				}
+			})
+		}
+	}
+}
+
+// panicObserver panics on every event.
+type panicObserver struct{}
+
+func (panicObserver) Decision(limit.DecisionEvent)                { panic("decision") }
+func (panicObserver) ClientAddressIssue(string, limit.Issue)      { panic("issue") }
+func (panicObserver) StoreError(string, limit.FailureMode)        { panic("store error") }
+func (panicObserver) StoreDuration(string, string, time.Duration) { panic("duration") }
+
+func TestPanickingObserverDoesNotBreakRequests(t *testing.T) {
+	t.Parallel()
+	for _, s := range []limit.Store{limittest.NewStore(nil), errStore} {
+		l := limit.MustNew(s, limit.Policy{Limit: 1, KeyFunc: func(limit.Request) (string, error) { panic("key") }}, limit.WithObserver(panicObserver{}))
+		resp := check(l, context.Background(), limit.Request{})
+		if resp.Denied() || !resp.Decision.Allowed {
+			t.Fatalf("first request with a panicking observer: %+v, want allowed", resp.Decision)
+		}
+	}
+}
+
+// TestLogRateLimits: store failures log at most once per 10 s, each issue kind
+// at most once per 10 minutes, whatever the request rate.
+func TestLogRateLimits(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	advance := func(d time.Duration) { now.Add(int64(d)) }
+
+	l := limit.MustNew(errStore, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
+	limit.SetLogClock(l, func() time.Time { return time.Unix(0, now.Load()) })
+	ctx := context.Background()
+	lines := func(substr string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Count(buf.String(), substr)
+	}
+
+	burst := func() {
+		for range 1000 {
+			check(l, ctx, limit.Request{})                               // route-unknown + no-client-address + store failure
+			check(l, ctx, limit.Request{Route: "/a", Peer: "192.0.2.9"}) // store failure only
+		}
+	}
+	burst()
+	if s, r, n := lines("store call failed"), lines("quotagate: route-unknown"), lines("quotagate: no-client-address"); s != 1 || r != 1 || n != 1 {
+		t.Fatalf("after 2000 failing requests: %d store lines, %d route-unknown, %d no-client-address; want 1 each", s, r, n)
+	}
+	advance(10*time.Second - time.Nanosecond)
+	burst()
+	if s := lines("store call failed"); s != 1 {
+		t.Fatalf("just under 10 s later: %d store lines, want still 1", s)
+	}
+	advance(time.Nanosecond)
+	burst()
+	if s, r := lines("store call failed"), lines("quotagate: route-unknown"); s != 2 || r != 1 {
+		t.Fatalf("10 s later: %d store lines, %d route-unknown; want 2 and 1", s, r)
+	}
+	advance(10*time.Minute - 10*time.Second)
+	burst()
+	if s, r, n := lines("store call failed"), lines("quotagate: route-unknown"), lines("quotagate: no-client-address"); s != 3 || r != 2 || n != 2 {
+		t.Fatalf("10 min after the first: %d store lines, %d route-unknown, %d no-client-address; want 3, 2, 2", s, r, n)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (lw lockedWriter) Write(p []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(p)
+}

@@ -1,0 +1,188 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// The three failure modes against a store that fails, hangs or panics.
+func TestFailureModes(t *testing.T) {
+	stores := map[string]func() limit.Store{
+		"error": func() limit.Store { return errStore },
+		"panic": func() limit.Store { return panickingStore },
+	}
+	for name, mk := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Run("open", func(t *testing.T) {
+				obs := &limittest.Recorder{}
+				l := mustNew(t, mk(), limit.Policy{Limit: 1, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}, limit.WithObserver(obs))
+				for i := 0; i < 3; i++ { // far beyond the limit: nothing is counted
+					resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
+					d := resp.Decision
+					if resp.Denied() || !d.Allowed || d.Outcome != limit.OutcomeDegraded || !d.StoreFailed || len(resp.Fields()) != 0 {
+						t.Fatalf("FailOpen: %+v, fields %v; want admitted, degraded, no RateLimit numbers", d, resp.Fields())
+					}
+				}
+				if ev := obs.Decisions(); len(ev) != 3 || ev[2].Outcome != limit.OutcomeDegraded || obs.StoreErrors() != 3 {
+					t.Fatalf("events %+v, store errors %d", ev, obs.StoreErrors())
+				}
+			})
+			t.Run("closed", func(t *testing.T) {
+				for _, lv := range []limit.Disclosure{limit.DiscloseNone, limit.DiscloseRetryAfter, limit.DiscloseOnLimit, limit.DiscloseAlways} {
+					obs := &limittest.Recorder{}
+					l := mustNew(t, mk(), limit.Policy{FailureMode: limit.FailClosed, Disclosure: lv}, limit.WithObserver(obs))
+					resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
+					h := resp.Header
+					if resp.Status != 503 || resp.Decision.Outcome != limit.OutcomeLimited || h.Get("Cache-Control") != "no-store" {
+						t.Fatalf("%v: %d %+v", lv, resp.Status, resp.Decision)
+					}
+					if h.Get("Ratelimit") != "" || h.Get("Ratelimit-Policy") != "" {
+						t.Fatalf("%v: RateLimit numbers on a 503 that no store decided: %v", lv, h)
+					}
+					wantRetry, wantBody := "1", body503
+					if lv == limit.DiscloseNone {
+						wantRetry, wantBody = "", ""
+					}
+					if h.Get("Retry-After") != wantRetry || string(resp.Body) != wantBody {
+						t.Fatalf("%v: Retry-After %q body %q, want %q %q", lv, h.Get("Retry-After"), resp.Body, wantRetry, wantBody)
+					}
+					if ev := obs.Decisions(); len(ev) != 1 || ev[0].Outcome != limit.OutcomeLimited {
+						t.Fatalf("%v: events %+v", lv, ev)
+					}
+				}
+			})
+			t.Run("local", func(t *testing.T) {
+				local := storeAt(epochMS)
+				l := mustNew(t, mk(), limit.Policy{Limit: 2, Window: time.Minute, AlignWindows: true, Algorithm: limit.FixedWindow, FailureMode: limit.FailLocal, Disclosure: limit.DiscloseAlways},
+					limit.WithLocalStore(local))
+				var outcomes []limit.Outcome
+				var last response
+				for i := 0; i < 3; i++ {
+					last = check(l, context.Background(), req("192.0.2.1:1", "/"))
+					outcomes = append(outcomes, last.Decision.Outcome)
+					if !last.Decision.StoreFailed {
+						t.Fatal("StoreFailed is false under FailLocal")
+					}
+				}
+				if outcomes[0] != limit.OutcomeDegraded || outcomes[1] != limit.OutcomeDegraded || outcomes[2] != limit.OutcomeLimited || last.Status != 429 {
+					t.Fatalf("outcomes %v, last status %d; want the same policy enforced locally", outcomes, last.Status)
+				}
+				// The local store's numbers are real: they are disclosed.
+				if got := last.Header.Get("Ratelimit"); got != `"2p60f";r=0;t=50` {
+					t.Fatalf("RateLimit %q from the local store", got)
+				}
+			})
+		})
+	}
+	if _, err := limit.New(errStore, limit.Policy{FailureMode: limit.FailLocal}); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("FailLocal without a local store: %v", err)
+	}
+}
+
+// Under FailLocal, a failing local store fails open, and the error says both.
+func TestFailLocalWithFailingLocalStoreFailsOpen(t *testing.T) {
+	l := mustNew(t, errStore, limit.Policy{FailureMode: limit.FailLocal}, limit.WithLocalStore(panickingStore))
+	d, err := l.Consume(context.Background(), "u")
+	if !d.Allowed || d.Outcome != limit.OutcomeDegraded || !errors.Is(err, errBackend) || !errors.Is(err, limit.ErrStorePanic) {
+		t.Fatalf("%+v, %v", d, err)
+	}
+}
+
+// A store that stops answering is cut off at the store timeout (default
+// 100 ms), measured on synctest's fake clock, and the failure mode applies.
+func TestHangingStoreTimesOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []limit.Option
+		want time.Duration
+	}{
+		{"default_100ms", nil, 100 * time.Millisecond},
+		{"configured_30ms", []limit.Option{limit.WithStoreTimeout(30 * time.Millisecond)}, 30 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var seen error
+				l := mustNew(t, hangStore, limit.Policy{FailureMode: limit.FailClosed, OnStoreError: func(_ context.Context, _ limit.Request, err error) { seen = err }}, tc.opts...)
+				start := time.Now()
+				resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
+				if took := time.Since(start); took != tc.want {
+					t.Fatalf("Check took %v, want exactly the store timeout %v", took, tc.want)
+				}
+				if resp.Status != 503 || !errors.Is(seen, context.DeadlineExceeded) {
+					t.Fatalf("status %d, error %v", resp.Status, seen)
+				}
+			})
+		})
+	}
+}
+
+// In-process stores are called without a deadline (no timer per decision);
+// others under the store timeout.
+func TestInProcessStoreHasNoDeadline(t *testing.T) {
+	s := limittest.NewStore(nil)
+	check(mustNew(t, s, limit.Policy{}), context.Background(), req("192.0.2.1:1", "/"))
+	if s.CallsWithDeadline() != 0 {
+		t.Fatal("an in-process store got a context with a deadline")
+	}
+	check(mustNew(t, limittest.SlowStore{Store: s, Delay: time.Nanosecond}, limit.Policy{}), context.Background(), req("192.0.2.1:1", "/"))
+	if s.Calls() != 2 || s.CallsWithDeadline() != 1 {
+		t.Fatalf("%d calls, %d with a deadline; want the store that does I/O called under the timeout", s.Calls(), s.CallsWithDeadline())
+	}
+}
+
+// Store failures are counted every time and logged at most once per 10 s.
+func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &limittest.Recorder{}
+		var logs logBuffer
+		l := mustNew(t, errStore, limit.Policy{}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		for i := 0; i < 50; i++ {
+			check(l, context.Background(), req("192.0.2.1:1", "/"))
+		}
+		const line = "store call failed"
+		if obs.StoreErrors() != 50 || logs.count(line) != 1 {
+			t.Fatalf("counted %d, logged %d; want 50 and 1", obs.StoreErrors(), logs.count(line))
+		}
+		time.Sleep(9 * time.Second)
+		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		if logs.count(line) != 1 {
+			t.Fatal("logged again within 10 s")
+		}
+		time.Sleep(time.Second)
+		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		if logs.count(line) != 2 {
+			t.Fatalf("logged %d times after 10 s, want 2", logs.count(line))
+		}
+	})
+}
+
+// A client that cancels its own request (half-closes the connection) gets the
+// same decision as any other: its cancellation is not a store failure, so it
+// cannot make a FailOpen policy admit it over an exhausted limit.
+func TestClientCancellationIsNotAStoreFailure(t *testing.T) {
+	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// A store that does I/O and fails with its context's error once
+			// the context is done, as a real network store does.
+			store := limittest.SlowStore{Store: storeAt(0), Delay: time.Nanosecond}
+			l := limit.MustNew(store, limit.Policy{Limit: 1, FailureMode: mode}, limit.WithLocalStore(storeAt(0)))
+			if r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"}); r.Denied() {
+				t.Fatal("first request denied")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			for i := 0; i < 5; i++ {
+				r := check(l, ctx, limit.Request{Peer: "192.0.2.1:1"})
+				if r.Status != 429 || r.Decision.StoreFailed {
+					t.Fatalf("cancelled request %d: status %d, store failed %v; want a normal 429", i, r.Status, r.Decision.StoreFailed)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,122 @@
+package limit
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// This file runs the user-supplied functions of a Policy: Skip, KeyFunc,
+// CostFunc, OnLimited, OnStoreError and LimitedResponse. Each is called
+// synchronously and behind a recover, so that a bug in one of them costs at
+// most its own effect, never a 500 or a crashed server. Every failure is
+// reported as an Issue and logged at most once per 10 minutes per kind.
+
+// skipped reports whether Policy.SkipPaths or Policy.Skip exempt r. A
+// panicking Skip counts as false: a broken predicate must not switch the
+// limiter off.
+func (l *Limiter) skipped(r *Request) bool {
+	if l.skip != nil {
+		if _, ok := l.skip[r.Path]; ok {
+			return true
+		}
+	}
+	if l.policy.Skip == nil {
+		return false
+	}
+	return l.callSkip(r)
+}
+
+func (l *Limiter) callSkip(r *Request) (skip bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			skip = false
+			l.cfg.rep.policyFuncFailed(l.shared.name, IssueSkipPanic, "Skip panicked; the request is limited as if it had returned false", p)
+		}
+	}()
+	return l.policy.Skip(*r)
+}
+
+// callKeyFunc runs Policy.KeyFunc: a blank result or an error is "", a
+// panic is recovered, reported and "" too (identity falls through).
+func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
+	defer func() {
+		if p := recover(); p != nil {
+			id = ""
+			l.cfg.rep.policyFuncFailed(bucket, IssueKeyFuncPanic, "KeyFunc panicked; identity falls through to the client address", p)
+		}
+	}()
+	id, err := l.policy.KeyFunc(*r)
+	if err != nil || strings.TrimSpace(id) == "" {
+		return ""
+	}
+	return id
+}
+
+// cost returns the request's cost: Policy.CostFunc when set and positive,
+// else Policy.Cost. A panicking CostFunc means Cost.
+func (l *Limiter) cost(r *Request) (n int64) {
+	if l.policy.CostFunc == nil {
+		return l.res.cost
+	}
+	defer func() {
+		if recover() != nil {
+			n = l.res.cost
+		}
+	}()
+	if n = l.policy.CostFunc(*r); n <= 0 {
+		n = l.res.cost
+	}
+	return n
+}
+
+// onLimited runs Policy.OnLimited, recovering a panic.
+func (l *Limiter) onLimited(ctx context.Context, r *Request, d *Decision) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.cfg.rep.policyFuncFailed(d.Bucket, IssueHookPanic, "OnLimited panicked; the request got its limited response as usual", p)
+		}
+	}()
+	l.policy.OnLimited(ctx, *r, *d)
+}
+
+// onStoreError runs Policy.OnStoreError, recovering a panic.
+func (l *Limiter) onStoreError(ctx context.Context, r *Request, bucket string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.cfg.rep.policyFuncFailed(bucket, IssueHookPanic, "OnStoreError panicked; the failure mode applies as usual", p)
+		}
+	}()
+	l.policy.OnStoreError(ctx, *r, err)
+}
+
+// limitedResponse replaces the default response in resp with
+// Policy.LimitedResponse's result, or keeps it (and reports
+// IssueLimitedResponseFallback) when the builder panics, returns nil or
+// returns a Status outside 400-599.
+func (l *Limiter) limitedResponse(ctx context.Context, r *Request, resp *response) {
+	lr, p := l.callLimitedResponse(ctx, r, resp.Decision)
+	var why string
+	switch {
+	case p != nil:
+		why = "LimitedResponse panicked"
+	case lr == nil:
+		why = "LimitedResponse returned nil"
+	case lr.Status != 0 && (lr.Status < 400 || lr.Status > 599):
+		why = "LimitedResponse returned Status " + strconv.Itoa(lr.Status) + ", outside 400-599"
+	}
+	if why != "" {
+		l.cfg.rep.policyFuncFailed(resp.Decision.Bucket, IssueLimitedResponseFallback, why+"; the default response was sent", p)
+		return
+	}
+	resp.replace(lr)
+}
+
+func (l *Limiter) callLimitedResponse(ctx context.Context, r *Request, d Decision) (lr *LimitedResponse, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			lr, panicked = nil, p
+		}
+	}()
+	return l.policy.LimitedResponse(ctx, *r, d), nil
+}
