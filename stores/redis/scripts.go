@@ -2,77 +2,155 @@ package redisstore
 
 import "github.com/redis/rueidis"
 
-// takeSource is the one script of the store (store contract v2): a
-// line-by-line transcription of the admission test and the state updates of
-// limit.Op.Apply (engine/algorithm.go) for up to limit.MaxQuotas quotas of
-// any algorithm, refunds and the clock-step rules, plus the memory store's
-// expiry rule (a stored State counts only while its expiry is after now).
-// It runs as one EVALSHA per decision: the clock is read once, every state
-// is read with one GET (MGET for several quotas), and only what the contract
-// says is written (every state of an admitted Op; nothing for a denial but a
-// state the clock has fallen far behind; the changed states of a refund,
-// keeping their expiry). The numbers of the answer (Remaining, delays, TTLs)
-// are not computed here: the script returns the states it read and Take
-// runs limit.Op.Apply on them, the very function the memory store runs, so
-// the two stores' Results are the same by construction. Take also checks
-// that Apply admits exactly when the script did.
+// The store's one script (store contract v2) transcribes line by line the
+// admission test and the state updates of limit.Op.Apply
+// (engine/algorithm.go) for up to limit.MaxQuotas quotas of any algorithm,
+// refunds and the clock-step rules, plus the memory store's expiry rule (a
+// stored State counts only while its expiry is after now). It runs as one
+// EVALSHA per decision: the clock is read once, every state is read with one
+// GET (MGET for several quotas), and only what the contract says is written:
+// every state of an admitted Op; for a denial nothing but a state the clock
+// has fallen far behind; for a refund the changed states, keeping their
+// expiry. The numbers of the answer (Remaining, delays, TTLs) are not
+// computed here: the script returns the states it read and Take runs
+// limit.Op.Apply on them, the very function the memory store runs, so the
+// two stores' Results are the same by construction; Take also checks that
+// Apply admits exactly when the script did.
 //
-// Keys and arguments (integers in decimal):
+// Keys and arguments:
 //
 //	KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
-//	ARGV[1]  now in Unix ms, or "" to read the server's TIME (once)
-//	ARGV[2]  cost
-//	then per quota: algorithm (0 sliding window, 1 fixed window, 2 token
-//	bucket), limit, window ms, phase ms (window algorithms) or burst (token
-//	bucket), and for a refund a fifth: the window index of the charge
+//	ARGV[1]  little-endian 64-bit integers: now in Unix ms (0: read the
+//	         server's TIME), cost, then per quota the algorithm (0 sliding
+//	         window, 1 fixed window, 2 token bucket), limit, window ms, and
+//	         phase ms (window algorithms) or burst (token bucket), and for a
+//	         refund a fifth: the window index of the charge
 //
 // Reply: {allowed (0|1), now, then per quota a, b, c}: the state read (zero
 // when absent, expired or unreadable): window algorithms a = window index,
 // b = count, c = previous count; token bucket a = TAT (Unix ms), b = TAT's
 // fraction in 1/limit ms.
 //
-// Stored value, five numbers a, b, c, expiry, pexpiry: the state as above;
-// expiry, the Unix ms at which the state dies (now + the Result's TTLMS at
-// its last write: the memory store's rule, so both stores forget a state at
-// the same instant whatever the clock does); pexpiry, the key's own
-// deadline in Redis. A write sets the key's deadline only when the state
-// would outlive it (SET ... PXAT, or PX with a caller's clock); otherwise it
-// keeps it (SET ... KEEPTTL), which costs Redis far less. Window algorithms
-// set the deadline to the state's expiry (once per window and key); a token
-// bucket to its expiry plus the bucket's refill time, so that a busy key
-// moves its deadline at most once per refill time. So a key always has a
-// deadline, never shorter than its state's life and never longer than the
-// policy's bound (DESIGN.md, "Store keys").
+// Stored value: five little-endian 64-bit integers (40 bytes) a, b, c,
+// expiry, pexpiry. a, b, c are the state as above; expiry is the Unix ms at
+// which the state dies (now + the Result's TTLMS at its last write: the
+// memory store's rule, so both stores forget a state at the same instant
+// whatever the clock does); pexpiry is the key's own deadline in Redis. A
+// write sets the key's deadline only when the state would outlive it (SET
+// ... PXAT, or PX with a caller's clock), and otherwise keeps it (SET ...
+// KEEPTTL), which costs Redis far less. Window algorithms set the deadline
+// to the state's expiry (once per window and key); a token bucket to its
+// expiry plus the bucket's refill time, so that a busy key moves its
+// deadline at most once per refill time. A key thus always has a deadline,
+// never before its state dies and never further than the policy's bound
+// (DESIGN.md, "Store keys"). A value that does not decode is no state (the
+// next write replaces it and sets a deadline); a key of another type is a
+// WRONGTYPE error, i.e. the failure mode, never silently deleted.
 //
-// Where the server's Lua has the struct library (Redis, Valkey), the value
-// is 40 bytes of little-endian doubles (struct.pack '<ddddd'): the cheapest
-// to read and write. Elsewhere (miniredis) it is the five integers in
-// decimal, separated by spaces. A value that does not decode is no state
-// (the next write replaces it and sets a deadline); a key of another type is
-// a WRONGTYPE error, i.e. the failure mode, never silently deleted.
+// Binary packing (the struct library of the server's Lua: Redis, Valkey) is
+// what makes the script cheap: six decimal arguments and a decimal value
+// parsed with string.match cost Redis several microseconds more per call.
+// Where the Lua has no struct library (miniredis), the same bytes are
+// packed and unpacked by a few lines of plain Lua, defined only there.
+//
+// Shape: one Op of one quota (nearly every call) runs a straight path for
+// its algorithm; several quotas or a refund run the general loop (a first
+// pass decides, a second writes). Both are assembled from the same
+// fragments below, one per part of Apply. No closure is created and no
+// table but the reply (and MGET's for several quotas), outside the
+// struct-less fallback.
 //
 // Arithmetic: Lua numbers are IEEE doubles; limit.New keeps every integer
 // below 2^53, so sums, products and comparisons are exact; floor division is
 // math.floor(a/b) corrected by the remainder (a/b alone can round up to the
-// next integer). The script creates no closure and no table beyond the reply
-// (and MGET's for several quotas).
+// next integer). Values are non-negative (times after 1970).
 const takeSource = `
 local struct = rawget(_G, 'struct')
+local dec, enc
+if not struct then
+  -- No struct library: little-endian 64-bit integers in plain Lua.
+  dec = function(s, p, k)
+    local out = {}
+    for j = 1, k do
+      local v = 0
+      for b = p + 7, p, -1 do
+        v = v * 256 + string.byte(s, b)
+      end
+      out[j] = v
+      p = p + 8
+    end
+    out[k + 1] = p
+    return unpack(out)
+  end
+  enc = function(...)
+    local parts = {}
+    for j, v in ipairs({...}) do
+      local bytes = {}
+      for b = 1, 8 do
+        local r = v % 256
+        bytes[b] = string.char(r)
+        v = (v - r) / 256
+      end
+      parts[j] = table.concat(bytes)
+    end
+    return table.concat(parts)
+  end
+end
+local a = ARGV[1]
 local n = #KEYS
-local per = 4
-local refund = #ARGV > 2 + 4 * n
-if refund then
-  per = 5
+local refund = #a > 16 + 32 * n
+local servertime
+` + fastPath + generalPath
+
+// fastPath: one quota, no refund.
+const fastPath = `
+if n == 1 and not refund then
+  local now, cost, alg, lim, w, x
+  if struct then
+    now, cost, alg, lim, w, x = struct.unpack('<i8i8i8i8i8i8', a)
+  else
+    now, cost, alg, lim, w, x = dec(a, 1, 6)
+  end
+` + clock + `
+  local k = KEYS[1]
+  local v = redis.call('GET', k)
+` + decodeState + `
+  local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+  if alg == 2 then
+` + bucketView + `
+    ok = cost <= x and off + cost * w <= tau
+    if ok then
+      off = off + cost * w
+    end
+    if ok or norm then
+` + bucketState + write + `
+    end
+  else
+` + windowView + windowFits + `
+    if ok then
+      curr = curr + cost
+    end
+    if ok or norm then
+` + windowState + write + `
+    end
+  end
+  if ok then
+    return {1, now, sa, sb, sc}
+  end
+  return {0, now, sa, sb, sc}
 end
-local servertime = ARGV[1] == ''
-local now
-if servertime then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// generalPath: several quotas (a first pass decides, a second writes), or a
+// refund (one pass).
+const generalPath = `
+local now, cost, pos
+if struct then
+  now, cost, pos = struct.unpack('<i8i8', a)
 else
-  now = tonumber(ARGV[1])
+  now, cost, pos = dec(a, 1, 2)
 end
-local cost = tonumber(ARGV[2])
+` + clock + `
 local vals
 if n == 1 then
   vals = redis.call('GET', KEYS[1])
@@ -81,51 +159,39 @@ else
 end
 local reply = {1, now, 0, 0, 0}
 local all = true
--- Several quotas: a first pass decides, a second one writes.
 local passes = 1
 if n > 1 and not refund then
   passes = 2
 end
 for pass = 1, passes do
+  local p = pos
   for i = 1, n do
-    local o = 2 + (i - 1) * per
-    local alg, lim, w, x = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+    local alg, lim, w, x, cw
+    if struct then
+      alg, lim, w, x, p = struct.unpack('<i8i8i8i8', a, p)
+      if refund then
+        cw, p = struct.unpack('<i8', a, p)
+      end
+    else
+      alg, lim, w, x, p = dec(a, p, 4)
+      if refund then
+        cw, p = dec(a, p, 1)
+      end
+    end
+    local k = KEYS[i]
     local v = vals
     if n > 1 then
       v = vals[i]
     end
-    local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
-    if v then
-      if struct then
-        if #v == 40 then
-          sa, sb, sc, ex, px = struct.unpack('<ddddd', v)
-        end
-      else
-        local p, q, r, s, u = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
-        if u then
-          sa, sb, sc, ex, px = tonumber(p), tonumber(q), tonumber(r), tonumber(s), tonumber(u)
-        end
-      end
-      if ex <= now then
-        sa, sb, sc, ex = 0, 0, 0, 0
-      end
-    end
+` + decodeState + `
     if pass == 1 then
       reply[3 * i], reply[3 * i + 1], reply[3 * i + 2] = sa, sb, sc
     end
-    local na, nb, nc, ttl, slack, bound = sa, sb, sc, 0, 0, 0
+    local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
     if alg == 2 then
-      -- Token bucket (Quota.gcra, tatOffset), in units of 1/lim ms:
-      -- emission interval w, tolerance tau = burst*w, off = TAT - now.
-      local tau = x * w
-      local off, norm = 0, false
-      if sa >= now then
-        off = (sa - now) * lim + sb
-        if off > tau then
-          off, norm = tau, true
-        end
-      end
+` + bucketView + `
       if refund then
+        -- Quota.refund: TAT = max(TAT - cost*T, now), never past full.
         if off > 0 then
           local c = cost
           if c > x then
@@ -138,7 +204,7 @@ for pass = 1, passes do
           norm = true
         end
       else
-        local ok = cost <= x and off + cost * w <= tau
+        ok = cost <= x and off + cost * w <= tau
         if pass == 1 then
           all = all and ok
         end
@@ -147,32 +213,137 @@ for pass = 1, passes do
         end
       end
       if norm and pass == passes then
-        local q = math.floor(off / lim)
-        local r = off - q * lim
-        if r < 0 then
-          q, r = q - 1, r + lim
-        elseif r >= lim then
-          q, r = q + 1, r - lim
-        end
-        na, nb, nc = now + q, r, 0
-        -- ttl = max(ceil(off/lim), 1)
-        ttl = q
-        if r > 0 then
-          ttl = q + 1
-        end
-        if ttl < 1 then
-          ttl = 1
-        end
-        slack = math.floor((tau + lim - 1) / lim)
-        if slack * lim < tau then
-          slack = slack + 1
-        elseif (slack - 1) * lim >= tau then
-          slack = slack - 1
-        end
-        bound = 2 * slack
+` + bucketState + `
       end
     else
-      -- Window algorithms (Quota.windowView, fixed, sliding); x = phase.
+      if refund then
+        -- Quota.refund: only the charge's window, never below zero.
+        if cw == sa then
+          sb = sb - cost
+          if sb < 0 then
+            sb = 0
+          end
+        elseif alg == 0 and cw == sa - 1 then
+          sc = sc - cost
+          if sc < 0 then
+            sc = 0
+          end
+        end
+        na, nb, nc = sa, sb, sc
+      end
+` + windowView + `
+      if refund then
+        if norm then
+          na, nb, nc = idx, curr, prev
+        end
+      else
+` + windowFits + `
+        if pass == 1 then
+          all = all and ok
+        end
+        if pass == passes and (all or norm) then
+          if all then
+            curr = curr + cost
+          end
+` + windowState + `
+        end
+      end
+    end
+    if pass == passes then
+      if refund then
+        -- Only a live state changes; it keeps its expiry and the key its
+        -- deadline.
+        if ex > now and (na ~= reply[3 * i] or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2]) then
+          local val
+          if struct then
+            val = struct.pack('<i8i8i8i8i8', na, nb, nc, ex, px)
+          else
+            val = enc(na, nb, nc, ex, px)
+          end
+          redis.call('SET', k, val, 'KEEPTTL')
+        end
+      elseif ttl > 0 then
+` + write + `
+      end
+    end
+  end
+end
+if not all then
+  reply[1] = 0
+end
+return reply
+`
+
+// clock reads the server's TIME, once, when the caller sent no clock.
+const clock = `
+  servertime = now == 0
+  if servertime then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+`
+
+// decodeState reads the value v into sa, sb, sc (the state), ex (its
+// expiry) and px (the key's deadline); a dead state reads as zero, its key's
+// deadline kept. So does a state whose expiry is further than 2^35 ms
+// (397 days, beyond any policy's: MaxRefill plus the clock-step second),
+// which only a value written by something else can hold.
+const decodeState = `
+    local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+    if v and #v == 40 then
+      if struct then
+        sa, sb, sc, ex, px = struct.unpack('<i8i8i8i8i8', v)
+      else
+        sa, sb, sc, ex, px = dec(v, 1, 5)
+      end
+      if ex <= now or ex - now > 34359738368 then
+        sa, sb, sc, ex = 0, 0, 0, 0
+      end
+    end
+`
+
+// bucketView is Quota.tatOffset: off = TAT - now in 1/lim ms, clamped to
+// [0, tau]; norm when the clock fell behind a whole bucket (x = burst).
+const bucketView = `
+      local tau = x * w
+      local off, norm = 0, false
+      if sa >= now then
+        off = (sa - now) * lim + sb
+        if off > tau then
+          off, norm = tau, true
+        end
+      end
+`
+
+// bucketState is the new token-bucket state for offset off (Quota.gcra):
+// TAT = now + floor(off/lim), fraction off mod lim, ttl = max(ceil(off/lim),
+// 1); the key's bound is twice the refill time, its slack one refill time
+// (in 1/lim ms: tau).
+const bucketState = `
+      local q = math.floor(off / lim)
+      local r = off - q * lim
+      if r < 0 then
+        q, r = q - 1, r + lim
+      elseif r >= lim then
+        q, r = q + 1, r - lim
+      end
+      na, nb, nc = now + q, r, 0
+      ttl = q
+      if r > 0 then
+        ttl = q + 1
+      end
+      if ttl < 1 then
+        ttl = 1
+      end
+      slack = tau
+      bound = 2 * tau / lim + 2
+`
+
+// windowView is Quota.windowView (x = phase): the window idx the decision
+// counts in, its start, the instant at it is judged at, the counts curr and
+// prev, and norm when the stored window is more than 1 s ahead (read as the
+// current one).
+const windowView = `
       local idx = math.floor((now - x) / w)
       local rem = now - x - idx * w
       if rem < 0 then
@@ -182,22 +353,6 @@ for pass = 1, passes do
       end
       local start, at = idx * w + x, now
       local wa, norm = sa, false
-      if refund then
-        local cw = tonumber(ARGV[o + 5])
-        if cw == sa then
-          nb = sb - cost
-          if nb < 0 then
-            nb = 0
-          end
-        elseif alg == 0 and cw == sa - 1 then
-          nc = sc - cost
-          if nc < 0 then
-            nc = 0
-          end
-        end
-        wa = sa
-        sb, sc = nb, nc
-      end
       if wa > idx then
         local s2 = wa * w + x
         if s2 - now <= 1000 then
@@ -215,79 +370,66 @@ for pass = 1, passes do
       if alg == 1 then
         prev = 0
       end
-      if refund then
-        if norm then
-          na, nb, nc = idx, curr, prev
-        end
-      else
-        local ok
-        if alg == 1 then
-          ok = cost <= lim - curr
-        else
-          ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
-        end
-        if pass == 1 then
-          all = all and ok
-        end
-        if pass == passes and (all or norm) then
-          if all then
-            curr = curr + cost
-          end
-          na, nb, nc = idx, curr, prev
-          if alg == 1 then
-            ttl = start + w - now + 1000
-          else
-            ttl = (w - (at - start)) + w + (at - now)
-          end
-        end
-      end
+`
+
+// windowFits is the admission test of Quota.fixed and Quota.sliding.
+const windowFits = `
       if alg == 1 then
+        ok = cost <= lim - curr
+      else
+        ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
+      end
+`
+
+// windowState is the new window state and its ttl (Quota.fixed: to the end
+// of the window plus 1 s; Quota.sliding: to the end of the next window).
+const windowState = `
+      na, nb, nc = idx, curr, prev
+      if alg == 1 then
+        ttl = start + w - now + 1000
         bound = w + 2000
       else
+        ttl = (w - (at - start)) + w + (at - now)
         bound = 2 * w + 1000
       end
-    end
-    if pass == passes and (na ~= sa or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2] or ttl > 0) then
-      local k = KEYS[i]
-      if refund then
-        -- Only a state that is alive changes; it keeps its expiry and the
-        -- key its deadline.
-        if ex > now then
-          local val
-          if struct then
-            val = struct.pack('<ddddd', na, nb, nc, ex, px)
-          else
-            val = string.format('%d %d %d %d %d', na, nb, nc, ex, px)
+`
+
+// write stores (na, nb, nc) with expiry now+ttl, moving the key's deadline
+// only when the state would outlive it, or when the recorded deadline is
+// beyond the policy's bound (a value written by something else): then to
+// the expiry plus the slack (slack/lim ms, rounded up).
+const write = `
+      local e = now + ttl
+      local pe = px
+      if e > px or px - now > bound then
+        pe = e
+        if slack > 0 then
+          local s = math.floor(slack / lim)
+          local sr = slack - s * lim
+          if sr < 0 then
+            s, sr = s - 1, sr + lim
+          elseif sr >= lim then
+            s, sr = s + 1, sr - lim
           end
-          redis.call('SET', k, val, 'KEEPTTL')
-        end
-      else
-        local e = now + ttl
-        local pe = px
-        if e > px or px - now > bound then
-          pe = e + slack
-        end
-        local val
-        if struct then
-          val = struct.pack('<ddddd', na, nb, nc, e, pe)
-        else
-          val = string.format('%d %d %d %d %d', na, nb, nc, e, pe)
-        end
-        if pe == px then
-          redis.call('SET', k, val, 'KEEPTTL')
-        elseif servertime then
-          redis.call('SET', k, val, 'PXAT', pe)
-        else
-          redis.call('SET', k, val, 'PX', pe - now)
+          if sr > 0 then
+            s = s + 1
+          end
+          pe = e + s
         end
       end
-    end
-  end
-end
-if not all then
-  reply[1] = 0
-end
-return reply
+      local val
+      if struct then
+        val = struct.pack('<i8i8i8i8i8', na, nb, nc, e, pe)
+      else
+        val = enc(na, nb, nc, e, pe)
+      end
+      if pe == px then
+        redis.call('SET', k, val, 'KEEPTTL')
+      elseif servertime then
+        redis.call('SET', k, val, 'PXAT', pe)
+      else
+        redis.call('SET', k, val, 'PX', pe - now)
+      end
 `
 
 // takeScript is created once: rueidis sends EVALSHA and falls back to EVAL

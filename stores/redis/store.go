@@ -2,9 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,13 +141,9 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// argsBuf is the stack buffer for one call's keys and arguments; longer
+// argsBuf is the stack buffer for one call's keys and argument; longer
 // keys spill to the heap.
 const argsBuf = 512
-
-// maxArgs is the most arguments one call sends: now, cost, and five per
-// quota.
-const maxArgs = 2 + 5*limit.MaxQuotas
 
 // Take implements limit.Store: one script call. The error is non-nil when
 // Redis could not be asked or did not answer in time (ctx); the request may
@@ -161,57 +157,47 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	if n < 1 || n > limit.MaxQuotas {
 		return limit.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limit.MaxQuotas)
 	}
-	// The keys and every argument are built into one buffer and converted
-	// to one string (the only allocation of ours per call); keys and args
-	// are substrings of it. A copy is needed anyway: rueidis may still write
-	// the command after a deadline returned control to the caller, and the
-	// engine reuses the Op's key bytes.
+	// The keys and the argument (little-endian 64-bit integers, see
+	// takeSource) are built into one buffer and converted to one string
+	// (the only allocation of ours per call); they are substrings of it. A
+	// copy is needed anyway: rueidis may still write the command after a
+	// deadline returned control to the caller, and the engine reuses the
+	// Op's key bytes.
 	var b [argsBuf]byte
-	var ends [limit.MaxQuotas + maxArgs]int
+	var ends [limit.MaxQuotas]int
 	buf := b[:0]
-	e := 0
 	for i := range n {
 		buf = append(buf, op.Quotas[i].Key...)
-		ends[e], e = len(buf), e+1
+		ends[i] = len(buf)
 	}
+	var now int64 // 0: the server's TIME
 	if s.clock != nil {
-		buf = strconv.AppendInt(buf, s.clock().UnixMilli(), 10)
+		now = s.clock().UnixMilli()
 	}
-	ends[e], e = len(buf), e+1
-	buf = strconv.AppendInt(buf, op.Cost, 10)
-	ends[e], e = len(buf), e+1
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(op.Cost))
 	for i := range n {
 		q := &op.Quotas[i]
-		buf = strconv.AppendInt(buf, algorithmCode(q.Algorithm), 10)
-		ends[e], e = len(buf), e+1
-		buf = strconv.AppendInt(buf, q.Limit, 10)
-		ends[e], e = len(buf), e+1
-		buf = strconv.AppendInt(buf, q.WindowMS, 10)
-		ends[e], e = len(buf), e+1
 		x := q.PhaseMS
 		if q.Algorithm == limit.TokenBucket {
 			x = q.Burst
 		}
-		buf = strconv.AppendInt(buf, x, 10)
-		ends[e], e = len(buf), e+1
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(algorithmCode(q.Algorithm)))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Limit))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.WindowMS))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
 		if op.Refund {
-			buf = strconv.AppendInt(buf, q.Window, 10)
-			ends[e], e = len(buf), e+1
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
 		}
 	}
 	str := string(buf)
 	var keys [limit.MaxQuotas]string
-	var args [maxArgs]string
 	from := 0
-	for i := range e {
-		if i < n {
-			keys[i] = str[from:ends[i]]
-		} else {
-			args[i-n] = str[from:ends[i]]
-		}
-		from = ends[i]
+	for i := range n {
+		keys[i], from = str[from:ends[i]], ends[i]
 	}
-	resp := takeScript.Exec(ctx, r.c, keys[:n], args[:e-n])
+	args := [1]string{str[from:]}
+	resp := takeScript.Exec(ctx, r.c, keys[:n], args[:])
 	return decide(op, resp)
 }
 
