@@ -113,30 +113,48 @@ func (r *row) median(f func(m measurement) float64) float64 {
 	return v[len(v)/2]
 }
 
+// results are one run's rows: the allowed path, then the flood.
+type results struct {
+	header  string
+	allowed []*row
+	flood   []*row
+}
+
 func run(w io.Writer, cfg config) error {
+	res, err := measureAll(cfg)
+	if err != nil {
+		return err
+	}
+	res.print(w)
+	return nil
+}
+
+// measureAll starts the server and the clients, sets every contender up
+// and measures them, rotating the order each round.
+func measureAll(cfg config) (*results, error) {
 	bin, err := redisBin()
 	if err != nil {
-		return fmt.Errorf("no redis-server (set QUOTAGATE_REDIS_SERVER_BIN or put it on PATH): %w", err)
+		return nil, fmt.Errorf("no redis-server (set QUOTAGATE_REDIS_SERVER_BIN or put it on PATH): %w", err)
 	}
 	srv, err := startServer(bin)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer srv.stop()
 	opt, err := redisstore.ParseURL("redis://" + srv.addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rc, err := rueidis.NewClient(opt)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer rc.Close()
 	gr := goredis.NewClient(&goredis.Options{Addr: srv.addr})
 	defer gr.Close()
 	admin, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.addr}, DisableCache: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer admin.Close()
 	cl := &clients{rueidis: rc, goredis: gr}
@@ -147,28 +165,27 @@ func run(w io.Writer, cfg config) error {
 			cs = append(cs, c)
 		}
 	}
-	fmt.Fprintf(w, "redis-server %s on %s; GOMAXPROCS %d; %d identities; %d rounds of %v per contender, order rotated\n\n",
-		serverVersion(admin), srv.addr, runtime.GOMAXPROCS(0), cfg.keys, cfg.rounds, cfg.dur)
+	res := &results{header: fmt.Sprintf("redis-server %s on %s; GOMAXPROCS %d; %d identities; %d rounds of %v per contender, order rotated",
+		serverVersion(admin), srv.addr, runtime.GOMAXPROCS(0), cfg.keys, cfg.rounds, cfg.dur)}
 
 	ids := identities(cfg.keys)
 	const huge = 1 << 30 // a quota no run exhausts: the allowed path
 	rows := map[string]*row{}
-	var order []string
 	fns := make([]decideFunc, len(cs))
 	for i, c := range cs {
 		if fns[i], err = c.setup(cl, fmt.Sprintf("b%d", i), huge, ids); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
+			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 		for _, g := range cfg.goroutines {
-			k := key(c.name, g)
-			rows[k] = &row{name: c.name, g: g}
-			order = append(order, k)
+			r := &row{name: c.name, g: g}
+			rows[key(c.name, g)] = r
+			res.allowed = append(res.allowed, r)
 		}
 	}
 	// Warm up: scripts loaded, connections dialled, keys created.
 	for i := range cs {
-		if _, err := measure(srv, admin, fns[i], 64, 300*time.Millisecond); err != nil {
-			return fmt.Errorf("%s: %w", cs[i].name, err)
+		if _, err := measure(srv, admin, fns[i], 64, min(cfg.dur, 300*time.Millisecond)); err != nil {
+			return nil, fmt.Errorf("%s: %w", cs[i].name, err)
 		}
 	}
 	for r := range cfg.rounds {
@@ -177,86 +194,87 @@ func run(w io.Writer, cfg config) error {
 			for _, g := range cfg.goroutines {
 				m, err := measure(srv, admin, fns[i], g, cfg.dur)
 				if err != nil {
-					return fmt.Errorf("%s: %w", cs[i].name, err)
+					return nil, fmt.Errorf("%s: %w", cs[i].name, err)
 				}
 				rows[key(cs[i].name, g)].ms = append(rows[key(cs[i].name, g)].ms, m)
 			}
 		}
 	}
-	ceiling := map[int]float64{}
-	for _, g := range cfg.goroutines {
-		if r, ok := rows[key(cs[0].name, g)]; ok && strings.HasPrefix(cs[0].name, "trivial") {
-			ceiling[g] = r.median(rate)
+	if !cfg.flood {
+		return res, nil
+	}
+	// The flood: one identity, limit 10 per minute, 64 goroutines; nearly
+	// every request is denied.
+	const g = 64
+	ffns := make([]decideFunc, len(cs))
+	frows := make([]*row, len(cs))
+	for i, c := range cs {
+		if strings.HasPrefix(c.name, "trivial") {
+			continue
+		}
+		if ffns[i], err = c.setup(cl, fmt.Sprintf("f%d", i), 10, []string{"hot"}); err != nil {
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+		frows[i] = &row{name: c.name, g: g}
+		res.flood = append(res.flood, frows[i])
+	}
+	for r := range cfg.rounds {
+		for k := range cs {
+			i := (k + r) % len(cs)
+			if ffns[i] == nil {
+				continue
+			}
+			m, err := measure(srv, admin, ffns[i], g, cfg.dur)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", cs[i].name, err)
+			}
+			frows[i].ms = append(frows[i].ms, m)
 		}
 	}
-	fmt.Fprintln(w, "Allowed path (median of the rounds):")
+	return res, nil
+}
+
+// print writes the tables.
+func (res *results) print(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\nAllowed path (median of the rounds):\n", res.header)
+	ceiling := map[int]float64{}
+	for _, r := range res.allowed {
+		if strings.HasPrefix(r.name, "trivial") {
+			ceiling[r.g] = r.median(rate)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
 	fmt.Fprintln(tw, "contender\tgoroutines\tdecisions/s\tof ceiling\tRedis usec/decision (commandstats)\tRedis CPU usec/decision (process)\tallocs/decision\tcommands/decision\tallowed\t")
-	for _, k := range order {
-		r := rows[k]
+	for _, r := range res.allowed {
 		dps := r.median(rate)
 		of := "-"
 		if c := ceiling[r.g]; c > 0 {
 			of = fmt.Sprintf("%.2f", dps/c)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t\n", r.name, r.g, dps, of,
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.redisUsec)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.redisCPU.Microseconds())) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.mallocs)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.commands)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.allowed)) }))
+			r.median(redisUsec), r.median(redisCPU), r.median(allocs), r.median(commands), r.median(allowedShare))
 	}
 	tw.Flush()
-	if !cfg.flood {
-		return nil
+	if len(res.flood) == 0 {
+		return
 	}
-	return flood(w, cfg, srv, admin, cl, cs)
+	fmt.Fprintf(w, "\nSingle hot key flood: limit 10 per minute, %d goroutines (median of the rounds):\n", res.flood[0].g)
+	tw = tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
+	fmt.Fprintln(tw, "contender\tdecisions/s\tdenied share\tRedis calls/decision\tRedis usec/decision\tallocs/decision\tcommands/decision\t")
+	for _, r := range res.flood {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.3f\t%.2f\t%.1f\t%.2f\t\n", r.name, r.median(rate),
+			1-r.median(allowedShare), r.median(scriptCalls), r.median(redisUsec), r.median(allocs), r.median(commands))
+	}
+	tw.Flush()
 }
 
-// flood: one identity, limit 10 per minute, 64 goroutines; nearly every
-// request is denied.
-func flood(w io.Writer, cfg config, srv *server, admin rueidis.Client, cl *clients, cs []contender) error {
-	const g = 64
-	fmt.Fprintf(w, "\nSingle hot key flood: limit 10 per minute, %d goroutines (median of the rounds):\n", g)
-	rows := make([]*row, len(cs))
-	fns := make([]decideFunc, len(cs))
-	for i, c := range cs {
-		if strings.HasPrefix(c.name, "trivial") {
-			continue
-		}
-		var err error
-		if fns[i], err = c.setup(cl, fmt.Sprintf("f%d", i), 10, []string{"hot"}); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		rows[i] = &row{name: c.name, g: g}
-	}
-	for r := range cfg.rounds {
-		for k := range cs {
-			i := (k + r) % len(cs)
-			if fns[i] == nil {
-				continue
-			}
-			m, err := measure(srv, admin, fns[i], g, cfg.dur)
-			if err != nil {
-				return fmt.Errorf("%s: %w", cs[i].name, err)
-			}
-			rows[i].ms = append(rows[i].ms, m)
-		}
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "contender\tdecisions/s\tdenied share\tRedis calls/decision\tRedis usec/decision\tallocs/decision\t")
-	for _, r := range rows {
-		if r == nil {
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%.0f\t%.4f\t%.3f\t%.2f\t%.1f\t\n", r.name, r.median(rate),
-			r.median(func(m measurement) float64 { return 1 - m.perDecision(float64(m.allowed)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.scriptCalls)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.redisUsec)) }),
-			r.median(func(m measurement) float64 { return m.perDecision(float64(m.mallocs)) }))
-	}
-	return tw.Flush()
-}
+// Per-decision figures of a measurement.
+func redisUsec(m measurement) float64    { return m.perDecision(float64(m.redisUsec)) }
+func redisCPU(m measurement) float64     { return m.perDecision(float64(m.redisCPU.Microseconds())) }
+func allocs(m measurement) float64       { return m.perDecision(float64(m.mallocs)) }
+func commands(m measurement) float64     { return m.perDecision(float64(m.commands)) }
+func allowedShare(m measurement) float64 { return m.perDecision(float64(m.allowed)) }
+func scriptCalls(m measurement) float64  { return m.perDecision(float64(m.scriptCalls)) }
 
 func key(name string, g int) string { return name + "/" + strconv.Itoa(g) }
 
