@@ -141,9 +141,11 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// argsBuf is the stack buffer for one call's keys and argument; longer
-// keys spill to the heap.
-const argsBuf = 512
+// bufs holds the buffers of the calls' keys and argument. A buffer goes
+// back only after Redis answered: until then rueidis may still be writing
+// the command (a call whose deadline expired is abandoned in the pipeline,
+// not recalled), so a failed call's buffer is left to the garbage collector.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // Take implements limit.Store: one script call. The error is non-nil when
 // Redis could not be asked or did not answer in time (ctx); the request may
@@ -158,14 +160,12 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 		return limit.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limit.MaxQuotas)
 	}
 	// The keys and the argument (little-endian 64-bit integers, see
-	// takeSource) are built into one buffer and converted to one string
-	// (the only allocation of ours per call); they are substrings of it. A
-	// copy is needed anyway: rueidis may still write the command after a
-	// deadline returned control to the caller, and the engine reuses the
-	// Op's key bytes.
-	var b [argsBuf]byte
+	// takeSource) are built into one pooled buffer; the strings handed to
+	// rueidis are views of it (the engine reuses the Op's key bytes, so they
+	// are copied in any case). No allocation of ours per call.
+	bp := bufs.Get().(*[]byte)
+	buf := (*bp)[:0]
 	var ends [limit.MaxQuotas]int
-	buf := b[:0]
 	for i := range n {
 		buf = append(buf, op.Quotas[i].Key...)
 		ends[i] = len(buf)
@@ -190,7 +190,7 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
 		}
 	}
-	str := string(buf)
+	str := rueidis.BinaryString(buf)
 	var keys [limit.MaxQuotas]string
 	from := 0
 	for i := range n {
@@ -198,7 +198,12 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	}
 	args := [1]string{str[from:]}
 	resp := takeScript.Exec(ctx, r.c, keys[:n], args[:])
-	return decide(op, resp)
+	res, err := decide(op, resp)
+	if resp.NonRedisError() == nil { // answered: rueidis is done with the command
+		*bp = buf
+		bufs.Put(bp)
+	}
+	return res, err
 }
 
 // algorithmCode is the script's number for an algorithm.

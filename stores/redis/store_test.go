@@ -220,13 +220,14 @@ func TestTakeHonoursDeadline(t *testing.T) {
 }
 
 // TestTakeAllocs is the allocation guard of the Redis decision path on a
-// real server: at most 2 allocations per Store.Take (the string holding the
-// keys and the argument, and rueidis' reply array), for each algorithm, an
-// Op of several quotas, a denial and a refund. The race detector moves
-// values to the heap, so the guard is skipped under -race.
+// real server: one allocation per Store.Take (rueidis' reply array; the
+// keys and argument live in a pooled buffer), for each algorithm, an Op of
+// several quotas, a denial and a refund (issue 13 allows 2). Under -race
+// sync.Pool drops items at random and the race detector moves values to the
+// heap, so the guard is skipped there.
 func TestTakeAllocs(t *testing.T) {
 	if raceEnabled {
-		t.Skip("!!! SKIPPED under -race: the race detector changes allocation counts; run `go test -run TestTakeAllocs` without -race")
+		t.Skip("!!! SKIPPED under -race: sync.Pool drops items at random and the race detector changes allocation counts; run `go test -run TestTakeAllocs` without -race")
 	}
 	s := newStore(t, standaloneBackend(t))
 	prefix := testPrefix(t)
@@ -268,8 +269,8 @@ func TestTakeAllocs(t *testing.T) {
 			}
 		})
 		t.Logf("%s: %.1f allocs per Take", name, n)
-		if n > 2 {
-			t.Errorf("%s: %.1f allocs per Take, want <= 2", name, n)
+		if n > 1 {
+			t.Errorf("%s: %.1f allocs per Take, want <= 1", name, n)
 		}
 	}
 }
