@@ -92,8 +92,11 @@ func contenders() []contender {
 		}},
 	}
 	for _, alg := range []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow, limit.TokenBucket} {
-		cs = append(cs, contender{"quotagate Store.Take, " + alg.String(), takeContender(alg)})
+		cs = append(cs, contender{"quotagate Store.Take, " + alg.String(), takeContender(alg, false)})
 	}
+	// The same script on the caller's clock, as rueidislimiter decides: no
+	// TIME inside the script (the store's default is the server's clock).
+	cs = append(cs, contender{"quotagate Store.Take, fixed-window, caller's clock", takeContender(limit.FixedWindow, true)})
 	for _, alg := range []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow, limit.TokenBucket} {
 		cs = append(cs, contender{"quotagate Limiter.Check, " + alg.String(), checkContender(alg)})
 	}
@@ -113,10 +116,15 @@ func opts(prefix string) []limit.Option {
 
 // takeContender calls Store.Take with the Ops the engine would build (it
 // builds them once per identity through a recording store, so the keys,
-// phases and numbers are the engine's own).
-func takeContender(alg limit.Algorithm) func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
+// phases and numbers are the engine's own); callerClock decides on this
+// process's clock (redisstore.WithClock) instead of the server's TIME.
+func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
 	return func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
-		store, err := redisstore.New(c.rueidis)
+		var sopts []redisstore.Option
+		if callerClock {
+			sopts = append(sopts, redisstore.WithClock(time.Now))
+		}
+		store, err := redisstore.New(c.rueidis, sopts...)
 		if err != nil {
 			return nil, err
 		}
