@@ -64,7 +64,7 @@ import "github.com/redis/rueidis"
 // below 2^53, so sums, products and comparisons are exact; floor division is
 // math.floor(a/b) corrected by the remainder (a/b alone can round up to the
 // next integer). Values are non-negative (times after 1970).
-const takeSource = `
+var takeSource = `
 local struct = rawget(_G, 'struct')
 local dec, enc
 if not struct then
@@ -103,7 +103,7 @@ local servertime
 ` + fastPath + generalPath
 
 // fastPath: one quota, no refund.
-const fastPath = `
+var fastPath = `
 if n == 1 and not refund then
   local now, cost, alg, lim, w, x
   if struct then
@@ -143,7 +143,7 @@ end
 
 // generalPath: several quotas (a first pass decides, a second writes), or a
 // refund (one pass).
-const generalPath = `
+var generalPath = `
 local now, cost, pos
 if struct then
   now, cost, pos = struct.unpack('<i8i8', a)
@@ -254,12 +254,7 @@ for pass = 1, passes do
         -- Only a live state changes; it keeps its expiry and the key its
         -- deadline.
         if ex > now and (na ~= reply[3 * i] or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2]) then
-          local val
-          if struct then
-            val = struct.pack('<i8i8i8i8i8', na, nb, nc, ex, px)
-          else
-            val = enc(na, nb, nc, ex, px)
-          end
+` + encode("ex", "px") + `
           redis.call('SET', k, val, 'KEEPTTL')
         end
       elseif ttl > 0 then
@@ -319,15 +314,8 @@ const bucketView = `
 // TAT = now + floor(off/lim), fraction off mod lim, ttl = max(ceil(off/lim),
 // 1); the key's bound is twice the refill time, its slack one refill time
 // (in 1/lim ms: tau).
-const bucketState = `
-      local q = math.floor(off / lim)
-      local r = off - q * lim
-      if r < 0 then
-        q, r = q - 1, r + lim
-      elseif r >= lim then
-        q, r = q + 1, r - lim
-      end
-      na, nb, nc = now + q, r, 0
+var bucketState = `
+` + divmod("q", "r", "off", "lim") + `      na, nb, nc = now + q, r, 0
       ttl = q
       if r > 0 then
         ttl = q + 1
@@ -343,15 +331,8 @@ const bucketState = `
 // counts in, its start, the instant at it is judged at, the counts curr and
 // prev, and norm when the stored window is more than 1 s ahead (read as the
 // current one).
-const windowView = `
-      local idx = math.floor((now - x) / w)
-      local rem = now - x - idx * w
-      if rem < 0 then
-        idx = idx - 1
-      elseif rem >= w then
-        idx = idx + 1
-      end
-      local start, at = idx * w + x, now
+var windowView = `
+` + divmod("idx", "rem", "now - x", "w") + `      local start, at = idx * w + x, now
       local wa, norm = sa, false
       if wa > idx then
         local s2 = wa * w + x
@@ -398,32 +379,19 @@ const windowState = `
 // only when the state would outlive it, or when the recorded deadline is
 // beyond the policy's bound (a value written by something else): then to
 // the expiry plus the slack (slack/lim ms, rounded up).
-const write = `
+var write = `
       local e = now + ttl
       local pe = px
       if e > px or px - now > bound then
         pe = e
         if slack > 0 then
-          local s = math.floor(slack / lim)
-          local sr = slack - s * lim
-          if sr < 0 then
-            s, sr = s - 1, sr + lim
-          elseif sr >= lim then
-            s, sr = s + 1, sr - lim
-          end
-          if sr > 0 then
+` + divmod("s", "sr", "slack", "lim") + `          if sr > 0 then
             s = s + 1
           end
           pe = e + s
         end
       end
-      local val
-      if struct then
-        val = struct.pack('<i8i8i8i8i8', na, nb, nc, e, pe)
-      else
-        val = enc(na, nb, nc, e, pe)
-      end
-      if pe == px then
+` + encode("e", "pe") + `      if pe == px then
         redis.call('SET', k, val, 'KEEPTTL')
       elseif servertime then
         redis.call('SET', k, val, 'PXAT', pe)
@@ -431,6 +399,35 @@ const write = `
         redis.call('SET', k, val, 'PX', pe - now)
       end
 `
+
+// divmod is Lua for q, r = floor(a/b), a mod b (b > 0), exact below 2^53:
+// math.floor(a/b) may round up to the next integer, the remainder corrects
+// it. Lua has no way to share it without creating a closure per call, so it
+// is spelled out wherever it is used.
+func divmod(q, r, a, b string) string {
+	return `
+      local ` + q + ` = math.floor((` + a + `) / ` + b + `)
+      local ` + r + ` = ` + a + ` - ` + q + ` * ` + b + `
+      if ` + r + ` < 0 then
+        ` + q + `, ` + r + ` = ` + q + ` - 1, ` + r + ` + ` + b + `
+      elseif ` + r + ` >= ` + b + ` then
+        ` + q + `, ` + r + ` = ` + q + ` + 1, ` + r + ` - ` + b + `
+      end
+`
+}
+
+// encode is Lua for val = the stored value of state (na, nb, nc) with
+// expiry ex and key deadline px.
+func encode(ex, px string) string {
+	return `
+      local val
+      if struct then
+        val = struct.pack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
+      else
+        val = enc(na, nb, nc, ` + ex + `, ` + px + `)
+      end
+`
+}
 
 // takeScript is created once: rueidis sends EVALSHA and falls back to EVAL
 // (which also loads the script) on NOSCRIPT, per node.
