@@ -29,9 +29,9 @@ type Op struct {
 	// taking it.
 	Refund bool
 	// Cost is what the request takes from every quota, >= 0. The engine
-	// answers a cost above a quota's capacity itself; a store may assume
-	// 0 <= Cost <= capacity+1 (Apply denies any Cost above a capacity
-	// without arithmetic on it).
+	// never sends more than a quota's capacity (Limit, or Burst) plus 1, so
+	// a store may assume 0 <= Cost <= capacity+1; Apply denies any Cost
+	// above a capacity without arithmetic on it.
 	Cost int64
 	// N is the number of quotas in Quotas, 1..MaxQuotas.
 	N int
