@@ -10,8 +10,11 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,22 +34,23 @@ type Store struct {
 	clock  func() time.Time // nil: the default clock, see nowMS
 	base   time.Time        // wall clock at New, with its monotonic reading
 	baseMS int64
+	seed   maphash.Seed // per-process: clients cannot aim hash collisions
 	shards [shardCount]shard
 }
 
 type shard struct {
 	mu        sync.Mutex
-	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
+	m         map[uint64]*entry // by keyed hash of the key; entries with one hash chain on next
 	n         int               // entries held, chained ones included
 	max       int
 	nextSweep int64 // Unix ms before which a sweep would find nothing expired
 	_         [64]byte
 }
 
-// entry is one (bucket, identity). The map is keyed by the engine's 64-bit
-// hash of the key (op.Hash), which is cheaper to look up than the ~40-byte key
-// string; the key itself is kept to tell the rare colliding keys apart, which
-// chain on next. Entries are pointers so that updating a present key writes
+// entry is one (bucket, quota, identity). The map is keyed by a keyed 64-bit
+// hash of the key (hash/maphash), which is cheaper to look up than the
+// ~40-byte key string; the key itself is kept to tell the rare colliding
+// keys apart, which chain on next. Entries are pointers so that updating a present key writes
 // through the pointer instead of re-inserting it.
 type entry struct {
 	key  string
@@ -56,8 +60,8 @@ type entry struct {
 }
 
 var (
-	_ limit.Store     = (*Store)(nil)
-	_ limit.Describer = (*Store)(nil)
+	_ limit.Store                             = (*Store)(nil)
+	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
 )
 
 // Option configures New.
@@ -93,7 +97,7 @@ func WithClock(now func() time.Time) Option {
 
 // New returns an empty Store. Errors name the bad option.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{base: time.Now()}
+	s := &Store{base: time.Now(), seed: maphash.MakeSeed()}
 	s.baseMS = s.base.UnixMilli()
 	maxKeys := DefaultMaxKeys
 	for _, o := range opts {
@@ -111,29 +115,79 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Take implements limit.Store: one atomic decision under the key's shard lock.
-// It never fails and never blocks on I/O.
+// Take implements limit.Store: one atomic decision for all the Op's quotas.
+// Shards are chosen by the keys' Redis Cluster hash tag, which all keys of
+// one Op share, so one shard lock covers the whole decision (keys without a
+// common tag lock their shards in index order). It never fails and never
+// blocks on I/O.
 func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	now := s.nowMS()
-	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
-	sh.mu.Lock()
-	e := sh.m[op.Hash]
-	for e != nil && e.key != string(op.Key) {
+	n := min(max(op.N, 0), limit.MaxQuotas)
+	var shards, locked [limit.MaxQuotas]int
+	var hashes [limit.MaxQuotas]uint64
+	for i := range n {
+		key := op.Quotas[i].Key
+		h := maphash.Bytes(s.seed, hashTag(key))
+		shards[i] = int((h ^ h>>32) & (shardCount - 1))
+		hashes[i] = maphash.Bytes(s.seed, key)
+	}
+	locked = shards
+	order := locked[:n]
+	slices.Sort(order)
+	order = slices.Compact(order)
+	for _, i := range order {
+		s.shards[i].mu.Lock()
+	}
+	var sts [limit.MaxQuotas]limit.State
+	for i := range n {
+		if e := s.shards[shards[i]].find(hashes[i], op.Quotas[i].Key); e != nil && e.exp > now {
+			sts[i] = e.st
+		}
+	}
+	res := op.Apply(&sts, now)
+	for i := range n {
+		ttl := res.Quotas[i].TTLMS
+		if ttl <= 0 { // denied, or a refund that changed nothing
+			continue
+		}
+		sh, key := &s.shards[shards[i]], op.Quotas[i].Key
+		e := sh.find(hashes[i], key)
+		switch {
+		case op.Refund: // never creates a key, keeps its expiry
+			if e != nil && e.exp > now {
+				e.st = sts[i]
+			}
+		case e == nil:
+			e = sh.insert(hashes[i], key, now)
+			fallthrough
+		default:
+			e.st, e.exp = sts[i], now+ttl
+		}
+	}
+	for _, i := range order {
+		s.shards[i].mu.Unlock()
+	}
+	return res, nil
+}
+
+// hashTag returns key's Redis Cluster hash tag (the bytes between the first
+// '{' and the next '}', when not empty), else the whole key.
+func hashTag(key []byte) []byte {
+	if i := bytes.IndexByte(key, '{'); i >= 0 {
+		if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+// find returns the entry of key, or nil.
+func (sh *shard) find(hash uint64, key []byte) *entry {
+	e := sh.m[hash]
+	for e != nil && e.key != string(key) {
 		e = e.next
 	}
-	var st limit.State
-	if e != nil && e.exp > now {
-		st = e.st
-	}
-	next, res := op.Apply(st, now)
-	if res.Allowed {
-		if e == nil {
-			e = sh.insert(op.Hash, op.Key, now)
-		}
-		e.st, e.exp = next, now+res.TTLMS
-	}
-	sh.mu.Unlock()
-	return res, nil
+	return e
 }
 
 // nowMS reads the store's clock in Unix ms.
@@ -144,9 +198,9 @@ func (s *Store) nowMS() int64 {
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
 }
 
-// maxChain bounds a chain of keys sharing one 64-bit hash. op.Hash is FNV
-// based, so a client choosing its identities (a KeyFunc over a header) could
-// make them collide on purpose; past the bound the oldest member goes.
+// maxChain bounds a chain of keys sharing one 64-bit hash (a chance
+// collision: the hash is keyed per process); past the bound the oldest
+// member goes.
 const maxChain = 8
 
 // insert adds a key, making room first when the shard is full: expired
