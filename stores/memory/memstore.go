@@ -1,58 +1,90 @@
 // Package memstore is quotagate's in-process store: the embedded default for a
 // single process, and the per-process store of the FailLocal failure mode.
 //
-// State is kept in 64 shards, each a map under its own mutex, so no lock is
-// shared by all keys. Memory is bounded by MaxKeys: when a shard is full,
-// expired entries are reclaimed first, then an arbitrary live entry is
-// evicted (that identity starts afresh). The constructor starts no goroutine;
-// expired entries are reclaimed lazily. Deciding for a key already present
-// allocates nothing.
+// State is kept in 64 shards, each a flat open-addressing hash table under its
+// own mutex, so no lock is shared by all keys. A key is placed by hashes the
+// store computes itself with a per-process random seed (hash/maphash): the
+// shard from the key's Redis Cluster hash tag, so that every quota of one Op
+// is decided under one lock, and the slot from the whole key. An entry is
+// identified by the 64-bit keyed hash of its key rather than the key itself
+// (see Memory): two distinct keys share an entry only if their hashes
+// collide, with probability n/2^64 per new key when n keys are held (below
+// 10^-13 at a million keys), and a client cannot aim a collision because it
+// does not know the seed.
+//
+// # Cost
+//
+// A decision probes a few consecutive slots of one shard, whether or not the
+// store is full; no step on the request path visits a whole shard except a
+// table resize, which happens only when a shard's entry count has doubled or
+// fallen to a quarter (O(1) per insertion, amortised, and never for a shard
+// that stays at its cap). Deciding for a key already present allocates
+// nothing, and neither does inserting one into a full store.
+//
+// # Expiry
+//
+// Every entry carries its expiry. Expired entries are reclaimed
+// incrementally, with no goroutine: every 4th decision in a shard looks at
+// the next 32 slots of one shard, taking the 64 shards in turn (8 slots per
+// decision on average), removes the expired entries it meets and shrinks a
+// table left mostly empty. A store whose entries have all expired is back to
+// empty after at most (table slots)/8 further decisions, whichever keys they
+// are for.
+//
+// # Eviction
+//
+// MaxKeys bounds the entries held. A new key in a full shard first takes the
+// place of an expired entry; failing that, the store compares 16 live
+// entries (those after the new key's home slot: a sample no client can
+// choose) and evicts the one with the most of its quota left at its last
+// decision (an identity that has just started, or a bucket nearly whole),
+// the soonest to expire among equals. An identity over its limit (nothing
+// left) is therefore evicted only when all 16 compared entries are over
+// their limit too: when a fraction f of a full shard's entries are over
+// their limit, each eviction removes one of them with probability at most
+// f^16 (f = 1/2: 1.5*10^-5; f = 1/4: 2.3*10^-10), so a flood of new
+// identities, each making one request, evicts the clients it would free
+// only after about 65 000 evictions per victim at f = 1/2. Flooding with
+// identities that are themselves over their limit costs the attacker a whole
+// quota per identity. Evictions() counts both kinds of removal.
+//
+// # Memory
+//
+// An entry is 40 bytes: its 8-byte keyed hash, an 8-byte word packing the
+// expiry (ms), the algorithm and the eviction score, and three 8-byte state
+// words (fixed window: window and count; sliding window: window, count and
+// previous count; token bucket: TAT). Tables hold no pointers, so the
+// garbage collector does not scan them. A table grows by doubling up to the
+// length the cap needs at a load of 7/8: a full store takes 46 bytes per
+// entry (DefaultMaxKeys: 11.5 MiB), a growing one between 46 and 91.
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"sync"
+	"hash/maphash"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 )
 
 // DefaultMaxKeys bounds the number of (bucket, identity) entries kept when
-// WithMaxKeys is not given: 262 144 entries, roughly 40 MiB with typical keys.
+// WithMaxKeys is not given: 262 144 entries, 11.5 MiB of tables when full.
 const DefaultMaxKeys = 1 << 18
 
-// shardCount is a power of two so that a mask picks the shard.
+// shardCount is a power of two so that the top bits of a hash pick the shard.
 const shardCount = 64
 
 // Store is an in-process limit.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	clock  func() time.Time // nil: the default clock, see nowMS
-	base   time.Time        // wall clock at New, with its monotonic reading
-	baseMS int64
-	shards [shardCount]shard
-}
-
-type shard struct {
-	mu        sync.Mutex
-	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
-	n         int               // entries held, chained ones included
-	max       int
-	nextSweep int64 // Unix ms before which a sweep would find nothing expired
-	_         [64]byte
-}
-
-// entry is one (bucket, identity). The map is keyed by the engine's 64-bit
-// hash of the key (op.Hash), which is cheaper to look up than the ~40-byte key
-// string; the key itself is kept to tell the rare colliding keys apart, which
-// chain on next. Entries are pointers so that updating a present key writes
-// through the pointer instead of re-inserting it.
-type entry struct {
-	key  string
-	st   limit.State
-	exp  int64 // Unix ms at which the entry is dead
-	next *entry
+	clock     func() time.Time // nil: the default clock, see nowMS
+	base      time.Time        // wall clock at New, with its monotonic reading
+	baseMS    int64
+	shardSeed maphash.Seed // places a key's hash tag in a shard
+	slotSeed  maphash.Seed // identifies a key in its shard
+	shards    [shardCount]shard
 }
 
 var (
@@ -92,9 +124,10 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// New returns an empty Store. Errors name the bad option.
+// New returns an empty Store, which allocates its tables as keys arrive.
+// Errors name the bad option.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{base: time.Now()}
+	s := &Store{base: time.Now(), shardSeed: maphash.MakeSeed(), slotSeed: maphash.MakeSeed()}
 	s.baseMS = s.base.UnixMilli()
 	maxKeys := DefaultMaxKeys
 	for _, o := range opts {
@@ -103,38 +136,93 @@ func New(opts ...Option) (*Store, error) {
 		}
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*entry)
-		s.shards[i].max = maxKeys / shardCount
+		m := maxKeys / shardCount
 		if i < maxKeys%shardCount {
-			s.shards[i].max++
+			m++
 		}
+		s.shards[i].shardData = newShard(m)
 	}
 	return s, nil
 }
 
 // Take implements limit.Store: one atomic decision under the key's shard lock.
-// It never fails and never blocks on I/O.
+// It never fails and never blocks on I/O. op.Hash is not used: the store
+// hashes the key itself with its own seed.
 func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	now := s.nowMS()
-	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
+	id := s.keyID(op.Key)
+	idx := s.shardOf(op.Key)
+	sh := &s.shards[idx]
 	sh.mu.Lock()
-	e := sh.m[op.Hash]
-	for e != nil && e.key != string(op.Key) {
-		e = e.next
-	}
+	i := sh.find(id)
+	live := i >= 0 && sh.heads[i].holds(op.Algorithm, now)
 	var st limit.State
-	if e != nil && e.exp > now {
-		st = e.st
+	if live {
+		st = unpack(op.Algorithm, &sh.words[i])
 	}
 	next, res := op.Apply(st, now)
-	if res.Allowed {
-		if e == nil {
-			e = sh.insert(op.Hash, op.Key, now)
+	capacity := op.Limit
+	if op.Algorithm == limit.TokenBucket {
+		capacity = op.Burst
+	}
+	switch {
+	case res.Allowed:
+		h := head{id, packMeta(op.Algorithm, now+res.TTLMS, res.Remaining, capacity)}
+		if i >= 0 {
+			sh.heads[i], sh.words[i] = h, pack(op.Algorithm, next)
+		} else {
+			sh.add(h, pack(op.Algorithm, next), now, nil)
 		}
-		e.st, e.exp = next, now+res.TTLMS
+	case live:
+		// Nothing is written for a denial, but its entry is now known to be
+		// that far from a whole quota: keep it from being evicted first.
+		sh.heads[i].setScore(res.Remaining, capacity)
+	}
+	sweep := -1
+	if sh.ticks++; sh.ticks%sweepEvery == 0 {
+		sweep = (idx + int(sh.ticks/sweepEvery)) & (shardCount - 1)
+		if sweep == idx {
+			sh.sweepSome(now, sweepSlots)
+		}
 	}
 	sh.mu.Unlock()
+	if sweep >= 0 && sweep != idx {
+		s.shards[sweep].trySweep(now)
+	}
 	return res, nil
+}
+
+// trySweep sweeps a step of sh unless another goroutine holds its lock (it
+// is then busy deciding, and the sweep moves on to the next shard).
+func (sh *shard) trySweep(now int64) {
+	if sh.mu.TryLock() {
+		sh.sweepSome(now, sweepSlots)
+		sh.mu.Unlock()
+	}
+}
+
+// keyID is the key's identity in its shard: a 64-bit hash of the whole key,
+// keyed with the store's random seed, never 0 (0 marks a free slot).
+func (s *Store) keyID(key []byte) uint64 {
+	return max(maphash.Bytes(s.slotSeed, key), 1)
+}
+
+// shardOf picks the shard from the key's Redis Cluster hash tag (the bytes
+// between the first '{' and the next '}', when not empty; else the whole
+// key), so that all the keys of one Op share a shard.
+func (s *Store) shardOf(key []byte) int {
+	return int(maphash.Bytes(s.shardSeed, hashTag(key)) >> 58) // 6 bits: shardCount
+}
+
+// hashTag returns the Redis Cluster hash tag of key, or key itself when it
+// has none.
+func hashTag(key []byte) []byte {
+	if i := bytes.IndexByte(key, '{'); i >= 0 {
+		if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
 }
 
 // nowMS reads the store's clock in Unix ms.
@@ -143,103 +231,6 @@ func (s *Store) nowMS() int64 {
 		return s.clock().UnixMilli()
 	}
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
-}
-
-// maxChain bounds a chain of keys sharing one 64-bit hash. op.Hash is FNV
-// based, so a client choosing its identities (a KeyFunc over a header) could
-// make them collide on purpose; past the bound the oldest member goes.
-const maxChain = 8
-
-// insert adds a key, making room first when the shard is full: expired
-// entries go first (a sweep runs only when one could find something), then
-// an arbitrary live entry.
-func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
-	if sh.n >= sh.max && now >= sh.nextSweep {
-		next := int64(1<<63 - 1)
-		for h, e := range sh.m {
-			before := e.len()
-			live := e.prune(now)
-			sh.n -= before - live.len()
-			if live == nil {
-				delete(sh.m, h)
-				continue
-			}
-			if live != e {
-				sh.m[h] = live
-			}
-			for ; live != nil; live = live.next {
-				next = min(next, live.exp)
-			}
-		}
-		sh.nextSweep = next
-	}
-	head := sh.m[hash]
-	if sh.n >= sh.max {
-		for h, e := range sh.m { // the first slot Go's map order yields
-			if h == hash { // the key's own chain: its oldest member goes
-				if head = head.dropLast(); head == nil {
-					delete(sh.m, h)
-				} else {
-					sh.m[h] = head
-				}
-				sh.n--
-			} else {
-				delete(sh.m, h)
-				sh.n -= e.len()
-			}
-			break
-		}
-	}
-	if head.len() >= maxChain {
-		head = head.dropLast()
-		sh.n--
-	}
-	e := &entry{key: string(key), next: head}
-	sh.m[hash] = e
-	sh.n++
-	return e
-}
-
-// len is the length of the chain starting at e (0 for nil).
-func (e *entry) len() int {
-	n := 0
-	for ; e != nil; e = e.next {
-		n++
-	}
-	return n
-}
-
-// dropLast removes the last (oldest) member of a chain and returns the head
-// (nil when e was the only member).
-func (e *entry) dropLast() *entry {
-	if e == nil || e.next == nil {
-		return nil
-	}
-	p := e
-	for p.next.next != nil {
-		p = p.next
-	}
-	p.next = nil
-	return e
-}
-
-// prune drops the expired entries of a chain and returns its new head.
-func (e *entry) prune(now int64) *entry {
-	var head, tail *entry
-	for ; e != nil; e = e.next {
-		if e.exp > now {
-			if tail == nil {
-				head = e
-			} else {
-				tail.next = e
-			}
-			tail = e
-		}
-	}
-	if tail != nil {
-		tail.next = nil
-	}
-	return head
 }
 
 // InProcess marks Store as an in-process store: the engine calls it without a
@@ -260,4 +251,28 @@ func (s *Store) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Evictions counts entries removed since New, by reason: Expired entries
+// were dead (past their time to live) when the sweep or an insertion removed
+// them; Live entries were evicted before their time to live to make room at
+// the cap, each an identity that starts afresh. A steadily growing Live
+// count means MaxKeys is too small for the traffic (or a flood of new
+// identities). Read it as counters, e.g. with promlimit.NewStoreCollector.
+type Evictions struct {
+	Expired, Live uint64
+}
+
+// Evictions returns the removal counts since New. Safe for concurrent use;
+// it takes each shard's lock in turn.
+func (s *Store) Evictions() Evictions {
+	var e Evictions
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		e.Expired += sh.reclaimed
+		e.Live += sh.evicted
+		sh.mu.Unlock()
+	}
+	return e
 }

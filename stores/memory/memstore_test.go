@@ -60,20 +60,21 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 		t.Fatalf("%d entries after the fill, want the cap %d", n, 64*16)
 	}
 	clock.Advance(3 * time.Second)
+	before := s.Evictions()
 	// a long-lived identity uses its whole quota...
 	for i := 0; i < 2; i++ {
 		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"})
 	}
 	// ...then new identities arrive in every (full) shard: the expired
-	// entries make room, the live one stays.
+	// entries make room, the live one stays and nothing live is evicted.
 	for i := 3000; i < 3300; i++ {
 		short.Check(ctx, limit.Request{Peer: peer(i)})
 	}
 	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}).Decision; d.Allowed {
 		t.Fatal("a live, exhausted entry was evicted while expired entries could be reclaimed")
 	}
-	if n := s.Len(); n > 400 {
-		t.Fatalf("%d entries held, want the expired ones reclaimed", n)
+	if ev := s.Evictions(); ev.Live != before.Live || ev.Expired < before.Expired+301 {
+		t.Fatalf("Evictions %+v then %+v: want no live entry evicted, >= 301 expired ones reclaimed", before, ev)
 	}
 }
 
