@@ -11,14 +11,14 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// BenchmarkNewIdentityFlood is case C-01: engine + memory store, every
+// BenchmarkC01FullStoreCost is case C-01: engine + memory store, every
 // decision for an identity never seen before, the fake clock advancing
 // 0.25 ms per decision (4 000 new identities per second), default policy
 // (sliding window, 100 per minute). below-cap: MaxKeys far above what the
 // flood holds, so the table only grows; at-cap: default MaxKeys, filled to
 // the cap before the timer starts, so every decision evicts or reclaims.
 // The at-cap figure must stay within 2x of the below-cap one.
-func BenchmarkNewIdentityFlood(b *testing.B) {
+func BenchmarkC01FullStoreCost(b *testing.B) {
 	run := func(b *testing.B, maxKeys, prefill int) {
 		clock := limittest.NewClock(epoch)
 		s, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxKeys(maxKeys))
@@ -35,6 +35,43 @@ func BenchmarkNewIdentityFlood(b *testing.B) {
 			clock.Advance(250 * time.Microsecond)
 			if _, err := l.Consume(ctx, string(id)); err != nil {
 				b.Fatal(err)
+			}
+		}
+		for range prefill {
+			next()
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			next()
+		}
+		b.ReportMetric(float64(s.Len()), "keys")
+	}
+	b.Run("below-cap", func(b *testing.B) { run(b, 1<<26, 0) })
+	b.Run("at-cap", func(b *testing.B) { run(b, memstore.DefaultMaxKeys, 2*memstore.DefaultMaxKeys) })
+}
+
+// BenchmarkTakeNewKey is BenchmarkC01FullStoreCost without the engine: Take
+// alone, a sliding-window quota of 100 per minute, a key never seen before
+// per decision, the fake clock advancing 0.25 ms per decision.
+func BenchmarkTakeNewKey(b *testing.B) {
+	run := func(b *testing.B, maxKeys, prefill int) {
+		clock := limittest.NewClock(epoch)
+		s, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxKeys(maxKeys))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		op := limit.Op{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000, Cost: 1}
+		key := make([]byte, 0, 64)
+		i := 0
+		next := func() {
+			key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
+			key = append(key, "}:100p60:s:r:k=client"...)
+			op.Key = key
+			i++
+			clock.Advance(250 * time.Microsecond)
+			if res, _ := s.Take(ctx, &op); !res.Allowed {
+				b.Fatal("a new key was denied")
 			}
 		}
 		for range prefill {

@@ -178,15 +178,14 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 		// that far from a whole quota: keep it from being evicted first.
 		sh.heads[i].setScore(res.Remaining, capacity)
 	}
-	sweep := -1
-	if sh.ticks++; sh.ticks%sweepEvery == 0 {
-		sweep = (idx + int(sh.ticks/sweepEvery)) & (shardCount - 1)
-		if sweep == idx {
-			sh.sweepSome(now, sweepSlots)
-		}
+	// Sweep a step of one shard, the next in turn for this one.
+	sh.ticks++
+	sweep := (idx + int(sh.ticks)) & (shardCount - 1)
+	if sweep == idx {
+		sh.sweepSome(now, sweepSlots)
 	}
 	sh.mu.Unlock()
-	if sweep >= 0 && sweep != idx {
+	if sweep != idx {
 		s.shards[sweep].trySweep(now)
 	}
 	return res, nil

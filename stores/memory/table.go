@@ -2,51 +2,53 @@ package memstore
 
 import (
 	"math/bits"
+	"math/rand/v2"
 	"sync"
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// A shard's table is a flat open-addressing hash table with linear probing
-// and Robin Hood placement (an entry never sits further from its home slot
-// than the entries it passed), deleted by backward shifting, so it needs no
-// tombstones and never degrades. It holds no pointers: the garbage collector
-// never scans it, and an entry costs its 40 bytes and nothing else:
+// A shard's table is a bucketized cuckoo hash table: flat arrays of
+// 8-slot buckets, where an entry lives in one of two buckets chosen by its
+// id (the key's 64-bit keyed hash). A lookup reads at most those two
+// buckets, a removal clears one slot, and an insertion takes a free slot of
+// either bucket, else moves an entry of a full bucket to its other bucket
+// (a cuckoo kick; a few at most at the load bounds below). At the cap the
+// new entry replaces the one evicted from its own two buckets: O(1), no
+// kick. The tables hold no pointers, so the garbage collector never scans
+// them, and an entry costs its 40 bytes and nothing else:
 //
-//	heads[i] 16 B  the key's 64-bit keyed hash (its identity; 0 marks a free
-//	               slot) and a meta word (expiry, algorithm, eviction score)
+//	heads[i] 16 B  the id (0 marks a free slot) and a meta word (expiry,
+//	               algorithm, eviction score)
 //	words[i] 24 B  the state: three words
 //
-// The halves are separate arrays: probing, eviction and sweeping read only
-// heads, 4 to a cache line; a decision reads one entry's words.
-// The home slot of an id is fastrange(id, len): the high bits of id*len, so
-// any table length works and the length at the cap is exactly what MaxKeys
-// needs at the maximum load factor.
+// The halves are separate arrays: lookups, eviction and sweeping read only
+// heads (a bucket is two cache lines); a decision reads one entry's words.
+// A bucket index is fastrange(x, buckets), the high bits of x*buckets, so any
+// number of buckets works and the table at the cap is exactly what MaxKeys
+// needs at the maximum load.
 
-// Load factor bounds: a table grows (to about twice its length) before an
-// insertion would take it above loadNum/loadDen, and shrinks (to about half)
-// when a sweep leaves it below a quarter of that.
+const bucketSlots = 8
+
+// Load bounds: a table grows (to about twice its length) before an
+// insertion would take it above loadNum/loadDen of its slots, and shrinks
+// (to about half) when a sweep leaves it below a quarter of that. 2-choice
+// cuckoo hashing with 8-slot buckets holds up to about 98% of its slots.
 const (
-	loadNum = 7
-	loadDen = 8
-	// minLen is the smallest table length (two cache lines of heads), unless the
-	// cap needs fewer.
-	minLen = 8
+	loadNum = 15
+	loadDen = 16
 )
 
-// evictSample is how many entries an eviction compares; see the package doc
-// for what it guarantees.
-const evictSample = 16
+// maxKicks bounds the entries one insertion moves; past it (not seen in
+// practice below 98% load) the table grows, or, at its length for the cap,
+// an entry is evicted from the homeless entry's buckets.
+const maxKicks = 128
 
-// Incremental sweeping: every sweepEvery-th decision of a shard sweeps
-// sweepSlots consecutive slots of one shard, taking the 64 shards in turn, so
-// that 8 slots are swept per decision on average and a quiet shard is swept
-// by its neighbours' traffic.
-const (
-	sweepEvery = 1
-	sweepSlots = 8
-)
+// Incremental sweeping: every decision looks at sweepSlots slots of one
+// shard, taking the 64 shards in turn, so that a quiet shard is swept by its
+// neighbours' traffic.
+const sweepSlots = 8
 
 // head is the hot half of an entry, read by probing, eviction and sweeping.
 type head struct {
@@ -130,11 +132,11 @@ const cacheLine = 64
 
 type shardData struct {
 	mu    sync.Mutex
-	heads []head  // ids and metas; len is the table length
+	heads []head  // ids and metas, bucketSlots per bucket
 	words []words // states, parallel to heads
 	n     int     // entries held
 	max   int     // entries at most (MaxKeys' share)
-	full  int     // table length at the cap: the smallest that holds max
+	full  int     // buckets at the cap: the fewest that hold max
 	// sweep is the next slot the incremental sweep looks at.
 	sweep int
 	// ticks counts decisions, to schedule sweeps.
@@ -145,96 +147,96 @@ type shardData struct {
 }
 
 func newShard(max int) shardData {
-	return shardData{max: max, full: lenFor(max)}
+	return shardData{max: max, full: bucketsFor(max)}
 }
 
-// capacity is the most entries a table of length n holds.
-func capacity(n int) int { return n * loadNum / loadDen }
+// capacity is the most entries a table of nb buckets holds.
+func capacity(nb int) int { return nb * bucketSlots * loadNum / loadDen }
 
-// lenFor is the smallest table length that holds n entries.
-func lenFor(n int) int { return (n*loadDen + loadNum - 1) / loadNum }
-
-// home is the slot id probes from in a table of length n.
-func home(id uint64, n int) int {
-	hi, _ := bits.Mul64(id, uint64(n))
-	return int(hi)
+// bucketsFor is the fewest buckets that hold n entries.
+func bucketsFor(n int) int {
+	const per = bucketSlots * loadNum
+	return max((n*loadDen+per-1)/per, 1)
 }
 
-// dist is how far slot i is from the home of id (wrapping).
-func (sh *shardData) dist(id uint64, i int) int {
-	d := i - home(id, len(sh.heads))
-	if d < 0 {
-		d += len(sh.heads)
+// buckets returns the two buckets of id in a table of nb: fastrange of id's
+// high half, and another one chosen by its low half (the same only when
+// nb is 1).
+func buckets(id uint64, nb int) (int, int) {
+	b1, _ := bits.Mul64(id, uint64(nb))
+	if nb == 1 {
+		return 0, 0
 	}
-	return d
+	d, _ := bits.Mul64(id<<32, uint64(nb-1))
+	b2 := int(b1) + 1 + int(d)
+	if b2 >= nb {
+		b2 -= nb
+	}
+	return int(b1), b2
+}
+
+// bucket returns the heads of bucket b.
+func (sh *shardData) bucket(b int) []head {
+	return sh.heads[b*bucketSlots : b*bucketSlots+bucketSlots : b*bucketSlots+bucketSlots]
 }
 
 // find returns the slot holding id, or -1.
 func (sh *shardData) find(id uint64) int {
-	n := len(sh.heads)
-	if n == 0 {
+	nb := len(sh.heads) / bucketSlots
+	if nb == 0 {
 		return -1
 	}
-	i := home(id, n)
-	for d := 0; ; d++ {
-		x := sh.heads[i].id
-		if x == id {
-			return i
-		}
-		// Robin Hood: id would have displaced an entry closer to its home
-		// than id is to its own. The table always has a free slot, so this
-		// loop ends.
-		if x == 0 || sh.dist(x, i) < d {
-			return -1
-		}
-		if i++; i == n {
-			i = 0
+	b1, b2 := buckets(id, nb)
+	for j, h := range sh.bucket(b1) {
+		if h.id == id {
+			return b1*bucketSlots + j
 		}
 	}
+	for j, h := range sh.bucket(b2) {
+		if h.id == id {
+			return b2*bucketSlots + j
+		}
+	}
+	return -1
 }
 
-// put inserts h (its id absent) with its state w into a table with a free
-// slot.
-func (sh *shardData) put(h head, w words) {
-	n := len(sh.heads)
-	i := home(h.id, n)
-	for d := 0; ; d++ {
-		x := sh.heads[i].id
-		if x == 0 {
-			sh.heads[i], sh.words[i] = h, w
-			sh.n++
-			return
-		}
-		if dx := sh.dist(x, i); dx < d {
-			// take the slot from the entry nearer its home; carry it on
-			sh.heads[i], h = h, sh.heads[i]
-			sh.words[i], w = w, sh.words[i]
-			d = dx
-		}
-		if i++; i == n {
-			i = 0
+// putFree stores h and w in a free slot of bucket b, if it has one.
+func (sh *shardData) putFree(b int, h *head, w *words) bool {
+	for j := range sh.bucket(b) {
+		if i := b*bucketSlots + j; sh.heads[i].id == 0 {
+			sh.heads[i], sh.words[i] = *h, *w
+			return true
 		}
 	}
+	return false
 }
 
-// del removes the entry in slot i, shifting the entries after it that are
-// not in their home slot back by one.
-func (sh *shardData) del(i int) {
-	n := len(sh.heads)
-	for {
-		j := i + 1
-		if j == n {
-			j = 0
-		}
-		x := sh.heads[j].id
-		if x == 0 || home(x, n) == j {
-			sh.heads[i], sh.words[i] = head{}, words{}
-			sh.n--
-			return
-		}
-		sh.heads[i], sh.words[i] = sh.heads[j], sh.words[j]
-		i = j
+// place stores h (its id absent) and w in one of its buckets, kicking
+// entries to their other bucket while both are full. It returns false when
+// maxKicks kicks found no free slot: h and w then hold the entry left
+// without a slot (not necessarily the one given).
+func (sh *shardData) place(h *head, w *words) bool {
+	nb := len(sh.heads) / bucketSlots
+	b1, b2 := buckets(h.id, nb)
+	if sh.putFree(b1, h, w) || sh.putFree(b2, h, w) {
+		return true
 	}
+	b := b1
+	for range maxKicks {
+		// a random slot, so that kicks cannot cycle
+		i := b*bucketSlots + int(rand.Uint32()%bucketSlots)
+		sh.heads[i], *h = *h, sh.heads[i]
+		sh.words[i], *w = *w, sh.words[i]
+		if c1, c2 := buckets(h.id, nb); c1 == b {
+			b = c2
+		} else {
+			b = c1
+		}
+		if sh.putFree(b, h, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // add inserts h (its id absent) with its state w, making room first: at the
@@ -244,77 +246,111 @@ func (sh *shardData) add(h head, w words, now int64, keep []uint64) {
 	switch {
 	case sh.n >= sh.max:
 		sh.evict(h.id, now, keep)
-	case sh.n+1 > capacity(len(sh.heads)):
-		sh.resize(sh.lenFor(sh.n+1), now)
+	case sh.n+1 > capacity(len(sh.heads)/bucketSlots):
+		sh.resize(sh.bucketsFor(sh.n+1), now)
 	}
-	sh.put(h, w)
+	sh.settle(h, w, now, keep)
+	sh.n++
 }
 
-// lenFor returns the table length for n entries below the cap: the smallest
-// length of the shard's ladder (full, full/2, full/4, ... rounded up, but not
-// below minLen) that holds n. Growing and shrinking along one ladder means a
-// shard that fills up ends at exactly full slots.
-func (sh *shardData) lenFor(n int) int {
-	l := sh.full
-	for {
-		half := (l + 1) / 2
-		if half < minLen || capacity(half) < n {
-			return l
+// settle places h and w, growing the table or evicting when the kicks run
+// out; n is not changed.
+func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
+	for !sh.place(&h, &w) {
+		if nb := len(sh.heads) / bucketSlots; nb < sh.full {
+			sh.resize(min(2*nb, sh.full), now)
+		} else {
+			sh.evict(h.id, now, keep) // n counts the homeless entry, not h
+
 		}
-		l = half
 	}
 }
 
-// resize moves every live entry into a fresh table of length l (>= what they
-// need), dropping the expired ones. It is the one step that visits a whole
-// shard; it runs only when the entry count has doubled or fallen to a
+// bucketsFor returns the table size for n entries below the cap: the fewest
+// buckets on the shard's ladder (full, full/2, full/4, ... rounded up) that
+// hold n. Growing and shrinking along one ladder means a shard that fills up
+// ends at exactly full buckets.
+func (sh *shardData) bucketsFor(n int) int {
+	nb := sh.full
+	for {
+		half := (nb + 1) / 2
+		if half == nb || capacity(half) < n {
+			return nb
+		}
+		nb = half
+	}
+}
+
+// resize moves every live entry into a fresh table of nb buckets (>= what
+// they need), dropping the expired ones. It is the one step that visits a
+// whole shard; it runs only when the entry count has doubled or fallen to a
 // quarter since the last resize, so it costs O(1) per insertion or removal,
 // amortised, and never runs on a shard that stays at its cap.
-func (sh *shardData) resize(l int, now int64) {
+func (sh *shardData) resize(nb int, now int64) {
 	heads, ws := sh.heads, sh.words
-	sh.heads, sh.words = make([]head, l), make([]words, l)
+	sh.heads, sh.words = make([]head, nb*bucketSlots), make([]words, nb*bucketSlots)
 	sh.n, sh.sweep = 0, 0
 	for i := range heads {
-		switch h := &heads[i]; {
+		switch h := heads[i]; {
 		case h.id == 0:
 		case h.exp() <= now:
 			sh.reclaimed++
 		default:
-			sh.put(*h, ws[i])
+			sh.settle(h, ws[i], now, nil)
+			sh.n++
 		}
 	}
 }
 
-// evict removes one entry to make room for id at the cap. It looks at the
-// entries from id's home slot on (their ids are keyed hashes, so this is a
-// sample no client can choose) and removes the first expired one it meets,
-// else, of the first evictSample, the one with the highest score (closest to
-// a whole quota), the soonest to expire among equals.
+// evict removes one entry to make room for id at the cap: from the (up to
+// 16) entries of id's two buckets, a sample no client can choose since ids
+// are keyed hashes, the first expired one, else the one with the highest
+// score (closest to a whole quota), the soonest to expire among equals.
+// Entries whose id is in keep are never chosen; when id's buckets hold no
+// other entry (a tiny table), the candidates are the first entries from
+// there on.
 func (sh *shardData) evict(id uint64, now int64, keep []uint64) {
-	n := len(sh.heads)
-	i := home(id, n)
+	nb := len(sh.heads) / bucketSlots
+	b1, b2 := buckets(id, nb)
 	best, bestScore, bestExp := -1, int64(-1), int64(0)
-	for seen, scanned := 0, 0; seen < evictSample && scanned < n; scanned++ {
-		if h := &sh.heads[i]; h.id != 0 && !kept(h.id, keep) {
-			exp := h.exp()
-			if exp <= now {
-				sh.del(i)
-				sh.reclaimed++
-				return
-			}
-			if sc := h.score(); sc > bestScore || sc == bestScore && exp < bestExp {
-				best, bestScore, bestExp = i, sc, exp
-			}
-			seen++
+	consider := func(i int) bool {
+		h := &sh.heads[i]
+		if h.id == 0 || kept(h.id, keep) {
+			return false
 		}
-		if i++; i == n {
+		exp := h.exp()
+		if exp <= now {
+			best, bestScore = i, 256 // expired: nothing to compare
+			return true
+		}
+		if sc := h.score(); sc > bestScore || sc == bestScore && exp < bestExp {
+			best, bestScore, bestExp = i, sc, exp
+		}
+		return false
+	}
+	done := false
+	for j := 0; j < bucketSlots && !done; j++ {
+		done = consider(b1*bucketSlots + j)
+	}
+	for j := 0; j < bucketSlots && !done && b2 != b1; j++ {
+		done = consider(b2*bucketSlots + j)
+	}
+	for i, k := b1*bucketSlots, 0; k < len(sh.heads) && best < 0; i, k = i+1, k+1 {
+		if i == len(sh.heads) {
 			i = 0
 		}
+		consider(i)
 	}
-	if best >= 0 {
-		sh.del(best)
+	if best < 0 {
+		return // everything held is in keep
+	}
+	if bestScore == 256 {
+		sh.reclaimed++
+	} else {
 		sh.evicted++
 	}
+	sh.heads[best], sh.words[best] = head{}, words{}
+	sh.n--
 }
 
 func kept(id uint64, keep []uint64) bool {
@@ -327,32 +363,31 @@ func kept(id uint64, keep []uint64) bool {
 }
 
 // sweepSome looks at up to k slots from the sweep cursor on and removes the
-// expired entries, then shrinks the table when it has become mostly empty.
+// expired entries, then shrinks the table when it has become mostly empty
+// (and drops it when empty).
 func (sh *shardData) sweepSome(now int64, k int) {
 	n := len(sh.heads)
-	if sh.n == 0 {
-		if n > minLen {
-			sh.heads, sh.words, sh.sweep = nil, nil, 0 // an idle shard holds nothing
-		}
+	if n == 0 {
 		return
 	}
 	i := sh.sweep
-	if i >= n {
-		i = 0
-	}
 	for ; k > 0; k-- {
-		if h := &sh.heads[i]; h.id != 0 && h.exp() <= now {
-			sh.del(i)
-			sh.reclaimed++
-			continue // del moved the next entry into slot i: look again
-		}
-		if i++; i == n {
+		if i >= n {
 			i = 0
 		}
+		if h := &sh.heads[i]; h.id != 0 && h.exp() <= now {
+			sh.heads[i], sh.words[i] = head{}, words{}
+			sh.n--
+			sh.reclaimed++
+		}
+		i++
 	}
 	sh.sweep = i
-	if n > minLen && sh.n < capacity(n)/4 {
-		if l := sh.lenFor(2 * sh.n); l < n {
+	switch nb := n / bucketSlots; {
+	case sh.n == 0 && nb > 1:
+		sh.heads, sh.words, sh.sweep = nil, nil, 0
+	case sh.n < capacity(nb)/4:
+		if l := sh.bucketsFor(2 * sh.n); l < nb {
 			sh.resize(l, now)
 		}
 	}
