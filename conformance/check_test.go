@@ -23,9 +23,15 @@ func (s *store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	if s.m == nil {
 		s.m = map[string]limit.State{}
 	}
-	st, res := op.Apply(s.m[string(op.Key)], 1_767_225_600_000)
-	if res.Allowed {
-		s.m[string(op.Key)] = st
+	var sts [limit.MaxQuotas]limit.State
+	for i := range op.N {
+		sts[i] = s.m[string(op.Quotas[i].Key)]
+	}
+	res := op.Apply(&sts, 1_767_225_600_000)
+	for i := range op.N {
+		if res.Quotas[i].TTLMS > 0 && !op.Refund {
+			s.m[string(op.Quotas[i].Key)] = sts[i]
+		}
 	}
 	return res, nil
 }

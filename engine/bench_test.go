@@ -15,27 +15,14 @@ import (
 // (mapStore re-inserts entries and logs keys, which allocates).
 type benchStore struct {
 	mu  sync.Mutex
-	m   map[string]*State
+	m   stateMap
 	now int64
 }
 
 func (s *benchStore) Take(_ context.Context, op *Op) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.m[string(op.Key)]
-	var cur State
-	if st != nil {
-		cur = *st
-	}
-	next, res := op.Apply(cur, s.now)
-	if res.Allowed {
-		if st == nil {
-			st = new(State)
-			s.m[string(op.Key)] = st
-		}
-		*st = next
-	}
-	return res, nil
+	return s.m.take(op, s.now), nil
 }
 
 func (s *benchStore) InProcess() {}

@@ -136,8 +136,8 @@ type deadlineStore struct{ had bool }
 
 func (s *deadlineStore) Take(ctx context.Context, op *Op) (Result, error) {
 	_, s.had = ctx.Deadline()
-	_, res := op.Apply(State{}, epochMS)
-	return res, nil
+	var sts [MaxQuotas]State
+	return op.Apply(&sts, epochMS), nil
 }
 
 func (s *deadlineStore) InProcess() {}

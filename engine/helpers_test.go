@@ -133,3 +133,46 @@ func (s *mapStore) calls() int {
 	defer s.mu.Unlock()
 	return s.takes
 }
+
+// stateMap is the store side of Take for the tests' fake stores (no
+// expiry): it reads each quota's State, applies op at now and writes back
+// what the store contract says (every State of an admitted Op; the changed,
+// existing States of a Refund). Lookups with string(bytes) do not allocate;
+// a new key does.
+type stateMap map[string]*State
+
+func (m stateMap) take(op *Op, now int64) Result {
+	var sts [MaxQuotas]State
+	for i := range op.N {
+		if p := m[string(op.Quotas[i].Key)]; p != nil {
+			sts[i] = *p
+		}
+	}
+	res := op.Apply(&sts, now)
+	if !res.Allowed {
+		return res
+	}
+	for i := range op.N {
+		if res.Quotas[i].TTLMS == 0 {
+			continue
+		}
+		p := m[string(op.Quotas[i].Key)]
+		if p == nil {
+			if op.Refund {
+				continue
+			}
+			p = new(State)
+			m[string(op.Quotas[i].Key)] = p
+		}
+		*p = sts[i]
+	}
+	return res
+}
+
+// applyOne applies a one-quota op (Quotas[0]) to st at now: the new State
+// (st itself when denied) and the quota's answer.
+func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
+	sts := [MaxQuotas]State{st}
+	res := op.Apply(&sts, now)
+	return sts[0], res.Quotas[0]
+}

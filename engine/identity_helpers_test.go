@@ -14,7 +14,7 @@ import (
 // so that deciding for a present key does not allocate.
 type idStore struct {
 	mu  sync.Mutex
-	m   map[string]*State
+	m   stateMap
 	now int64 // Unix ms
 }
 
@@ -25,20 +25,7 @@ func newIDStore() *idStore {
 func (s *idStore) Take(_ context.Context, op *Op) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.m[string(op.Key)]
-	var st State
-	if p != nil {
-		st = *p
-	}
-	next, res := op.Apply(st, s.now)
-	if res.Allowed {
-		if p == nil {
-			p = new(State)
-			s.m[string(op.Key)] = p
-		}
-		*p = next
-	}
-	return res, nil
+	return s.m.take(op, s.now), nil
 }
 
 func (*idStore) InProcess() {}

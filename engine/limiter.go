@@ -318,31 +318,22 @@ func (l *Limiter) cost(r *Request) (n int64) {
 // FailureMode on error.
 func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src KeySource, cost int64, d *Decision) error {
 	op := &sc.op
-	*op = Op{
-		Algorithm:  l.policy.Algorithm,
-		Limit:      l.res.limit,
-		Burst:      l.res.burst,
-		WindowMS:   l.res.windowMS,
-		IntervalMS: l.res.intervalMS,
-		Cost:       cost,
-	}
+	*op = Op{Cost: cost, N: 1}
+	q := &op.Quotas[0]
+	q.Algorithm, q.Limit, q.WindowMS, q.Burst = l.policy.Algorithm, l.res.limit, l.res.windowMS, l.res.burst
 	if src == KeySourceFallback {
 		// Tightened, but never below the policy's Cost: a capacity under it
 		// would deny every request without a client address for ever.
-		if op.Algorithm == TokenBucket {
-			op.Burst = max(l.res.cost, op.Burst/l.cfg.fallbackDivisor)
+		if q.Algorithm == TokenBucket {
+			q.Burst = max(l.res.cost, q.Burst/l.cfg.fallbackDivisor)
 		} else {
-			op.Limit = max(l.res.cost, op.Limit/l.cfg.fallbackDivisor)
+			q.Limit = max(l.res.cost, q.Limit/l.cfg.fallbackDivisor)
 		}
 	}
-	capacity := op.Limit
-	if op.Algorithm == TokenBucket {
-		capacity = op.Burst
-	}
-	op.Cost = min(op.Cost, capacity+1) // above capacity: denied; keeps products exact
-	sc.key, op.Hash, op.PhaseMS = l.appendKey(sc.key[:0], bucket, sc.id)
-	op.Key = sc.key
-	*d = Decision{Limit: op.Limit, Bucket: bucket.name, KeySource: src, Policy: &l.policy}
+	op.Cost = min(op.Cost, q.capacity()+1) // above capacity: denied; keeps products exact
+	sc.key, _, q.PhaseMS = l.appendKey(sc.key[:0], bucket, sc.id)
+	q.Key = sc.key
+	*d = Decision{Limit: q.Limit, Bucket: bucket.name, KeySource: src, Policy: &l.policy}
 
 	res, err := l.take(ctx, &l.primary, op)
 	if err != nil {
@@ -377,16 +368,31 @@ func (l *Limiter) decide(ctx context.Context, sc *scratch, bucket bucketRef, src
 // store or another 503.
 const failClosedRetryAfter = time.Second
 
+// fill writes a store's Result into d: the numbers of the quota closest to
+// exhaustion (the least Remaining), and for a denial the latest Retry-After
+// of the quotas that deny.
 func (d *Decision) fill(res Result) {
 	d.Allowed = res.Allowed
 	d.Outcome = OutcomeLimited
 	if res.Allowed {
 		d.Outcome = OutcomeAllowed
 	}
-	d.Remaining = max(res.Remaining, 0)
-	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
-	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
-	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+	n := min(max(res.N, 1), MaxQuotas)
+	q := &res.Quotas[0]
+	var retry int64
+	for i := range n {
+		qi := &res.Quotas[i]
+		if qi.Remaining < q.Remaining {
+			q = qi
+		}
+		if !res.Allowed && !qi.Allowed {
+			retry = max(retry, qi.RetryAfterMS)
+		}
+	}
+	d.Remaining = max(q.Remaining, 0)
+	d.ResetAfter = time.Duration(q.ResetAfterMS) * time.Millisecond
+	d.RetryAfter = time.Duration(retry) * time.Millisecond
+	d.ResetAt = time.UnixMilli(res.NowMS + q.ResetAfterMS)
 	d.numbers = true
 }
 

@@ -30,14 +30,26 @@ func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.takes++
-	e, ok := s.m[string(op.Key)]
-	if ok && e.exp <= s.now {
-		e = mapEntry{}
+	var sts [MaxQuotas]State
+	var live [MaxQuotas]bool
+	for i := range op.N {
+		if e, ok := s.m[string(op.Quotas[i].Key)]; ok && e.exp > s.now {
+			sts[i], live[i] = e.st, true
+		}
 	}
-	next, res := op.Apply(e.st, s.now)
-	if res.Allowed {
-		s.m[string(op.Key)] = mapEntry{next, s.now + res.TTLMS}
-		s.keys = append(s.keys, string(op.Key))
+	res := op.Apply(&sts, s.now)
+	for i := range op.N {
+		k := string(op.Quotas[i].Key)
+		switch {
+		case !res.Allowed || res.Quotas[i].TTLMS == 0:
+		case op.Refund:
+			if live[i] {
+				s.m[k] = mapEntry{sts[i], s.m[k].exp}
+			}
+		default:
+			s.m[k] = mapEntry{sts[i], s.now + res.Quotas[i].TTLMS}
+			s.keys = append(s.keys, k)
+		}
 	}
 	return res, nil
 }
@@ -65,8 +77,14 @@ func TestNewValidatesPolicyFields(t *testing.T) {
 		{"negative_cost", Policy{Cost: -2}, "Cost"},
 		{"cost_over_limit", Policy{Limit: 3, Cost: 4}, "Cost"},
 		{"burst_on_window_algorithm", Policy{Burst: 5}, "Burst"},
-		{"token_bucket_inexact_interval", Policy{Algorithm: TokenBucket, Limit: 3, Window: time.Second}, "Window"},
+		{"token_bucket_3_per_second", Policy{Algorithm: TokenBucket, Limit: 3, Window: time.Second}, ""},
+		{"token_bucket_7_per_minute", Policy{Algorithm: TokenBucket, Limit: 7, Window: time.Minute}, ""},
+		{"token_bucket_3000_per_second", Policy{Algorithm: TokenBucket, Limit: 3000, Window: time.Second}, ""},
 		{"token_bucket_exact_interval", Policy{Algorithm: TokenBucket, Limit: 4, Window: time.Second, Burst: 10}, ""},
+		{"token_bucket_refill_at_max", Policy{Algorithm: TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 365}, ""},
+		{"token_bucket_refill_over_max", Policy{Algorithm: TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 366}, "Burst"},
+		{"token_bucket_burst_over_exact_math", Policy{Algorithm: TokenBucket, Limit: 1 << 40, Window: time.Second, Burst: 1 << 41}, "Burst"},
+		{"token_bucket_limit_over_exact_math", Policy{Algorithm: TokenBucket, Limit: 1<<50 + 1, Window: time.Second}, "Limit"},
 		{"cost_over_burst", Policy{Algorithm: TokenBucket, Limit: 1, Window: time.Second, Burst: 2, Cost: 3}, "Cost"},
 		{"name_with_colon", Policy{Name: "a:b"}, "Name"},
 		{"name_blank", Policy{Name: "   "}, "Name"},

@@ -53,7 +53,7 @@ func (r *recorder) take() []string {
 // clock reading; fail makes every call return an error (or panic).
 type fakeStore struct {
 	mu    sync.Mutex
-	state map[string]*State
+	state stateMap
 	now   int64
 	fail  error
 	panic bool
@@ -73,20 +73,7 @@ func (s *fakeStore) Take(_ context.Context, op *Op) (Result, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.state[string(op.Key)] // lookups with string(bytes) do not allocate
-	var cur State
-	if p != nil {
-		cur = *p
-	}
-	st, res := op.Apply(cur, s.now)
-	if res.Allowed {
-		if p == nil {
-			p = new(State) // a new key allocates; the alloc test warms up first
-			s.state[string(op.Key)] = p
-		}
-		*p = st
-	}
-	return res, nil
+	return s.state.take(op, s.now), nil
 }
 
 func (s *fakeStore) InProcess() {}

@@ -17,6 +17,11 @@ const (
 	DefaultWindow = 60 * time.Second
 	// MaxWindow is the longest accepted Policy.Window (24 h).
 	MaxWindow = 24 * time.Hour
+	// MaxRefill is the longest accepted TokenBucket refill time, the time
+	// an empty bucket takes to fill: Burst * Window / Limit (365 days).
+	// It keeps every delay, header value and time to live a TokenBucket
+	// produces in range.
+	MaxRefill = 365 * 24 * time.Hour
 	// DefaultCost is the cost of one request when Policy.Cost is 0.
 	DefaultCost = 1
 )
@@ -25,6 +30,30 @@ const (
 // what a Redis Lua script computes with. Policies whose arithmetic could reach
 // it are rejected by New so that the Go and Lua implementations agree.
 const maxExact = 1 << 53
+
+// maxTokenBucketUnits bounds Burst*Window (ms) and Limit of a TokenBucket
+// (2^50). GCRA works in units of 1/Limit ms, where the bucket's tolerance is
+// Burst*Window; its largest intermediate, (2*Burst+2)*Window + 2*Limit,
+// then stays below 2^52 (see Quota.gcra).
+const maxTokenBucketUnits = 1 << 50
+
+// checkTokenBucket validates a TokenBucket's numbers: any Limit per Window
+// is exact, within the bounds of maxTokenBucketUnits and MaxRefill. Errors
+// name the field to change.
+func checkTokenBucket(limit, windowMS, burst int64) error {
+	if limit > maxTokenBucketUnits {
+		return fmt.Errorf("%w: TokenBucket Limit %d exceeds 2^50, the bound of exact arithmetic; lower Limit (or Window with it)", ErrInvalidPolicy, limit)
+	}
+	if burst > maxTokenBucketUnits/windowMS {
+		return fmt.Errorf("%w: TokenBucket Burst %d times Window %d ms exceeds 2^50, the bound of exact arithmetic; lower Burst", ErrInvalidPolicy, burst, windowMS)
+	}
+	// Burst*windowMS < 2^50 here: the refill time in whole ms, rounded up.
+	if refill := ceilDiv(burst*windowMS, limit); refill > MaxRefill.Milliseconds() {
+		return fmt.Errorf("%w: TokenBucket Burst %d at Limit %d per %d ms takes %v to refill, over MaxRefill (%v); lower Burst or raise Limit",
+			ErrInvalidPolicy, burst, limit, windowMS, time.Duration(refill)*time.Millisecond, MaxRefill)
+	}
+	return nil
+}
 
 // Algorithm selects the rate-limiting algorithm of a [Policy].
 // The zero value is [SlidingWindow].
@@ -134,7 +163,10 @@ type Policy struct {
 	// 1 ms to 24 h. 0 means DefaultWindow (60 s).
 	Window time.Duration
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
-	// reject a non-zero Burst.
+	// reject a non-zero Burst. A TokenBucket accepts any Limit per Window
+	// (3 per second, 7 per minute: exact, no rounding of the emission
+	// interval) as long as Burst*Window (ms) and Limit stay within 2^50 and
+	// the refill time Burst*Window/Limit within MaxRefill.
 	Burst int64
 	// Cost is what one request takes from the quota (default 1, at most the
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
@@ -218,7 +250,6 @@ const (
 type resolved struct {
 	limit, burst, cost int64
 	windowMS           int64
-	intervalMS         int64 // TokenBucket emission interval: windowMS / limit
 	signature          string
 }
 
@@ -290,14 +321,8 @@ func (p *Policy) resolve() (resolved, error) {
 			r.burst = r.limit
 		}
 		capacity = r.burst
-		if r.windowMS%r.limit != 0 {
-			return r, fmt.Errorf("%w: TokenBucket needs Window (%d ms) to be a multiple of Limit (%d) so that the emission interval is a whole number of ms; lower Limit or change Window", ErrInvalidPolicy, r.windowMS, r.limit)
-		}
-		r.intervalMS = r.windowMS / r.limit
-		// TAT values are epoch ms plus at most Burst intervals; keep them
-		// well below 2^53 (2^51 leaves ~70 000 years for the epoch part).
-		if r.burst > (1<<51)/r.intervalMS {
-			return r, fmt.Errorf("%w: Burst %d times the emission interval %d ms exceeds 2^51 ms; lower Burst", ErrInvalidPolicy, r.burst, r.intervalMS)
+		if err := checkTokenBucket(r.limit, r.windowMS, r.burst); err != nil {
+			return r, err
 		}
 	default:
 		if p.Burst != 0 {

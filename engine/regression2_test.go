@@ -11,30 +11,8 @@ import (
 	"time"
 )
 
-// fakeMem is a minimal in-process store over Op.Apply with a fixed clock.
-type fakeMem struct {
-	now int64
-	m   map[string]State
-	exp map[string]int64
-}
-
-func (s *fakeMem) InProcess() {}
-func (s *fakeMem) Take(_ context.Context, op *Op) (Result, error) {
-	k := string(op.Key)
-	st := State{}
-	if s.exp[k] > s.now {
-		st = s.m[k]
-	}
-	n, r := op.Apply(st, s.now)
-	if r.Allowed {
-		s.m[k], s.exp[k] = n, s.now+r.TTLMS
-	}
-	return r, nil
-}
-
-func newFakeMem() *fakeMem {
-	return &fakeMem{now: 1_767_225_600_000, m: map[string]State{}, exp: map[string]int64{}}
-}
+// newFakeMem is a minimal in-process store over Op.Apply with a fixed clock.
+func newFakeMem() *mapStore { return newMapStore(1_767_225_600_000) }
 
 // Decisions: "A per-request cost larger than the capacity ... is denied
 // without consuming, with Retry-After pointing at the moment the whole quota

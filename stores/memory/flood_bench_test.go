@@ -61,13 +61,13 @@ func BenchmarkTakeNewKey(b *testing.B) {
 			b.Fatal(err)
 		}
 		ctx := context.Background()
-		op := limit.Op{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000, Cost: 1}
+		op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 		key := make([]byte, 0, 64)
 		i := 0
 		next := func() {
 			key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
 			key = append(key, "}:100p60:s:r:k=client"...)
-			op.Key = key
+			op.Quotas[0].Key = key
 			i++
 			clock.Advance(250 * time.Microsecond)
 			if res, _ := s.Take(ctx, &op); !res.Allowed {

@@ -33,10 +33,10 @@ func viaEngine(l *limit.Limiter) decider {
 // of the cost under -race.
 func viaStore(s *memstore.Store, alg limit.Algorithm) decider {
 	key := make([]byte, 0, 64)
-	op := limit.Op{Algorithm: alg, Limit: 3, Burst: 3, WindowMS: 3_600_000, IntervalMS: 1_200_000, Cost: 1}
+	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: alg, Limit: 3, Burst: 3, WindowMS: 3_600_000}}}
 	return func(t *testing.T, id []byte) bool {
 		key = append(append(append(key[:0], "qg:{"...), id...), "}:3p3600:r:k"...)
-		op.Key = key
+		op.Quotas[0].Key = key
 		res, err := s.Take(context.Background(), &op)
 		if err != nil {
 			t.Fatal(err)

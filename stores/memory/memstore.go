@@ -64,6 +64,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -75,6 +76,9 @@ const DefaultMaxKeys = 1 << 18
 
 // shardCount is a power of two so that the top bits of a hash pick the shard.
 const shardCount = 64
+
+// minMaxKeys is the smallest MaxKeys: every quota of one Op fits its shard.
+const minMaxKeys = shardCount * limit.MaxQuotas
 
 // Store is an in-process limit.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
@@ -96,13 +100,14 @@ var (
 // Option configures New.
 type Option func(*Store, *int) error
 
-// WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys).
-// n must be >= 64, one entry per shard; the bound is exact: the 64 shards
-// hold n/64 or n/64+1 entries each, n in all.
+// WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys;
+// an entry is one quota of one identity). n must be >= 256, so that each of
+// the 64 shards holds every quota of one Op (limit.MaxQuotas); the bound is
+// exact: the shards hold n/64 or n/64+1 entries each, n in all.
 func WithMaxKeys(n int) Option {
 	return func(_ *Store, max *int) error {
-		if n < shardCount {
-			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (one entry per shard)", n, shardCount)
+		if n < minMaxKeys {
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard, one per quota of an Op)", n, minMaxKeys, limit.MaxQuotas)
 		}
 		*max = n
 		return nil
@@ -145,50 +150,118 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Take implements limit.Store: one atomic decision under the key's shard lock.
-// It never fails and never blocks on I/O. op.Hash is not used: the store
-// hashes the key itself with its own seed.
+// Take implements limit.Store: one atomic decision for all the Op's quotas
+// under one shard lock (the shard of their common hash tag; keys without a
+// common tag, which the engine never sends, lock their shards in index
+// order). It never fails and never blocks on I/O.
 func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	now := s.nowMS()
-	id := s.keyID(op.Key)
-	idx := s.shardOf(op.Key)
-	sh := &s.shards[idx]
-	sh.mu.Lock()
-	i := sh.find(id)
-	live := i >= 0 && sh.heads[i].holds(op.Algorithm, now)
-	var st limit.State
-	if live {
-		st = unpack(op.Algorithm, &sh.words[i])
-	}
-	next, res := op.Apply(st, now)
-	capacity := op.Limit
-	if op.Algorithm == limit.TokenBucket {
-		capacity = op.Burst
-	}
-	switch {
-	case res.Allowed:
-		h := head{id, packMeta(op.Algorithm, now+res.TTLMS, res.Remaining, capacity)}
-		if i >= 0 {
-			sh.heads[i], sh.words[i] = h, pack(op.Algorithm, next)
-		} else {
-			sh.add(h, pack(op.Algorithm, next), now, nil)
+	n := min(max(op.N, 0), limit.MaxQuotas)
+	var ids [limit.MaxQuotas]uint64
+	var shards [limit.MaxQuotas]int
+	one := true // all keys in one shard
+	var tag0 []byte
+	for i := range n {
+		key := op.Quotas[i].Key
+		ids[i] = s.keyID(key)
+		switch tag := hashTag(key); {
+		case i == 0:
+			tag0, shards[0] = tag, s.shardOf(tag)
+		case bytes.Equal(tag, tag0):
+			shards[i] = shards[0]
+		default:
+			shards[i] = s.shardOf(tag)
+			one = one && shards[i] == shards[0]
 		}
-	case live:
-		// Nothing is written for a denial, but its entry is now known to be
-		// that far from a whole quota: keep it from being evicted first.
-		sh.heads[i].setScore(res.Remaining, capacity)
 	}
-	// Sweep a step of one shard, the next in turn for this one.
+	var order [limit.MaxQuotas]int
+	locked := s.lock(shards[:n], one, &order)
+
+	// Read: an absent or expired entry, or one written by another
+	// algorithm, is a fresh State.
+	var sts [limit.MaxQuotas]limit.State
+	var pos [limit.MaxQuotas]int
+	for i := range n {
+		q, sh := &op.Quotas[i], &s.shards[shards[i]]
+		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
+			sts[i] = unpack(q.Algorithm, &sh.words[pos[i]])
+		} else if op.Refund {
+			pos[i] = -1 // nothing to refund, and a refund never creates a key
+		}
+	}
+	res := op.Apply(&sts, now)
+
+	// Write: what Apply says (TTLMS > 0), entries present first, since
+	// adding one may move the others.
+	added := false
+	for i := range n {
+		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
+		capacity := q.Limit
+		if q.Algorithm == limit.TokenBucket {
+			capacity = q.Burst
+		}
+		switch p := pos[i]; {
+		case p < 0:
+			added = added || r.TTLMS > 0 && !op.Refund
+		case r.TTLMS > 0 && op.Refund: // keeps the expiry
+			h := &sh.heads[p]
+			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacity)
+			sh.words[p] = pack(q.Algorithm, sts[i])
+		case r.TTLMS > 0:
+			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
+			sh.words[p] = pack(q.Algorithm, sts[i])
+		case sh.heads[p].holds(q.Algorithm, now):
+			// Nothing is written for a denial, but the entry is now known
+			// to be that far from a whole quota: rank it so for eviction.
+			sh.heads[p].setScore(r.Remaining, capacity)
+		}
+	}
+	for i := 0; added && i < n; i++ {
+		q, r := &op.Quotas[i], &res.Quotas[i]
+		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || slices.Contains(ids[:i], ids[i]) {
+			continue
+		}
+		capacity := q.Limit
+		if q.Algorithm == limit.TokenBucket {
+			capacity = q.Burst
+		}
+		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
+		s.shards[shards[i]].add(h, pack(q.Algorithm, sts[i]), now, ids[:n])
+	}
+
+	// Sweep a step of one shard, the next in turn for the Op's first one.
+	sh := &s.shards[shards[0]]
 	sh.ticks++
-	sweep := (idx + int(sh.ticks)) & (shardCount - 1)
-	if sweep == idx {
-		sh.sweepSome(now, sweepSlots)
+	sweep := (shards[0] + int(sh.ticks)) & (shardCount - 1)
+	if slices.Contains(locked, sweep) {
+		s.shards[sweep].sweepSome(now, sweepSlots)
 	}
-	sh.mu.Unlock()
-	if sweep != idx {
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
+	if !slices.Contains(locked, sweep) {
 		s.shards[sweep].trySweep(now)
 	}
 	return res, nil
+}
+
+// lock locks the shards of an Op (one, or each distinct one in index order)
+// and returns them.
+func (s *Store) lock(shards []int, one bool, order *[limit.MaxQuotas]int) []int {
+	locked := order[:1]
+	if len(shards) == 0 { // no quota: nothing to decide, any shard will do
+		order[0] = 0
+	} else if one {
+		order[0] = shards[0]
+	} else {
+		locked = order[:copy(order[:], shards)]
+		slices.Sort(locked)
+		locked = slices.Compact(locked)
+	}
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	return locked
 }
 
 // trySweep sweeps a step of sh unless another goroutine holds its lock (it
@@ -206,11 +279,10 @@ func (s *Store) keyID(key []byte) uint64 {
 	return max(maphash.Bytes(s.slotSeed, key), 1)
 }
 
-// shardOf picks the shard from the key's Redis Cluster hash tag (the bytes
-// between the first '{' and the next '}', when not empty; else the whole
-// key), so that all the keys of one Op share a shard.
-func (s *Store) shardOf(key []byte) int {
-	return int(maphash.Bytes(s.shardSeed, hashTag(key)) >> 58) // 6 bits: shardCount
+// shardOf picks the shard of a key from its hash tag (see hashTag), so that
+// all the keys of one Op share a shard.
+func (s *Store) shardOf(tag []byte) int {
+	return int(maphash.Bytes(s.shardSeed, tag) >> 58) // 6 bits: shardCount
 }
 
 // hashTag returns the Redis Cluster hash tag of key, or key itself when it

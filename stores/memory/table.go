@@ -62,7 +62,7 @@ type head struct {
 }
 
 // words is the cold half of an entry, the State: window algorithms Window,
-// Count, Prev; TokenBucket TAT.
+// Count, Prev; TokenBucket TAT, TATFrac.
 type words [3]int64
 
 const (
@@ -83,7 +83,7 @@ func (h *head) holds(a limit.Algorithm, now int64) bool {
 // unpack returns the State of algorithm a held in w.
 func unpack(a limit.Algorithm, w *words) limit.State {
 	if a == limit.TokenBucket {
-		return limit.State{TAT: w[0]}
+		return limit.State{TAT: w[0], TATFrac: w[1]}
 	}
 	return limit.State{Window: w[0], Count: w[1], Prev: w[2]}
 }
@@ -91,7 +91,7 @@ func unpack(a limit.Algorithm, w *words) limit.State {
 // pack returns the words holding st, a State of algorithm a.
 func pack(a limit.Algorithm, st limit.State) words {
 	if a == limit.TokenBucket {
-		return words{st.TAT}
+		return words{st.TAT, st.TATFrac}
 	}
 	return words{st.Window, st.Count, st.Prev}
 }
@@ -259,9 +259,13 @@ func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
 	for !sh.place(&h, &w) {
 		if nb := len(sh.heads) / bucketSlots; nb < sh.full {
 			sh.resize(min(2*nb, sh.full), now)
-		} else {
-			sh.evict(h.id, now, keep) // n counts the homeless entry, not h
-
+		} else if !sh.evict(h.id, now, keep) {
+			// Every entry is in keep: impossible with at least
+			// limit.MaxQuotas entries per shard (WithMaxKeys), kept so
+			// that this loop ends whatever happens. h is dropped.
+			sh.evicted++
+			sh.n--
+			return
 		}
 	}
 }
@@ -309,7 +313,9 @@ func (sh *shardData) resize(nb int, now int64) {
 // Entries whose id is in keep are never chosen; when id's buckets hold no
 // other entry (a tiny table), the candidates are the first entries from
 // there on.
-func (sh *shardData) evict(id uint64, now int64, keep []uint64) {
+//
+// It reports whether it removed an entry.
+func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
 	nb := len(sh.heads) / bucketSlots
 	b1, b2 := buckets(id, nb)
 	best, bestScore, bestExp := -1, int64(-1), int64(0)
@@ -342,7 +348,7 @@ func (sh *shardData) evict(id uint64, now int64, keep []uint64) {
 		consider(i)
 	}
 	if best < 0 {
-		return // everything held is in keep
+		return false // everything held is in keep
 	}
 	if bestScore == 256 {
 		sh.reclaimed++
@@ -351,6 +357,7 @@ func (sh *shardData) evict(id uint64, now int64, keep []uint64) {
 	}
 	sh.heads[best], sh.words[best] = head{}, words{}
 	sh.n--
+	return true
 }
 
 func kept(id uint64, keep []uint64) bool {

@@ -182,13 +182,13 @@ func TestC01FullStoreStaysFlat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := limit.Op{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000, Cost: 1}
+	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 	key := make([]byte, 0, 64)
 	var tables [shardCount]*head
 	for i := range 1_000_000 {
 		clock += 250 // µs
 		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
-		op.Key = append(key, "}:100p60:s:r:k=client"...)
+		op.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
 		if res, _ := s.Take(context.Background(), &op); !res.Allowed {
 			t.Fatalf("decision %d: a new identity was denied", i)
 		}
