@@ -285,12 +285,22 @@ func (s *Store) shardOf(tag []byte) int {
 	return int(maphash.Bytes(s.shardSeed, tag) >> 58) // 6 bits: shardCount
 }
 
-// hashTag returns the Redis Cluster hash tag of key, or key itself when it
-// has none.
+// hashTag returns the Redis Cluster hash tag of key: the bytes between the
+// first '{' and the next '}', when there are any; else the whole key. (A
+// loop: the tag sits a few bytes in, where bytes.IndexByte costs more than
+// it saves.)
 func hashTag(key []byte) []byte {
-	if i := bytes.IndexByte(key, '{'); i >= 0 {
-		if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
-			return key[i+1 : i+1+j]
+	for i, c := range key {
+		if c == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						return key[i+1 : j]
+					}
+					return key
+				}
+			}
+			return key
 		}
 	}
 	return key

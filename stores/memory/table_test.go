@@ -11,6 +11,25 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
+// hashTag follows Redis Cluster: the bytes between the first '{' and the
+// next '}' when there is at least one, else the whole key.
+func TestHashTag(t *testing.T) {
+	for _, c := range []struct{ key, tag string }{
+		{"qg:{abc}:b:f:r:x", "abc"},
+		{"qg:{abc}:/v1/{id}:f", "abc"},
+		{"{a}{b}", "a"},
+		{"a}b{c}", "c"},
+		{"qg:{}:{x}", "qg:{}:{x}"},
+		{"qg:{abc", "qg:{abc"},
+		{"no-tag", "no-tag"},
+		{"", ""},
+	} {
+		if got := string(hashTag([]byte(c.key))); got != c.tag {
+			t.Errorf("hashTag(%q) = %q, want %q", c.key, got, c.tag)
+		}
+	}
+}
+
 // check verifies a shard's invariants: n counts the occupied slots, no id
 // twice, every entry in one of its two buckets with its own payload (words[0]
 // is its id in these tests), the table on its ladder and never above the
