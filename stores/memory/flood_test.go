@@ -110,7 +110,7 @@ func TestFloodKeepsLimitedClientsLimited(t *testing.T) {
 				if n := s.Len(); n != maxKeys {
 					t.Errorf("Len %d after the flood, want the cap %d", n, maxKeys)
 				}
-				ev := s.Evictions()
+				ev := evictionsOf(s)
 				if want := uint64(10*maxKeys + victims - maxKeys); ev.Live+ev.Expired != want {
 					t.Errorf("Evictions %+v, want %d in all", ev, want)
 				}
@@ -134,7 +134,7 @@ func TestC02EvictionKeepsLimitedClientsLimited(t *testing.T) {
 	if denied := stillDenied(t, d, 200); denied < 198 {
 		t.Fatalf("%d of 200 locked-out clients still denied, want >= 198", denied)
 	}
-	if ev := s.Evictions(); ev.Live == 0 {
+	if ev := evictionsOf(s); ev.Live == 0 {
 		t.Fatalf("Evictions %+v: the flood into a full store evicted nothing live", ev)
 	}
 }
@@ -165,7 +165,7 @@ func TestSweepReclaimsExpiredEntries(t *testing.T) {
 		d(t, []byte("regular"))
 	}
 	t.Logf("%d expired entries reclaimed in %d decisions (bound %d)", clients, ops, bound)
-	if ev := s.Evictions(); ev.Expired < clients-1 || ev.Live != 0 {
+	if ev := evictionsOf(s); ev.Expired < clients-1 || ev.Live != 0 {
 		t.Fatalf("Evictions %+v, want %d expired, 0 live", ev, clients)
 	}
 }

@@ -334,26 +334,21 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Evictions counts entries removed since New, by reason: Expired entries
-// were dead (past their time to live) when the sweep or an insertion removed
-// them; Live entries were evicted before their time to live to make room at
-// the cap, each an identity that starts afresh. A steadily growing Live
-// count means MaxKeys is too small for the traffic (or a flood of new
-// identities). Read it as counters, e.g. with promlimit.NewStoreCollector.
-type Evictions struct {
-	Expired, Live uint64
-}
-
-// Evictions returns the removal counts since New. Safe for concurrent use;
-// it takes each shard's lock in turn.
-func (s *Store) Evictions() Evictions {
-	var e Evictions
+// Evictions returns the number of entries removed since New, by reason:
+// expired entries were dead (past their time to live) when the sweep or an
+// insertion removed them; live entries were evicted before their time to
+// live to make room at the cap, each an identity that starts afresh (see
+// the package doc for which ones go). A live count that keeps growing means
+// MaxKeys is too small for the traffic, or a flood of new identities.
+// promlimit.NewEvictionsCollector exposes both as counters. Safe for
+// concurrent use; it takes each shard's lock in turn.
+func (s *Store) Evictions() (expired, live uint64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		e.Expired += sh.reclaimed
-		e.Live += sh.evicted
+		expired += sh.reclaimed
+		live += sh.evicted
 		sh.mu.Unlock()
 	}
-	return e
+	return expired, live
 }

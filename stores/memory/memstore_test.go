@@ -25,6 +25,14 @@ func newStore(t testing.TB, opts ...memstore.Option) (*memstore.Store, *limittes
 	return s, clock
 }
 
+// evictions is Store.Evictions as a value that prints with its names.
+type evictions struct{ Expired, Live uint64 }
+
+func evictionsOf(s *memstore.Store) evictions {
+	e, l := s.Evictions()
+	return evictions{e, l}
+}
+
 func peer(i int) string { return fmt.Sprintf("10.%d.%d.%d:4242", i>>16&255, i>>8&255, i&255) }
 
 func TestOptionsAreValidated(t *testing.T) {
@@ -60,7 +68,7 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 		t.Fatalf("%d entries after the fill, want the cap %d", n, 64*16)
 	}
 	clock.Advance(3 * time.Second)
-	before := s.Evictions()
+	before := evictionsOf(s)
 	// a long-lived identity uses its whole quota...
 	for i := 0; i < 2; i++ {
 		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"})
@@ -73,7 +81,7 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}).Decision; d.Allowed {
 		t.Fatal("a live, exhausted entry was evicted while expired entries could be reclaimed")
 	}
-	ev := s.Evictions()
+	ev := evictionsOf(s)
 	t.Logf("live evictions %d", ev.Live-before.Live)
 	if ev.Live > before.Live+3 || ev.Expired < before.Expired+301 {
 		t.Fatalf("Evictions %+v then %+v: want at most 3 live entries evicted (only when a new key's two buckets hold no expired entry), >= 301 expired ones reclaimed", before, ev)

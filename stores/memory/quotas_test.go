@@ -93,12 +93,12 @@ func TestRefundNeverCreatesOrExtends(t *testing.T) {
 	if n := s.Len(); n > 1 {
 		t.Fatalf("Len %d", n)
 	}
-	before := s.Evictions()
+	before := evictionsOf(s)
 	clock.Advance(time.Millisecond)
 	for range 64 * 64 { // every shard swept at least once
 		take(t, s, op(q, "qg:{other}:b:f:r:y"))
 	}
-	if ev := s.Evictions(); ev.Expired == before.Expired {
+	if ev := evictionsOf(s); ev.Expired == before.Expired {
 		t.Fatalf("the refunded entry outlived its expiry (Evictions %+v)", ev)
 	}
 }
