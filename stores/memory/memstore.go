@@ -1,62 +1,74 @@
 // Package memstore is quotagate's in-process store: the embedded default for a
 // single process, and the per-process store of the FailLocal failure mode.
 //
-// State is kept in 64 shards, each a flat open-addressing hash table under its
-// own mutex, so no lock is shared by all keys. A key is placed by hashes the
-// store computes itself with a per-process random seed (hash/maphash): the
-// shard from the key's Redis Cluster hash tag, so that every quota of one Op
-// is decided under one lock, and the slot from the whole key. An entry is
-// identified by the 64-bit keyed hash of its key rather than the key itself
-// (see Memory): two distinct keys share an entry only if their hashes
-// collide, with probability n/2^64 per new key when n keys are held (below
-// 10^-13 at a million keys), and a client cannot aim a collision because it
-// does not know the seed.
+// State is kept in 64 shards, each a flat hash table under its own mutex, so
+// no lock is shared by all keys. A key is placed by hashes the store computes
+// itself with a per-process random seed (hash/maphash): the shard from the
+// key's Redis Cluster hash tag, which all the quotas of one Op share, so that
+// an Op is decided under one lock; the slot from the whole key. An entry is
+// identified by the 64-bit keyed hash of its key, not the key itself: state
+// stays exact per key, and two distinct keys share an entry only if their
+// hashes collide, with probability n/2^64 for a new key when n keys are held
+// (5*10^-14 at a million keys). A client cannot aim a collision, nor crowd
+// one shard, because it does not know the seed.
 //
 // # Cost
 //
-// A decision probes a few consecutive slots of one shard, whether or not the
-// store is full; no step on the request path visits a whole shard except a
-// table resize, which happens only when a shard's entry count has doubled or
-// fallen to a quarter (O(1) per insertion, amortised, and never for a shard
-// that stays at its cap). Deciding for a key already present allocates
+// Each shard's table is a bucketized cuckoo hash table: an entry lives in one
+// of two 8-slot buckets chosen by its hash. A decision reads those two
+// buckets and the entry's state, whether or not the store is full; at the
+// cap the new entry takes the place of the one evicted from its own buckets.
+// No step on the request path visits a whole shard except a table resize,
+// which happens only when a shard's entry count has doubled or fallen to a
+// quarter since the last one (O(1) per insertion, amortised) and never while
+// a shard stays at its cap. Deciding for a key already present allocates
 // nothing, and neither does inserting one into a full store.
 //
 // # Expiry
 //
-// Every entry carries its expiry. Expired entries are reclaimed
-// incrementally, with no goroutine: every 4th decision in a shard looks at
-// the next 32 slots of one shard, taking the 64 shards in turn (8 slots per
-// decision on average), removes the expired entries it meets and shrinks a
-// table left mostly empty. A store whose entries have all expired is back to
-// empty after at most (table slots)/8 further decisions, whichever keys they
-// are for.
+// Every entry carries its expiry. Expired entries are reclaimed incrementally,
+// with no goroutine: every decision looks at the next 8 slots of one shard,
+// each shard's decisions taking the 64 shards in turn, removes the expired
+// entries it meets, and shrinks a table left mostly empty. A shard of S slots
+// is thus swept whole within 8*S decisions in any one shard, and within
+// 8*S + 4 032 decisions whichever shards they fall in (a step that finds the
+// shard busy is skipped). After 100 000 one-off clients whose windows have
+// ended, about 12 300 further decisions for a single identity empty the
+// store (TestSweepReclaimsExpiredEntries).
 //
 // # Eviction
 //
-// MaxKeys bounds the entries held. A new key in a full shard first takes the
-// place of an expired entry; failing that, the store compares 16 live
-// entries (those after the new key's home slot: a sample no client can
-// choose) and evicts the one with the most of its quota left at its last
-// decision (an identity that has just started, or a bucket nearly whole),
-// the soonest to expire among equals. An identity over its limit (nothing
-// left) is therefore evicted only when all 16 compared entries are over
-// their limit too: when a fraction f of a full shard's entries are over
-// their limit, each eviction removes one of them with probability at most
-// f^16 (f = 1/2: 1.5*10^-5; f = 1/4: 2.3*10^-10), so a flood of new
-// identities, each making one request, evicts the clients it would free
-// only after about 65 000 evictions per victim at f = 1/2. Flooding with
-// identities that are themselves over their limit costs the attacker a whole
-// quota per identity. Evictions() counts both kinds of removal.
+// MaxKeys bounds the entries held. A new key in a full shard takes the place
+// of an entry of its own two buckets (up to 16 entries, about 15 at the
+// cap's load; a sample no client can choose): the first expired one, else
+// the one with the largest part of its quota left at its last decision (a
+// client that has just started, a bucket nearly whole), the soonest to
+// expire among equals. A client over its limit (nothing left) is evicted only
+// when every entry compared is over its limit too: if a fraction f of a full
+// shard's entries are, an eviction removes one of them with probability
+// about f^15 (f = 1/2: 3*10^-5; f = 1/4: 10^-9). A flood of new identities,
+// one request each, therefore frees almost none of the clients it would
+// free with an arbitrary choice: with 200 clients locked out and 10 x MaxKeys
+// new identities, at least 99% stay denied at MaxKeys 1 024 and at the
+// default, for every algorithm (TestFloodKeepsLimitedClientsLimited). To
+// push out exhausted clients, an attacker must exhaust its own identities:
+// a whole quota per identity. Entries of the Op being decided are never
+// evicted for one another. Evictions reports both kinds of removal
+// (promlimit.NewEvictionsCollector exposes them).
 //
 // # Memory
 //
 // An entry is 40 bytes: its 8-byte keyed hash, an 8-byte word packing the
 // expiry (ms), the algorithm and the eviction score, and three 8-byte state
 // words (fixed window: window and count; sliding window: window, count and
-// previous count; token bucket: TAT). Tables hold no pointers, so the
-// garbage collector does not scan them. A table grows by doubling up to the
-// length the cap needs at a load of 7/8: a full store takes 46 bytes per
-// entry (DefaultMaxKeys: 11.5 MiB), a growing one between 46 and 91.
+// previous count; token bucket: TAT and its fraction). Tables hold no
+// pointers, so the garbage collector does not scan them. A table grows by
+// doubling up to the size the cap needs at a load of 15/16: a full store
+// takes 43 to 44 bytes of heap per entry (DefaultMaxKeys: 11 MiB; 1 000 000
+// entries: 41 MiB), and adds 52 to 67 bytes per entry to a process's RSS,
+// which also holds what the runtime keeps of the smaller tables left behind
+// while growing (TestMemoryPerKey). A store still growing takes up to twice
+// the bytes per entry between two resizes.
 package memstore
 
 import (
@@ -70,8 +82,10 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// DefaultMaxKeys bounds the number of (bucket, identity) entries kept when
-// WithMaxKeys is not given: 262 144 entries, 11.5 MiB of tables when full.
+// DefaultMaxKeys bounds the number of entries kept (one per quota and
+// identity) when WithMaxKeys is not given: 262 144 entries, 11 MiB of tables
+// when full, and 13 to 17 MiB of RSS measured in a process that filled it
+// (see Memory in the package doc).
 const DefaultMaxKeys = 1 << 18
 
 // shardCount is a power of two so that the top bits of a hash pick the shard.
