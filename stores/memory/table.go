@@ -40,9 +40,9 @@ const (
 	loadDen = 16
 )
 
-// maxKicks bounds the entries one insertion moves; past it (not seen in
-// practice below 98% load) the table grows, or, at its length for the cap,
-// an entry is evicted from the homeless entry's buckets.
+// maxKicks bounds the entries one insertion moves; past it (not met in
+// practice at these loads) the table grows, or, at its size for the cap, an
+// entry is evicted from the homeless entry's buckets.
 const maxKicks = 128
 
 // Incremental sweeping: every decision looks at sweepSlots slots of one
@@ -117,7 +117,7 @@ func scoreOf(remaining, capacity int64) int64 {
 	if remaining >= capacity {
 		return 255
 	}
-	return remaining * 255 / capacity // remaining < capacity <= 2^53/4: no overflow
+	return remaining * 255 / capacity // remaining < capacity < 2^53: no overflow
 }
 
 // shard is one lock and its table.
@@ -247,7 +247,7 @@ func (sh *shardData) add(h head, w words, now int64, keep []uint64) {
 	case sh.n >= sh.max:
 		sh.evict(h.id, now, keep)
 	case sh.n+1 > capacity(len(sh.heads)/bucketSlots):
-		sh.resize(sh.bucketsFor(sh.n+1), now)
+		sh.resize(sh.sizeFor(sh.n+1), now)
 	}
 	sh.settle(h, w, now, keep)
 	sh.n++
@@ -258,7 +258,7 @@ func (sh *shardData) add(h head, w words, now int64, keep []uint64) {
 func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
 	for !sh.place(&h, &w) {
 		if nb := len(sh.heads) / bucketSlots; nb < sh.full {
-			sh.resize(min(2*nb, sh.full), now)
+			sh.resize(sh.grown(nb), now)
 		} else if !sh.evict(h.id, now, keep) {
 			// Every entry is in keep: impossible with at least
 			// limit.MaxQuotas entries per shard (WithMaxKeys), kept so
@@ -270,11 +270,11 @@ func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
 	}
 }
 
-// bucketsFor returns the table size for n entries below the cap: the fewest
+// sizeFor returns the table size for n entries below the cap: the fewest
 // buckets on the shard's ladder (full, full/2, full/4, ... rounded up) that
 // hold n. Growing and shrinking along one ladder means a shard that fills up
 // ends at exactly full buckets.
-func (sh *shardData) bucketsFor(n int) int {
+func (sh *shardData) sizeFor(n int) int {
 	nb := sh.full
 	for {
 		half := (nb + 1) / 2
@@ -283,6 +283,15 @@ func (sh *shardData) bucketsFor(n int) int {
 		}
 		nb = half
 	}
+}
+
+// grown returns the next size up the ladder from nb buckets (full at most).
+func (sh *shardData) grown(nb int) int {
+	l := sh.full
+	for half := (l + 1) / 2; half > nb && half != l; half = (l + 1) / 2 {
+		l = half
+	}
+	return l
 }
 
 // resize moves every live entry into a fresh table of nb buckets (>= what
@@ -394,7 +403,7 @@ func (sh *shardData) sweepSome(now int64, k int) {
 	case sh.n == 0 && nb > 1:
 		sh.heads, sh.words, sh.sweep = nil, nil, 0
 	case sh.n < capacity(nb)/4:
-		if l := sh.bucketsFor(2 * sh.n); l < nb {
+		if l := sh.sizeFor(2 * sh.n); l < nb {
 			sh.resize(l, now)
 		}
 	}

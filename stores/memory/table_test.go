@@ -240,3 +240,42 @@ func TestC01FullStoreStaysFlat(t *testing.T) {
 
 // epochUS is 2026-03-01T12:00:00Z in µs.
 const epochUS = 1_772_366_400_000_000
+
+// When cuckoo kicks find no free slot (every id crafted here has its two
+// buckets among buckets 0 and 1 of a 3-bucket table, so 16 of them fill
+// both), the table grows if it is below its size for the cap, and only at
+// that size evicts an entry, counted as such: nothing is lost silently and
+// the loop ends.
+func TestKicksRunningOut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	var ids []uint64
+	for len(ids) < 17 {
+		id := rng.Uint64() | 1
+		if b1, b2 := buckets(id, 3); b1 < 2 && b2 < 2 {
+			ids = append(ids, id)
+		}
+	}
+	now := int64(1_000)
+	for _, c := range []struct {
+		max         int
+		wantBuckets int
+		wantEvicted uint64
+		wantN       int
+	}{
+		{max: 20, wantBuckets: 3, wantEvicted: 1, wantN: 16}, // 3 buckets is its size for the cap
+		{max: 40, wantBuckets: 6, wantEvicted: 0, wantN: 17}, // grows to 6
+	} {
+		sh := newShard(c.max)
+		for _, id := range ids[:16] {
+			sh.add(head{id, packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(id >> 1)}, now, nil)
+		}
+		if nb := len(sh.heads) / bucketSlots; nb != 3 {
+			t.Fatalf("max %d: %d buckets for 16 entries, want 3", c.max, nb)
+		}
+		sh.add(head{ids[16], packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(ids[16] >> 1)}, now, nil)
+		check(t, &sh)
+		if nb := len(sh.heads) / bucketSlots; nb != c.wantBuckets || sh.evicted != c.wantEvicted || sh.n != c.wantN {
+			t.Fatalf("max %d: %d buckets, %d evicted, %d held; want %d, %d, %d", c.max, nb, sh.evicted, sh.n, c.wantBuckets, c.wantEvicted, c.wantN)
+		}
+	}
+}
