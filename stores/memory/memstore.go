@@ -210,10 +210,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	added := false
 	for i := range n {
 		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
-		capacity := q.Limit
-		if q.Algorithm == limit.TokenBucket {
-			capacity = q.Burst
-		}
+		capacity := capacityOf(q)
 		switch p := pos[i]; {
 		case p < 0:
 			added = added || r.TTLMS > 0 && !op.Refund
@@ -235,11 +232,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || slices.Contains(ids[:i], ids[i]) {
 			continue
 		}
-		capacity := q.Limit
-		if q.Algorithm == limit.TokenBucket {
-			capacity = q.Burst
-		}
-		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
+		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
 		s.shards[shards[i]].add(h, pack(q.Algorithm, sts[i]), now, ids[:n])
 	}
 
@@ -257,6 +250,15 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 		s.shards[sweep].trySweep(now)
 	}
 	return res, nil
+}
+
+// capacityOf is the most a quota holds, what its eviction score is a
+// fraction of: Limit, or Burst for a TokenBucket.
+func capacityOf(q *limit.Quota) int64 {
+	if q.Algorithm == limit.TokenBucket {
+		return q.Burst
+	}
+	return q.Limit
 }
 
 // lock locks the shards of an Op (one, or each distinct one in index order)
