@@ -2,46 +2,68 @@ package redisstore
 
 import "github.com/redis/rueidis"
 
-// The Lua scripts below are line-by-line transcriptions of limit.Op.Apply
-// (engine/algorithm.go) plus the memory store's expiry rule (a stored State is
-// used only while its expiry time is after now). Each runs as one EVALSHA per
-// decision: read the clock once, read the state, decide, and, only when the
-// request is allowed, write the new state together with its time to live
-// (one SET ... PX/PXAT). A denied request writes nothing.
+// takeSource is the one script of the store (store contract v2): a
+// line-by-line transcription of the admission test and the state updates of
+// limit.Op.Apply (engine/algorithm.go) for up to limit.MaxQuotas quotas of
+// any algorithm, refunds and the clock-step rules, plus the memory store's
+// expiry rule (a stored State counts only while its expiry is after now).
+// It runs as one EVALSHA per decision: the clock is read once, every state
+// is read with one GET (MGET for several quotas), and only what the contract
+// says is written (every state of an admitted Op; nothing for a denial but a
+// state the clock has fallen far behind; the changed states of a refund,
+// keeping their expiry). The numbers of the answer (Remaining, delays, TTLs)
+// are not computed here: the script returns the states it read and Take
+// runs limit.Op.Apply on them, the very function the memory store runs, so
+// the two stores' Results are the same by construction. Take also checks
+// that Apply admits exactly when the script did.
 //
-// Keys and arguments (all integers in decimal):
+// Keys and arguments (integers in decimal):
 //
-//	KEYS[1]  op.Key: one string per (bucket, identity)
+//	KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
 //	ARGV[1]  now in Unix ms, or "" to read the server's TIME (once)
-//	window scripts: ARGV[2..5] = Limit, WindowMS, PhaseMS, Cost
-//	GCRA script:    ARGV[2..4] = IntervalMS, Burst, Cost
+//	ARGV[2]  cost
+//	then per quota: algorithm (0 sliding window, 1 fixed window, 2 token
+//	bucket), limit, window ms, phase ms (window algorithms) or burst (token
+//	bucket), and for a refund a fifth: the window index of the charge
 //
-// Reply: {allowed (0|1), Remaining, ResetAfterMS, RetryAfterMS, NowMS, TTLMS}.
+// Reply: {allowed (0|1), now, then per quota a, b, c}: the state read (zero
+// when absent, expired or unreadable): window algorithms a = window index,
+// b = count, c = previous count; token bucket a = TAT (Unix ms), b = TAT's
+// fraction in 1/limit ms.
 //
-// Stored value, decimal integers separated by one space:
+// Stored value, five numbers a, b, c, expiry, pexpiry: the state as above;
+// expiry, the Unix ms at which the state dies (now + the Result's TTLMS at
+// its last write: the memory store's rule, so both stores forget a state at
+// the same instant whatever the clock does); pexpiry, the key's own
+// deadline in Redis. A write sets the key's deadline only when the state
+// would outlive it (SET ... PXAT, or PX with a caller's clock); otherwise it
+// keeps it (SET ... KEEPTTL), which costs Redis far less. Window algorithms
+// set the deadline to the state's expiry (once per window and key); a token
+// bucket to its expiry plus the bucket's refill time, so that a busy key
+// moves its deadline at most once per refill time. So a key always has a
+// deadline, never shorter than its state's life and never longer than the
+// policy's bound (DESIGN.md, "Store keys").
 //
-//	SlidingWindow  "<window> <count> <prev> <expiry>"
-//	FixedWindow    "<window> <count> <expiry>"
-//	TokenBucket    "<tat> <expiry>"
+// Where the server's Lua has the struct library (Redis, Valkey), the value
+// is 40 bytes of little-endian doubles (struct.pack '<ddddd'): the cheapest
+// to read and write. Elsewhere (miniredis) it is the five integers in
+// decimal, separated by spaces. A value that does not decode is no state
+// (the next write replaces it and sets a deadline); a key of another type is
+// a WRONGTYPE error, i.e. the failure mode, never silently deleted.
 //
-// where window is the index of the current window, count the cost admitted in
-// it, prev the cost admitted in the one before, tat the theoretical arrival
-// time (Unix ms), and expiry the Unix ms at which the state dies (now +
-// TTLMS): the memory store's expiry, so that both stores forget a state at
-// the same instant whatever the clock does. A value that does not parse is
-// treated as no state (and overwritten by the next admitted request).
-//
-// Arithmetic: Lua numbers are IEEE doubles; every value stays below 2^53
-// (limit.New guarantees it), so sums and products are exact. Division goes
-// through fdiv, a floor division corrected by its remainder, so that it is
-// exact where a/b alone could round up to the next integer. Integers are
-// written with itoa: Redis' Lua 5.1 tostring prints "%.14g", which is exact
-// only below 10^14.
-
-// prelude is shared by the three scripts: the key, the clock, floor
-// division, integer formatting, the state writer and the TTL repair.
-const prelude = `
-local k = KEYS[1]
+// Arithmetic: Lua numbers are IEEE doubles; limit.New keeps every integer
+// below 2^53, so sums, products and comparisons are exact; floor division is
+// math.floor(a/b) corrected by the remainder (a/b alone can round up to the
+// next integer). The script creates no closure and no table beyond the reply
+// (and MGET's for several quotas).
+const takeSource = `
+local struct = rawget(_G, 'struct')
+local n = #KEYS
+local per = 4
+local refund = #ARGV > 2 + 4 * n
+if refund then
+  per = 5
+end
 local servertime = ARGV[1] == ''
 local now
 if servertime then
@@ -50,185 +72,224 @@ if servertime then
 else
   now = tonumber(ARGV[1])
 end
-
--- floor(a / b) for b > 0 and |a| < 2^53, exact.
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-  elseif r >= b then
-    q = q + 1
-  end
-  return q
-end
-
--- itoa formats an integer below 2^53 exactly.
-local function itoa(n)
-  if n == 0 then
-    return '0'
-  elseif n < 0 then
-    return '-' .. itoa(-n)
-  elseif n < 1e14 then
-    return tostring(n)
-  end
-  local hi = fdiv(n, 1e7)
-  local lo = tostring(n - hi * 1e7)
-  return tostring(hi) .. string.rep('0', 7 - #lo) .. lo
-end
-
--- put writes the state and its time to live in one command. On server time
--- the deadline is absolute (now + ttl on the clock TIME read), so the key
--- dies exactly when the state does; with a caller's clock it is relative.
-local function put(v, ttl)
-  if servertime then
-    redis.call('SET', k, v, 'PXAT', now + ttl)
-  else
-    redis.call('SET', k, v, 'PX', ttl)
-  end
-end
-
--- repair bounds a key found without a time to live (written by something
--- else): a denied request writes nothing else.
-local function repair(bound)
-  if redis.call('PTTL', k) == -1 then
-    redis.call('PEXPIRE', k, bound)
-  end
-end
-
-local v = redis.call('GET', k)
-`
-
-// fixedSource transcribes Op.fixed (and Op.window, Result.shift).
-const fixedSource = prelude + `
-local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local sw, sc = 0, 0
-if v then
-  local a, b, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    sw, sc = tonumber(a), tonumber(b)
-  end
-end
-
-local idx = fdiv(now - phase, w)
-local start, at = idx * w + phase, now
-if idx < sw then
-  idx = sw
-  start = idx * w + phase
-  at = start
-end
-local count = 0
-if sw == idx then
-  count = sc
-end
--- Result.shift: delays computed at at count from the real now.
-local skew = at - now
-local reset = start + w - at + skew
-if cost <= limit - count then
-  count = count + cost
-  local ttl = reset + 1000
-  put(itoa(idx) .. ' ' .. itoa(count) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, limit - count, reset, 0, now, ttl}
-end
-if v then
-  repair(w + 1000)
-end
-return {0, math.max(limit - count, 0), reset, reset, now, 0}
-`
-
-// slidingSource transcribes Op.sliding (and Op.window, slidingReset,
-// Result.shift).
-const slidingSource = prelude + `
-local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local sw, sc, sp = 0, 0, 0
-if v then
-  local a, b, c, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    sw, sc, sp = tonumber(a), tonumber(b), tonumber(c)
-  end
-end
-
-local idx = fdiv(now - phase, w)
-local start, at = idx * w + phase, now
-if idx < sw then
-  idx = sw
-  start = idx * w + phase
-  at = start
-end
-local curr, prev = 0, 0
-if sw == idx then
-  curr, prev = sc, sp
-elseif sw == idx - 1 then
-  prev = sc
-end
-local el = at - start
-local toEnd = w - el
-local skew = at - now -- Result.shift: delays computed at at count from the real now
-local weighted = prev * toEnd
-local lw = limit * w
-
-local function reset()
-  if curr > 0 then
-    return toEnd + w + skew
-  elseif prev > 0 then
-    return toEnd + skew
-  end
-  return skew
-end
-
-if weighted + (curr + cost) * w <= lw then
-  curr = curr + cost
-  local ttl = toEnd + w + skew
-  put(itoa(idx) .. ' ' .. itoa(curr) .. ' ' .. itoa(prev) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), 0, now, ttl}
-end
-local retry = 0
-if cost > limit then
-  retry = math.max(reset(), 1) -- never admissible: when the whole quota is back
-elseif curr + cost <= limit then
-  retry = w - fdiv((limit - curr - cost) * w, prev) - el + skew
+local cost = tonumber(ARGV[2])
+local vals
+if n == 1 then
+  vals = redis.call('GET', KEYS[1])
 else
-  retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0) + skew
+  vals = redis.call('MGET', unpack(KEYS))
 end
-if v then
-  repair(2 * w)
+local reply = {1, now, 0, 0, 0}
+local all = true
+-- Several quotas: a first pass decides, a second one writes.
+local passes = 1
+if n > 1 and not refund then
+  passes = 2
 end
-return {0, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), retry, now, 0}
-`
-
-// gcraSource transcribes Op.gcra.
-const gcraSource = prelude + `
-local t, burst, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local st = 0
-if v then
-  local a, e = string.match(v, '^(%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    st = tonumber(a)
+for pass = 1, passes do
+  for i = 1, n do
+    local o = 2 + (i - 1) * per
+    local alg, lim, w, x = tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])
+    local v = vals
+    if n > 1 then
+      v = vals[i]
+    end
+    local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+    if v then
+      if struct then
+        if #v == 40 then
+          sa, sb, sc, ex, px = struct.unpack('<ddddd', v)
+        end
+      else
+        local p, q, r, s, u = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
+        if u then
+          sa, sb, sc, ex, px = tonumber(p), tonumber(q), tonumber(r), tonumber(s), tonumber(u)
+        end
+      end
+      if ex <= now then
+        sa, sb, sc, ex = 0, 0, 0, 0
+      end
+    end
+    if pass == 1 then
+      reply[3 * i], reply[3 * i + 1], reply[3 * i + 2] = sa, sb, sc
+    end
+    local na, nb, nc, ttl, slack, bound = sa, sb, sc, 0, 0, 0
+    if alg == 2 then
+      -- Token bucket (Quota.gcra, tatOffset), in units of 1/lim ms:
+      -- emission interval w, tolerance tau = burst*w, off = TAT - now.
+      local tau = x * w
+      local off, norm = 0, false
+      if sa >= now then
+        off = (sa - now) * lim + sb
+        if off > tau then
+          off, norm = tau, true
+        end
+      end
+      if refund then
+        if off > 0 then
+          local c = cost
+          if c > x then
+            c = x
+          end
+          off = off - c * w
+          if off < 0 then
+            off = 0
+          end
+          norm = true
+        end
+      else
+        local ok = cost <= x and off + cost * w <= tau
+        if pass == 1 then
+          all = all and ok
+        end
+        if pass == passes and all then
+          off, norm = off + cost * w, true
+        end
+      end
+      if norm and pass == passes then
+        local q = math.floor(off / lim)
+        local r = off - q * lim
+        if r < 0 then
+          q, r = q - 1, r + lim
+        elseif r >= lim then
+          q, r = q + 1, r - lim
+        end
+        na, nb, nc = now + q, r, 0
+        -- ttl = max(ceil(off/lim), 1)
+        ttl = q
+        if r > 0 then
+          ttl = q + 1
+        end
+        if ttl < 1 then
+          ttl = 1
+        end
+        slack = math.floor((tau + lim - 1) / lim)
+        if slack * lim < tau then
+          slack = slack + 1
+        elseif (slack - 1) * lim >= tau then
+          slack = slack - 1
+        end
+        bound = 2 * slack
+      end
+    else
+      -- Window algorithms (Quota.windowView, fixed, sliding); x = phase.
+      local idx = math.floor((now - x) / w)
+      local rem = now - x - idx * w
+      if rem < 0 then
+        idx = idx - 1
+      elseif rem >= w then
+        idx = idx + 1
+      end
+      local start, at = idx * w + x, now
+      local wa, norm = sa, false
+      if refund then
+        local cw = tonumber(ARGV[o + 5])
+        if cw == sa then
+          nb = sb - cost
+          if nb < 0 then
+            nb = 0
+          end
+        elseif alg == 0 and cw == sa - 1 then
+          nc = sc - cost
+          if nc < 0 then
+            nc = 0
+          end
+        end
+        wa = sa
+        sb, sc = nb, nc
+      end
+      if wa > idx then
+        local s2 = wa * w + x
+        if s2 - now <= 1000 then
+          idx, start, at = wa, s2, s2
+        else
+          wa, norm = idx, true
+        end
+      end
+      local curr, prev = 0, 0
+      if wa == idx then
+        curr, prev = sb, sc
+      elseif wa == idx - 1 then
+        prev = sb
+      end
+      if alg == 1 then
+        prev = 0
+      end
+      if refund then
+        if norm then
+          na, nb, nc = idx, curr, prev
+        end
+      else
+        local ok
+        if alg == 1 then
+          ok = cost <= lim - curr
+        else
+          ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
+        end
+        if pass == 1 then
+          all = all and ok
+        end
+        if pass == passes and (all or norm) then
+          if all then
+            curr = curr + cost
+          end
+          na, nb, nc = idx, curr, prev
+          if alg == 1 then
+            ttl = start + w - now + 1000
+          else
+            ttl = (w - (at - start)) + w + (at - now)
+          end
+        end
+      end
+      if alg == 1 then
+        bound = w + 2000
+      else
+        bound = 2 * w + 1000
+      end
+    end
+    if pass == passes and (na ~= sa or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2] or ttl > 0) then
+      local k = KEYS[i]
+      if refund then
+        -- Only a state that is alive changes; it keeps its expiry and the
+        -- key its deadline.
+        if ex > now then
+          local val
+          if struct then
+            val = struct.pack('<ddddd', na, nb, nc, ex, px)
+          else
+            val = string.format('%d %d %d %d %d', na, nb, nc, ex, px)
+          end
+          redis.call('SET', k, val, 'KEEPTTL')
+        end
+      else
+        local e = now + ttl
+        local pe = px
+        if e > px or px - now > bound then
+          pe = e + slack
+        end
+        local val
+        if struct then
+          val = struct.pack('<ddddd', na, nb, nc, e, pe)
+        else
+          val = string.format('%d %d %d %d %d', na, nb, nc, e, pe)
+        end
+        if pe == px then
+          redis.call('SET', k, val, 'KEEPTTL')
+        elseif servertime then
+          redis.call('SET', k, val, 'PXAT', pe)
+        else
+          redis.call('SET', k, val, 'PX', pe - now)
+        end
+      end
+    end
   end
 end
-
-local tau = burst * t
-local tat = math.max(st, now)
-local newTAT = tat + cost * t
-if newTAT - now <= tau then
-  local ttl = math.max(newTAT - now, 1)
-  put(itoa(newTAT) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, fdiv(tau - (newTAT - now), t), newTAT - now, 0, now, ttl}
+if not all then
+  reply[1] = 0
 end
-if v then
-  repair(math.max(tau, 1))
-end
-local retry = newTAT - tau - now
-if cost > burst then
-  retry = math.max(tat - now, 1) -- never admissible: when the whole quota is back
-end
-return {0, math.max(fdiv(tau - (tat - now), t), 0), tat - now, retry, now, 0}
+return reply
 `
 
-// One script per algorithm, created once: rueidis sends EVALSHA and falls
-// back to EVAL (which also loads the script) on NOSCRIPT, per node.
-var (
-	fixedScript   = rueidis.NewLuaScript(fixedSource)
-	slidingScript = rueidis.NewLuaScript(slidingSource)
-	gcraScript    = rueidis.NewLuaScript(gcraSource)
-)
+// takeScript is created once: rueidis sends EVALSHA and falls back to EVAL
+// (which also loads the script) on NOSCRIPT, per node.
+var takeScript = rueidis.NewLuaScript(takeSource)
