@@ -26,8 +26,11 @@
 //
 // # Expiry
 //
-// Every entry carries its expiry. Expired entries are reclaimed incrementally,
-// with no goroutine: every decision looks at the next 8 slots of one shard,
+// Every entry carries its expiry; a state is used only while its expiry is
+// after now, and once the clock has passed it the entry may be reclaimed at
+// any later decision (a clock that then steps back behind the expiry finds
+// the key fresh). Expired entries are reclaimed incrementally, with no
+// goroutine: every decision looks at the next 8 slots of one shard,
 // each shard's decisions taking the 64 shards in turn, removes the expired
 // entries it meets, and shrinks a table left mostly empty. A shard of S slots
 // is thus swept whole within 8*S decisions in any one shard, and within
