@@ -50,12 +50,12 @@
 // when every entry compared is over its limit too: if a fraction f of a full
 // shard's entries are, an eviction removes one of them with probability
 // about f^15 (f = 1/2: 3*10^-5; f = 1/4: 10^-9). A flood of new identities,
-// one request each, therefore frees almost none of the clients it would
-// free with an arbitrary choice: with 200 clients locked out and 10 x MaxKeys
-// new identities, at least 99% stay denied at MaxKeys 1 024 and at the
-// default, for every algorithm (TestFloodKeepsLimitedClientsLimited). To
-// push out exhausted clients, an attacker must exhaust its own identities:
-// a whole quota per identity. Entries of the Op being decided are never
+// one request each, therefore leaves locked-out clients locked out: with 200
+// of them and 10 x MaxKeys new identities, all 200 stay denied at MaxKeys
+// 1 024 and at the default, for every algorithm (the test,
+// TestFloodKeepsLimitedClientsLimited, requires 99%). To push out exhausted
+// clients, an attacker must exhaust its own identities: a whole quota per
+// identity. Entries of the Op being decided are never
 // evicted for one another. Evictions reports both kinds of removal
 // (promlimit.NewEvictionsCollector exposes them).
 //
