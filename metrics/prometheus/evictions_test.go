@@ -45,9 +45,10 @@ quotagate_store_evictions_total{reason="live",store="memory"} ` + strconv.Itoa(l
 		t.Fatal(err)
 	}
 	clock.Advance(3 * time.Minute)
-	// one identity's decisions sweep 8 slots of each shard in turn: two
-	// rounds sweep every table (one 8-slot bucket each at this cap) twice
-	for range 2 * 64 {
+	// every 16th decision of one identity sweeps another shard, the 64 in
+	// turn, each table whole (one 8-slot bucket at this cap): 1 024
+	// decisions sweep them all
+	for range 16 * 64 {
 		if _, err := l.Consume(ctx, "regular"); err != nil {
 			t.Fatal(err)
 		}

@@ -30,12 +30,14 @@
 // after now, and once the clock has passed it the entry may be reclaimed at
 // any later decision (a clock that then steps back behind the expiry finds
 // the key fresh). Expired entries are reclaimed incrementally, with no
-// goroutine: every decision looks at the next 8 slots of one shard,
-// each shard's decisions taking the 64 shards in turn, removes the expired
-// entries it meets, and shrinks a table left mostly empty. A shard of S slots
-// is thus swept whole within 8*S decisions in any one shard, and within
-// 8*S + 4 032 decisions whichever shards they fall in (a step that finds the
-// shard busy is skipped). After 100 000 one-off clients whose windows have
+// goroutine: every decision looks at the next 8 slots of its shard, and every
+// 16th decision in a shard at the next 128 slots of another, each shard's
+// decisions taking the 64 shards in turn (so that a quiet shard is swept by
+// the others' traffic, while a decision takes another shard's lock only
+// once in 16); it removes the expired entries it meets and shrinks a table
+// left mostly empty. A shard of S slots is thus swept whole within 8*S
+// decisions in any one shard, and within 8*S + 65 472 decisions whichever
+// shards they fall in (a step that finds the shard busy is skipped). After 100 000 one-off clients whose windows have
 // ended, about 12 300 further decisions for a single identity empty the
 // store (TestSweepReclaimsExpiredEntries).
 //
@@ -239,18 +241,23 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 		s.shards[shards[i]].add(h, pack(q.Algorithm, sts[i]), now, ids[:n])
 	}
 
-	// Sweep a step of one shard, the next in turn for the Op's first one.
+	// Sweep a step of this shard and, every crossEvery-th decision, a
+	// longer step of another, the next in turn for this one.
 	sh := &s.shards[shards[0]]
-	sh.ticks++
-	sweep := (shards[0] + int(sh.ticks)) & (shardCount - 1)
-	if slices.Contains(locked, sweep) {
-		s.shards[sweep].sweepSome(now, sweepSlots)
+	sh.sweepSome(now, sweepSlots)
+	cross := -1
+	if sh.ticks++; sh.ticks%crossEvery == 0 {
+		cross = (shards[0] + int(sh.ticks/crossEvery)) & (shardCount - 1)
+		if slices.Contains(locked, cross) {
+			s.shards[cross].sweepSome(now, crossSlots)
+			cross = -1
+		}
 	}
 	for _, i := range locked {
 		s.shards[i].mu.Unlock()
 	}
-	if !slices.Contains(locked, sweep) {
-		s.shards[sweep].trySweep(now)
+	if cross >= 0 {
+		s.shards[cross].trySweep(now)
 	}
 	return res, nil
 }
@@ -283,11 +290,11 @@ func (s *Store) lock(shards []int, one bool, order *[limit.MaxQuotas]int) []int 
 	return locked
 }
 
-// trySweep sweeps a step of sh unless another goroutine holds its lock (it
-// is then busy deciding, and the sweep moves on to the next shard).
+// trySweep sweeps a step of another shard unless a goroutine holds its lock
+// (it is then busy deciding, and sweeps it itself).
 func (sh *shard) trySweep(now int64) {
 	if sh.mu.TryLock() {
-		sh.sweepSome(now, sweepSlots)
+		sh.sweepSome(now, crossSlots)
 		sh.mu.Unlock()
 	}
 }

@@ -45,10 +45,15 @@ const (
 // entry is evicted from the homeless entry's buckets.
 const maxKicks = 128
 
-// Incremental sweeping: every decision looks at sweepSlots slots of one
-// shard, taking the 64 shards in turn, so that a quiet shard is swept by its
-// neighbours' traffic.
-const sweepSlots = 8
+// Incremental sweeping: every decision looks at sweepSlots slots of its own
+// shard (under the lock it holds), and every crossEvery-th decision of a
+// shard at crossSlots slots of another, the 64 in turn, so that a quiet
+// shard is swept by its neighbours' traffic (8 slots per decision for each).
+const (
+	sweepSlots = 8
+	crossEvery = 16
+	crossSlots = crossEvery * sweepSlots
+)
 
 // head is the hot half of an entry, read by probing, eviction and sweeping.
 type head struct {
