@@ -241,7 +241,10 @@ func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clo
 	var recent [6]step
 	var charges []limit.Op
 	var allowed, denied, refunds, backSteps int
-	ctx := ctxT(t)
+	// expiry is each key's expiry as last written (fake clock), high the
+	// highest clock reading so far.
+	expiry := make(map[string]int64)
+	var high int64
 	for i := range diffSteps {
 		k := &keys[rng.IntN(len(keys))]
 		switch mode {
@@ -261,14 +264,26 @@ func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clo
 			op = charges[rng.IntN(len(charges))]
 			op.Refund = true
 		}
-		got, err := rs.Take(ctx, &op)
+		if mode == fakeClock {
+			// Once the clock has passed a state's expiry the memory store
+			// may reclaim it (Redis drops an expired key by its own clock
+			// too), so behind that expiry the two stores may disagree: the
+			// fake clock never reads a key there, it moves up to the expiry.
+			for j := range op.N {
+				if e, ok := expiry[string(op.Quotas[j].Key)]; ok && e <= high && cur < e {
+					cur = e
+				}
+			}
+			high = max(high, cur)
+		}
+		got, err := takeOne(rs, &op)
 		if err != nil {
 			t.Fatalf("step %d: redis Take: %v", i, err)
 		}
 		if mode == serverClock {
 			cur = got.NowMS
 		}
-		want, _ := ms.Take(ctx, &op)
+		want, _ := takeOne(ms, &op)
 		if got != want {
 			var hist strings.Builder
 			for j := range recent {
@@ -294,6 +309,11 @@ func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clo
 			charges = append(charges[:min(len(charges), 64)], c)
 		default:
 			denied++
+		}
+		for j := range op.N {
+			if ttl := got.Quotas[j].TTLMS; ttl > 0 && !op.Refund {
+				expiry[string(op.Quotas[j].Key)] = cur + ttl
+			}
 		}
 		for j := range op.N {
 			if ttl := got.Quotas[j].TTLMS; ttl > 0 && !op.Refund {

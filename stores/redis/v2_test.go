@@ -51,15 +51,14 @@ func TestSteadyRateNoDrift(t *testing.T) {
 				rs, ms, prefix := fakeClockStores(t, be, &now)
 				op := oneQuota(opKey(prefix, "drift", limit.TokenBucket, "u"),
 					limit.Quota{Algorithm: limit.TokenBucket, Limit: r.limit, WindowMS: r.w, Burst: r.limit}, 1)
-				ctx := ctxT(t)
 				start, end := now, now+r.windows*r.w
 				var admitted int64
 				for now < end {
-					got, err := rs.Take(ctx, &op)
+					got, err := takeOne(rs, &op)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if want, _ := ms.Take(ctx, &op); got != want {
+					if want, _ := takeOne(ms, &op); got != want {
 						t.Fatalf("at %d: redis %+v, memory %+v", now-start, got, want)
 					}
 					if got.Allowed {
