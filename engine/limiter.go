@@ -32,10 +32,12 @@ type Limiter struct {
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
-// not allocate: the Op handed to the store lives here, with its key bytes.
+// not allocate: the Op handed to the store lives here, with its key bytes,
+// and the Result the store returns.
 // (The Op must be on the heap: the store is called through an interface.)
 type scratch struct {
 	op  Op
+	res Result
 	key []byte
 }
 
@@ -177,7 +179,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost i
 	sc := l.scratch.Get().(*scratch)
 	op, limit := l.op(sc, bucket, id, cost)
 	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
-	err := l.store.decide(ctx, op, bucket.name, d)
+	err := l.store.decide(ctx, op, &sc.res, bucket.name, d)
 	l.scratch.Put(sc)
 	return err
 }

@@ -69,20 +69,22 @@ const failClosedRetryAfter = time.Second
 
 // decide asks the store about op and writes its answer into d, which holds
 // the Decision's other fields already; on a failure the FailureMode decides
-// and the failed calls are reported. The error, when not nil, is the store
-// failure (for OnStoreError and Consume's caller): never "limited".
-func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decision) error {
-	res, err := c.take(ctx, &c.primary, op)
+// and the failed calls are reported. res is where the store's Result goes
+// (scratch space: a Result is a few hundred bytes, not copied from call to
+// call). The error, when not nil, is the store failure (for OnStoreError and
+// Consume's caller): never "limited".
+func (c *storeCall) decide(ctx context.Context, op *Op, res *Result, bucket string, d *Decision) error {
+	err := c.take(ctx, &c.primary, op, res)
 	if err == nil {
-		d.fill(&res)
+		d.fill(res)
 		return nil
 	}
 	d.StoreFailed = true
 	switch c.mode {
 	case FailLocal:
 		var lerr error
-		if res, lerr = c.take(ctx, &c.local, op); lerr == nil {
-			d.fill(&res)
+		if lerr = c.take(ctx, &c.local, op, res); lerr == nil {
+			d.fill(res)
 			if d.Allowed {
 				d.Outcome = OutcomeDegraded
 			}
@@ -101,29 +103,31 @@ func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decisi
 	return err
 }
 
-// take calls one store and reports the call's duration: exactly one
-// duration event per call, a failed or panicking one included. With no
-// Observer set it does not read the clock.
-func (c *storeCall) take(ctx context.Context, s *storeRef, op *Op) (Result, error) {
+// take calls one store, its Result into *res, and reports the call's
+// duration: exactly one duration event per call, a failed or panicking one
+// included. With no Observer set it does not read the clock.
+func (c *storeCall) take(ctx context.Context, s *storeRef, op *Op, res *Result) error {
 	if !c.observing {
-		return c.call(ctx, s, op)
+		return c.call(ctx, s, op, res)
 	}
 	start := time.Now()
-	res, err := c.call(ctx, s, op)
+	err := c.call(ctx, s, op, res)
 	c.rep.storeDuration(s.info.Name, time.Since(start))
-	return res, err
+	return err
 }
 
-// call runs Store.Take with a recovered panic (reported as ErrStorePanic)
-// and, for stores that do I/O, under the store timeout.
-func (c *storeCall) call(ctx context.Context, s *storeRef, op *Op) (res Result, err error) {
+// call runs Store.Take, its Result into *res, with a recovered panic
+// (reported as ErrStorePanic) and, for stores that do I/O, under the store
+// timeout.
+func (c *storeCall) call(ctx context.Context, s *storeRef, op *Op, res *Result) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
 		}
 	}()
 	if s.info.InProcess {
-		return s.Take(ctx, op)
+		*res, err = s.Take(ctx, op)
+		return err
 	}
 	// The store call is detached from the caller's cancellation and bounded
 	// by the store timeout alone: a client that cancels its request (closes
@@ -132,5 +136,6 @@ func (c *storeCall) call(ctx context.Context, s *storeRef, op *Op) (res Result, 
 	// mode would decide instead, and FailOpen would admit every such client.
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
 	defer cancel()
-	return s.Take(tctx, op)
+	*res, err = s.Take(tctx, op)
+	return err
 }
