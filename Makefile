@@ -5,6 +5,7 @@ SHELL := /bin/bash
 FRAMEWORK   ?= chi            # demo: chi | echo | gin | fiber | nethttp
 REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
 BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
+PEERFLAGS   ?=                # extra flags for the Redis peer table, e.g. PEERFLAGS="-rounds 5 -dur 3s"
 
 .PHONY: test demo redis-up redis-down bench docs
 
@@ -25,10 +26,13 @@ redis-up:
 redis-down:
 	scripts/redis.sh down $(strip $(REDIS_STATE))
 
-## bench: benchmarks of the bench/ module
+## bench: benchmarks of the bench/ module: the chi middleware side by side with
+## its peers (go test -bench), then the Redis peer table of issue 13 (its own
+## redis-server on a free loopback port, stopped by PID)
 bench:
 	@test -f bench/go.mod || { echo "bench/go.mod does not exist yet"; exit 1; }
 	cd bench && go test -run '^$$' -bench . -benchmem $(BENCHFLAGS) ./...
+	cd bench && go run ./redispeers $(PEERFLAGS)
 
 ## docs: regenerate docs/algorithms.md's tables and docs/algorithms/*.svg from the engine
 docs:

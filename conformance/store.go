@@ -14,8 +14,9 @@ import (
 )
 
 // RunStore runs the store-level scenarios against stores made by newStore:
-// random operation sequences of every algorithm compared field by field with
-// the engine's own math (limit.Op.Apply over a plain map), concurrency
+// random operation sequences of every algorithm (Ops of one or two quotas
+// under one hash tag, refunds of earlier charges) compared field by field
+// with the engine's own math (limit.Op.Apply over a plain map), concurrency
 // exactness on one key, and key independence.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
@@ -25,7 +26,8 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })
 }
 
-// model is the reference: the engine's math over a map with TTLs.
+// model is the reference: the engine's math over a map with TTLs, written
+// as the store contract says.
 type model struct {
 	m map[string]modelEntry
 }
@@ -36,29 +38,44 @@ type modelEntry struct {
 }
 
 func (m *model) take(op *limit.Op, now int64) limit.Result {
-	e, ok := m.m[string(op.Key)]
-	if ok && e.exp <= now {
-		e = modelEntry{}
+	var sts [limit.MaxQuotas]limit.State
+	for i := range op.N {
+		if e, ok := m.m[string(op.Quotas[i].Key)]; ok && e.exp > now {
+			sts[i] = e.st
+		}
 	}
-	next, res := op.Apply(e.st, now)
-	if res.Allowed {
-		m.m[string(op.Key)] = modelEntry{next, now + res.TTLMS}
+	res := op.Apply(&sts, now)
+	for i := range op.N {
+		k, ttl := string(op.Quotas[i].Key), res.Quotas[i].TTLMS
+		e, ok := m.m[k]
+		switch {
+		case ttl <= 0:
+		case op.Refund:
+			if ok && e.exp > now {
+				m.m[k] = modelEntry{sts[i], e.exp}
+			}
+		default:
+			m.m[k] = modelEntry{sts[i], now + ttl}
+		}
 	}
 	return res
 }
 
-func randomOp(rng *rand.Rand, alg limit.Algorithm, key string) limit.Op {
-	lim := 1 + rng.Int64N(8)
-	w := lim * (1 + rng.Int64N(500))
-	op := limit.Op{Key: []byte(key), Hash: rng.Uint64(), Algorithm: alg, Limit: lim, WindowMS: w}
+// oneQuota is an Op of one quota on key.
+func oneQuota(key string, q limit.Quota) limit.Op {
+	q.Key = []byte(key)
+	return limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
+}
+
+func randomQuota(rng *rand.Rand, alg limit.Algorithm, key string) limit.Quota {
+	q := limit.Quota{Key: []byte(key), Algorithm: alg, Limit: 1 + rng.Int64N(8), WindowMS: 1 + rng.Int64N(4000)}
 	switch alg {
 	case limit.TokenBucket:
-		op.Burst = 1 + rng.Int64N(8)
-		op.IntervalMS = w / lim
+		q.Burst = 1 + rng.Int64N(8)
 	default:
-		op.PhaseMS = rng.Int64N(w)
+		q.PhaseMS = rng.Int64N(q.WindowMS)
 	}
-	return op
+	return q
 }
 
 func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
@@ -69,8 +86,12 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	const keys = 4
 	var ops [keys]limit.Op
 	for i := range ops {
-		ops[i] = randomOp(rng, alg, fmt.Sprintf("conformance:{k%d}:b:%c:r:id", i, "fsg"[alg]))
+		ops[i] = limit.Op{N: 1 + i%2}
+		for j := range ops[i].N {
+			ops[i].Quotas[j] = randomQuota(rng, alg, fmt.Sprintf("conformance:{k%d}:b%d:%c:r:id", i, j, "fsg"[alg]))
+		}
 	}
+	var charges []limit.Op
 	for step := 0; step < 2000; step++ {
 		switch rng.IntN(4) {
 		case 0:
@@ -80,20 +101,35 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 			clock.Advance(time.Duration(rng.Int64N(600)) * time.Millisecond)
 		}
 		op := ops[rng.IntN(keys)]
-		capacity := op.Limit
-		if alg == limit.TokenBucket {
-			capacity = op.Burst
+		capacity := int64(1 << 62)
+		for j := range op.N {
+			capacity = min(capacity, op.Quotas[j].Limit)
+			if alg == limit.TokenBucket {
+				capacity = min(capacity, op.Quotas[j].Burst)
+			}
 		}
 		op.Cost = rng.Int64N(capacity + 2)
+		if len(charges) > 0 && rng.IntN(6) == 0 {
+			op = charges[rng.IntN(len(charges))]
+			op.Refund = true
+		}
 		now := clock.Now().UnixMilli()
 		want := ref.take(&op, now)
 		got, err := store.Take(context.Background(), &op)
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}
-		got.TTLMS, want.TTLMS = 0, 0 // a store need not report the TTL it applied
+		for j := range limit.MaxQuotas { // a store need not report the TTL it applied
+			got.Quotas[j].TTLMS, want.Quotas[j].TTLMS = 0, 0
+		}
 		if got != want {
 			t.Fatalf("step %d (%+v at %d):\n got %+v\nwant %+v", step, op, now, got, want)
+		}
+		if got.Allowed && !op.Refund {
+			for j := range op.N {
+				op.Quotas[j].Window = got.Quotas[j].Window
+			}
+			charges = append(charges, op)
 		}
 	}
 }
@@ -102,8 +138,8 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
-		op := limit.Op{Key: []byte(fmt.Sprintf("conformance:{c}:b:%c:r:x", "fsg"[alg])), Algorithm: alg,
-			Limit: 10, Burst: 10, WindowMS: 10_000, IntervalMS: 1000, Cost: 1}
+		op := oneQuota(fmt.Sprintf("conformance:{c}:b:%c:r:x", "fsg"[alg]),
+			limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
 		var allowed atomic.Int64
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -112,7 +148,7 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 			go func() {
 				defer wg.Done()
 				o := op
-				o.Key = append([]byte(nil), op.Key...)
+				o.Quotas[0].Key = append([]byte(nil), op.Quotas[0].Key...)
 				<-start
 				res, err := store.Take(context.Background(), &o)
 				if err != nil {
@@ -135,12 +171,11 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 func independence(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
-	a := limit.Op{Key: []byte("conformance:{a}:b:f:r:a"), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 1000, Cost: 1}
-	b := a
-	b.Key = []byte("conformance:{b}:b:f:r:b")
+	q := limit.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 1000}
+	a, b := oneQuota("conformance:{a}:b:f:r:a", q), oneQuota("conformance:{b}:b:f:r:b", q)
 	for _, op := range []*limit.Op{&a, &b} {
 		if res, err := store.Take(context.Background(), op); err != nil || !res.Allowed {
-			t.Fatalf("first call on %s: %+v %v", op.Key, res, err)
+			t.Fatalf("first call on %s: %+v %v", op.Quotas[0].Key, res, err)
 		}
 	}
 	if res, _ := store.Take(context.Background(), &a); res.Allowed {

@@ -1,71 +1,189 @@
 package limit
 
-// This file holds the pure algorithm math shared by every store: given the
-// stored State of one (bucket, identity), the current time and the Op, Apply
-// returns the new State and the Result. Stores only add atomicity and
-// persistence around it (the Redis store's Lua scripts are a line-by-line
-// transcription and are tested against it).
+// This file holds the pure algorithm math shared by every store (store
+// contract v2): given the stored States of the quotas of one Op and the
+// current time, Apply decides and updates the States in place. Stores only
+// add atomicity and persistence around it; the Redis store's Lua script is a
+// line-by-line transcription of the admission and state updates and is
+// tested against it.
+//
+// Every product and sum below stays below 2^53 for the policies New accepts
+// (see Policy.resolve), so the Lua transcription, which computes with
+// doubles, agrees bit for bit.
 
-// Op is one decision asked of a [Store]. The engine fills it; a store reads it
-// during Take and must not keep it, nor Key, after Take returns.
+// MaxQuotas is the most quotas one Op carries (one policy's quotas).
+const MaxQuotas = 4
+
+// clockSkewMS is how far ahead of now a stored window may start and still be
+// honoured as it stands (the clock stepped back by at most this much): the
+// decision is then taken at the stored window's start and the delays shifted
+// to count from the real now. A stored window further ahead is treated as the
+// current one (see Quota.windowView).
+const clockSkewMS = 1000
+
+// Op is one decision asked of a [Store]: take Cost from every quota, all or
+// nothing, or (Refund) give it back. The engine fills it; a store reads it
+// during Take and must not keep it, nor any Key, after Take returns.
 type Op struct {
-	// Key is the store key of this (bucket, identity), laid out as
-	// "<prefix>:{<tag>}:<bucket>:<algorithm>:<r|h>:<identity>" (see DESIGN.md,
-	// "Store keys"). The bytes are reused after Take returns.
+	// Refund gives Cost back to each quota (see Quota.Window) instead of
+	// taking it.
+	Refund bool
+	// Cost is what the request takes from every quota, >= 0. The engine
+	// never sends more than a quota's capacity (Limit, or Burst) plus 1, so
+	// a store may assume 0 <= Cost <= capacity+1; Apply denies any Cost
+	// above a capacity without arithmetic on it.
+	Cost int64
+	// N is the number of quotas in Quotas, 1..MaxQuotas.
+	N int
+	// Quotas are the quotas the cost is taken from; only the first N count.
+	Quotas [MaxQuotas]Quota
+}
+
+// Quota is one limit of an Op and the identity it applies to.
+type Quota struct {
+	// Key is the store key of this (bucket, quota, identity), laid out as
+	// "<prefix>:{<tag>}:<bucket>:<algorithm>:<r|h>:<identity>" (see
+	// DESIGN.md, "Store keys"). All keys of one Op share one Redis Cluster
+	// hash tag ("{...}"), so one script can touch them all. The bytes are
+	// reused after Take returns.
 	Key []byte
-	// Hash is a 64-bit FNV-1a digest of (bucket, identity); stores may use it
-	// to pick a shard instead of hashing Key again.
-	Hash uint64
 	// Algorithm selects the math.
 	Algorithm Algorithm
 	// Limit is the quota per window (requests or cost units), >= 1.
 	Limit int64
-	// Burst is the TokenBucket capacity, >= 1; unused by the window algorithms.
-	Burst int64
 	// WindowMS is the window length in milliseconds, >= 1.
 	WindowMS int64
-	// IntervalMS is the TokenBucket emission interval, WindowMS / Limit.
-	IntervalMS int64
+	// Burst is the TokenBucket capacity, >= 1; unused by the window
+	// algorithms.
+	Burst int64
 	// PhaseMS is the window phase offset in [0, WindowMS): window n of this
 	// identity spans [n*WindowMS + PhaseMS, (n+1)*WindowMS + PhaseMS).
+	// TokenBucket: 0.
 	PhaseMS int64
-	// Cost is what this request takes, from 0 to capacity+1 (Limit+1, or
-	// Burst+1 for TokenBucket): the engine clamps larger costs to capacity+1,
-	// which is always denied, so no product can overflow.
-	Cost int64
+	// Window is read by Refund only: the window index (window algorithms)
+	// the refunded charge was counted in, as returned in QuotaResult.Window.
+	Window int64
 }
 
-// State is the stored state of one (bucket, identity). The zero value is a
-// fresh identity.
+// State is the stored state of one quota of one identity. The zero value is
+// a fresh identity. No algorithm uses more than three fields: SlidingWindow
+// Window, Count, Prev; FixedWindow Window, Count; TokenBucket TAT, TATFrac.
 type State struct {
-	// Window is the index of the current window (window algorithms).
+	// Window is the index of the window Count was admitted in (window
+	// algorithms).
 	Window int64
 	// Count is the cost admitted in window Window.
 	Count int64
 	// Prev is the cost admitted in window Window-1 (SlidingWindow).
 	Prev int64
-	// TAT is the theoretical arrival time in Unix ms (TokenBucket).
+	// TAT is the TokenBucket theoretical arrival time, Unix ms (its integer
+	// part).
 	TAT int64
+	// TATFrac is TAT's fractional part in units of 1/Limit ms, in
+	// [0, Limit): the exact TAT is TAT + TATFrac/Limit ms.
+	TATFrac int64
 }
 
-// Result is a store's answer for one Op. Durations are milliseconds.
-type Result struct {
-	// Allowed reports whether the request was admitted (and its cost taken).
+// QuotaResult is one quota's part of a Result. Durations are milliseconds,
+// rounded up (a delay is never early); Remaining is rounded down.
+type QuotaResult struct {
+	// Allowed reports whether this quota alone admits the cost.
 	Allowed bool
-	// Remaining is how many more cost-1 requests would be admitted right now
-	// after this one; never negative.
+	// Remaining is how many more cost-1 requests this quota admits now
+	// (after this request when the whole Op was admitted); never negative.
 	Remaining int64
-	// ResetAfterMS is the time until the whole quota is available again with
-	// no further traffic (FixedWindow: the end of the window).
+	// ResetAfterMS is the time until this quota is whole again with no
+	// further traffic (FixedWindow: the end of the window).
 	ResetAfterMS int64
-	// RetryAfterMS is, for a denied request, the earliest time from now at
-	// which the same request would be admitted with no further traffic
-	// (exact, rounded up to the ms); 0 when allowed.
+	// RetryAfterMS is, when this quota denies, the earliest time from now at
+	// which it admits the same cost with no further traffic; 0 otherwise.
 	RetryAfterMS int64
+	// Window is the window index the cost counted in (window algorithms),
+	// to be passed back in Quota.Window by a Refund.
+	Window int64
+	// TTLMS is the time to live of the new State, > 0 when the store must
+	// write it. For a Refund it is > 0 when the State changed; the store
+	// then keeps the key's existing expiry.
+	TTLMS int64
+}
+
+// Result is a store's answer for one Op.
+type Result struct {
+	// Allowed reports that every quota admitted: the cost was taken from
+	// all of them. A Refund always reports true.
+	Allowed bool
 	// NowMS is the store's clock reading used for the decision, Unix ms.
 	NowMS int64
-	// TTLMS is how long the store keeps the new State (> 0 when Allowed).
-	TTLMS int64
+	// N is the number of quotas, as in the Op.
+	N int
+	// Quotas are the quotas' answers, in the Op's order.
+	Quotas [MaxQuotas]QuotaResult
+}
+
+// Apply decides op against the N states at now (Unix ms). It is pure: the
+// same (op, states, now) always give the same result, which is what lets the
+// memory and Redis stores agree bit for bit.
+//
+// When every quota admits, it takes the cost from each, updating states in
+// place, and Result.Allowed is true; the store then writes all N States,
+// each with its QuotaResult.TTLMS. Otherwise nothing is taken from any quota
+// (retrying while denied never extends a block) and the states are left
+// alone, with one exception: a State the clock has fallen far behind (a
+// backward clock step, see Quota.windowView and Quota.tatOffset) is
+// normalized in place and its TTLMS is > 0, and the store writes it. Every
+// other TTLMS of a denied Op is 0: nothing else is written.
+//
+// For a Refund op it updates the states it can refund and reports Allowed
+// with the new numbers; the store writes each State whose TTLMS > 0,
+// keeping the key's existing expiry, and never creates a key.
+func (op *Op) Apply(states *[MaxQuotas]State, now int64) Result {
+	n := min(max(op.N, 0), MaxQuotas)
+	res := Result{NowMS: now, N: n}
+	if op.Refund {
+		for i := range n {
+			res.Quotas[i] = op.Quotas[i].refund(&states[i], op.Cost, now)
+		}
+		res.Allowed = true
+		return res
+	}
+	// First every quota's answer with nothing taken; only when all of them
+	// admit is the cost taken, from each.
+	all := true
+	for i := range n {
+		res.Quotas[i] = op.Quotas[i].decide(&states[i], op.Cost, now, false)
+		all = all && res.Quotas[i].Allowed
+	}
+	if all {
+		for i := range n {
+			res.Quotas[i] = op.Quotas[i].decide(&states[i], op.Cost, now, true)
+		}
+	}
+	res.Allowed = all
+	return res
+}
+
+// capacity is the most a single request can take: Limit, or Burst for a
+// TokenBucket.
+func (q *Quota) capacity() int64 {
+	if q.Algorithm == TokenBucket {
+		return q.Burst
+	}
+	return q.Limit
+}
+
+// decide computes this quota's answer at now. When admit is set (every
+// quota of the Op admits) it takes cost and writes the new State into *s;
+// otherwise it takes nothing, and the answer says whether this quota alone
+// would admit cost (*s changes only when the clock has fallen far behind
+// it: normalized, with TTLMS > 0).
+func (q *Quota) decide(s *State, cost, now int64, admit bool) QuotaResult {
+	switch q.Algorithm {
+	case FixedWindow:
+		return q.fixed(s, cost, now, admit)
+	case TokenBucket:
+		return q.gcra(s, cost, now, admit)
+	}
+	return q.sliding(s, cost, now, admit)
 }
 
 // floorDiv is a / b rounded towards negative infinity, b > 0.
@@ -77,154 +195,206 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// window returns the index and start of the window that contains now, and
-// the instant the decision is computed at: now itself, or, when the clock went
-// backwards behind the stored window, the start of the stored window (the
-// delays are then shifted back to the real now, see shift).
-func (op *Op) window(s State, now int64) (idx, start, at int64) {
-	idx = floorDiv(now-op.PhaseMS, op.WindowMS)
-	if idx < s.Window {
-		idx = s.Window
-		start = idx*op.WindowMS + op.PhaseMS
-		return idx, start, start
-	}
-	return idx, idx*op.WindowMS + op.PhaseMS, now
+// windowView is a window quota's state as seen at now.
+type windowView struct {
+	idx   int64 // the window the decision counts in
+	start int64 // its start, Unix ms
+	// at is the instant the decision is computed at: now, or the start of
+	// a stored window up to clockSkewMS ahead of now (the clock stepped
+	// back a little); the delays are then shifted by at-now so that they
+	// count from the real now.
+	at         int64
+	curr, prev int64 // cost admitted in window idx and idx-1
+	// norm: the stored window was more than clockSkewMS ahead of now and
+	// is read as window idx (the State needs writing as such).
+	norm bool
 }
 
-// Apply computes one decision. It is pure: the same (s, now, op) always give
-// the same result, which is what lets the memory and Redis stores agree bit for
-// bit. A denied request leaves the state unchanged (the returned State equals
-// s), so retrying while denied never extends a block.
-func (op *Op) Apply(s State, now int64) (State, Result) {
-	switch op.Algorithm {
-	case FixedWindow:
-		return op.fixed(s, now)
-	case TokenBucket:
-		return op.gcra(s, now)
+// windowView reads s at now, with the clock-step rules. A stored window that
+// starts at most clockSkewMS after now (the clock stepped back by up to
+// 1 s) is honoured as it stands: the decision is taken at its start and the
+// delays count from now, so they grow by at most clockSkewMS. A stored window
+// further ahead is read as the current one, its counts carried over (norm):
+// nothing admitted is forgotten and no client waits longer than the
+// policy's own maximum. That reading is written back even when the request
+// is denied; otherwise every later request would derive it again from the
+// future window, and the client would wait for the whole step. A forward
+// step simply starts a new window.
+func (q *Quota) windowView(s State, now int64) windowView {
+	w := q.WindowMS
+	idx := floorDiv(now-q.PhaseMS, w)
+	v := windowView{idx: idx, start: idx*w + q.PhaseMS, at: now}
+	if s.Window > idx {
+		start := s.Window*w + q.PhaseMS
+		if start-now <= clockSkewMS {
+			v.idx, v.start, v.at = s.Window, start, start
+		} else {
+			s.Window, v.norm = idx, true
+		}
 	}
-	return op.sliding(s, now)
-}
-
-// shift adds skew = at - now (> 0 only when the clock went backwards behind
-// the stored window) to the delays and the TTL computed at at, so that they
-// count from the real now: a client told to retry after RetryAfterMS is
-// admitted exactly then, not skew early.
-func (res *Result) shift(skew int64) {
-	if skew <= 0 {
-		return
-	}
-	res.ResetAfterMS += skew
-	if res.RetryAfterMS > 0 {
-		res.RetryAfterMS += skew
-	}
-	if res.TTLMS > 0 {
-		res.TTLMS += skew
-	}
-}
-
-func (op *Op) fixed(s State, now int64) (State, Result) {
-	w := op.WindowMS
-	idx, start, at := op.window(s, now)
-	count := int64(0)
-	if s.Window == idx {
-		count = s.Count
-	}
-	res := Result{NowMS: now, ResetAfterMS: start + w - at}
-	if op.Cost <= op.Limit-count {
-		count += op.Cost
-		res.Allowed = true
-		res.Remaining = op.Limit - count
-		res.TTLMS = res.ResetAfterMS + 1000
-		res.shift(at - now)
-		return State{Window: idx, Count: count}, res
-	}
-	res.Remaining = max(op.Limit-count, 0)
-	res.RetryAfterMS = res.ResetAfterMS
-	res.shift(at - now)
-	return s, res
-}
-
-func (op *Op) sliding(s State, now int64) (State, Result) {
-	w, limit, cost := op.WindowMS, op.Limit, op.Cost
-	idx, start, at := op.window(s, now)
-	var curr, prev int64
 	switch s.Window {
-	case idx:
-		curr, prev = s.Count, s.Prev
-	case idx - 1:
-		prev = s.Count
+	case v.idx:
+		v.curr, v.prev = s.Count, s.Prev
+	case v.idx - 1:
+		v.prev = s.Count
 	}
-	e := at - start // elapsed in the current window, 0 <= e < w
+	if q.Algorithm == FixedWindow {
+		v.prev = 0
+	}
+	return v
+}
+
+func (q *Quota) fixed(s *State, cost, now int64, admit bool) QuotaResult {
+	v := q.windowView(*s, now)
+	r := QuotaResult{Window: v.idx, ResetAfterMS: v.start + q.WindowMS - now}
+	r.Allowed = cost <= q.Limit-v.curr
+	count := v.curr
+	if admit {
+		count += cost
+	}
+	if admit || v.norm {
+		*s = State{Window: v.idx, Count: count}
+		r.TTLMS = r.ResetAfterMS + 1000
+	}
+	r.Remaining = max(q.Limit-count, 0)
+	if !admit && !r.Allowed {
+		r.RetryAfterMS = r.ResetAfterMS
+	}
+	return r
+}
+
+func (q *Quota) sliding(s *State, cost, now int64, admit bool) QuotaResult {
+	w, limit := q.WindowMS, q.Limit
+	v := q.windowView(*s, now)
+	e := v.at - v.start // elapsed in the window, 0 <= e < w
 	toEnd := w - e
-	// Allowed iff prev*(w-e)/w + curr + cost <= limit, exactly:
-	// prev*(w-e) + (curr+cost)*w <= limit*w. Every term is below 2^53.
-	weighted := prev * toEnd
-	res := Result{NowMS: now}
-	if weighted+(curr+cost)*w <= limit*w {
+	skew := v.at - now
+	weighted := v.prev * toEnd
+	curr, prev := v.curr, v.prev
+	r := QuotaResult{Window: v.idx}
+	r.Allowed = cost <= limit && weighted+(curr+cost)*w <= limit*w
+	if admit {
 		curr += cost
-		res.Allowed = true
-		res.Remaining = max(floorDiv(limit*w-weighted, w)-curr, 0)
-		res.ResetAfterMS = slidingReset(curr, prev, toEnd, w)
-		res.TTLMS = toEnd + w
-		res.shift(at - now)
-		return State{Window: idx, Count: curr, Prev: prev}, res
 	}
-	res.Remaining = max(floorDiv(limit*w-weighted, w)-curr, 0)
-	res.ResetAfterMS = slidingReset(curr, prev, toEnd, w)
+	if admit || v.norm {
+		*s = State{Window: v.idx, Count: curr, Prev: prev}
+		r.TTLMS = toEnd + w + skew
+	}
+	r.Remaining = max(floorDiv(limit*w-weighted, w)-curr, 0)
+	// Reset: the estimate is back to zero when the current window's count
+	// stops counting, one window after the current one ends.
+	switch {
+	case curr > 0:
+		r.ResetAfterMS = toEnd + w + skew
+	case prev > 0:
+		r.ResetAfterMS = toEnd + skew
+	}
+	if admit || r.Allowed {
+		return r
+	}
 	switch {
 	case cost > limit:
-		// Never admissible: set after the shift, below.
+		// Never admissible: point at the moment the whole quota is back.
+		r.RetryAfterMS = max(r.ResetAfterMS, 1)
 	case curr+cost <= limit:
 		// Admissible later in this window, once prev's weight has decayed:
 		// the smallest e' with prev*(w-e') <= (limit-curr-cost)*w. Here
-		// prev > 0, or the request would have been admitted.
-		ePrime := w - (limit-curr-cost)*w/prev
-		res.RetryAfterMS = ePrime - e
+		// prev > 0, or the cost would fit.
+		r.RetryAfterMS = w - (limit-curr-cost)*w/prev - e + skew
 	default:
 		// Not before the next window, where prev' = curr and curr' = 0: the
 		// smallest e” with curr*(w-e”) <= (limit-cost)*w.
-		e2 := max(w-(limit-cost)*w/curr, 0)
-		res.RetryAfterMS = toEnd + e2
+		r.RetryAfterMS = toEnd + max(w-(limit-cost)*w/curr, 0) + skew
 	}
-	res.shift(at - now)
-	if cost > limit {
-		// Never admissible: point at the moment the whole quota is back.
-		res.RetryAfterMS = max(res.ResetAfterMS, 1)
-	}
-	return s, res
+	return r
 }
 
-// slidingReset is the time until the estimate is back to zero: the current
-// window's count stops counting one window after the current one ends.
-func slidingReset(curr, prev, toEnd, w int64) int64 {
+// tatOffset is the TokenBucket's TAT minus now in units of 1/Limit ms,
+// clamped to [0, Burst*WindowMS]: 0 is a full bucket, Burst*WindowMS an
+// empty one. In these units the emission interval WindowMS/Limit ms is
+// exactly WindowMS, so no rate needs rounding.
+//
+// clamped reports the clock-step rule: a TAT further ahead than a whole
+// bucket exists only after the clock stepped back; it is read as an empty
+// bucket (nothing admitted is forgotten, and no client waits longer than the
+// bucket's refill time), and that reading is written back even when the
+// request is denied (see windowView for why).
+func (q *Quota) tatOffset(s State, now int64) (off int64, clamped bool) {
+	d := s.TAT - now
+	if d < 0 {
+		return 0, false
+	}
+	tau := q.Burst * q.WindowMS
+	if d > tau/q.Limit { // d*Limit+TATFrac > tau, decided without the product
+		return tau, true
+	}
+	off = d*q.Limit + s.TATFrac
+	if off > tau {
+		return tau, true
+	}
+	return off, false
+}
+
+// gcra is the token bucket as GCRA in units of 1/Limit ms: emission interval
+// WindowMS, bucket tolerance tau = Burst*WindowMS, offset = TAT - now.
+func (q *Quota) gcra(s *State, cost, now int64, admit bool) QuotaResult {
+	lim, t := q.Limit, q.WindowMS
+	tau := q.Burst * t
+	off, clamped := q.tatOffset(*s, now)
+	r := QuotaResult{}
+	r.Allowed = cost <= q.Burst && off+cost*t <= tau
+	if admit {
+		off += cost * t
+	}
+	if admit || clamped {
+		*s = State{TAT: now + off/lim, TATFrac: off % lim}
+		r.TTLMS = max(ceilDiv(off, lim), 1)
+	}
+	r.Remaining = (tau - off) / t
+	r.ResetAfterMS = ceilDiv(off, lim)
 	switch {
-	case curr > 0:
-		return toEnd + w
-	case prev > 0:
-		return toEnd
+	case admit || r.Allowed:
+	case cost > q.Burst:
+		// Never admissible: point at the moment the whole quota is back.
+		r.RetryAfterMS = max(r.ResetAfterMS, 1)
+	default:
+		r.RetryAfterMS = ceilDiv(off+cost*t-tau, lim)
 	}
-	return 0
+	return r
 }
 
-func (op *Op) gcra(s State, now int64) (State, Result) {
-	t := op.IntervalMS
-	tau := op.Burst * t // the bucket's capacity, in ms of emission
-	tat := max(s.TAT, now)
-	res := Result{NowMS: now}
-	newTAT := tat + op.Cost*t
-	if newTAT-now <= tau {
-		res.Allowed = true
-		res.Remaining = (tau - (newTAT - now)) / t
-		res.ResetAfterMS = newTAT - now
-		res.TTLMS = max(newTAT-now, 1)
-		return State{TAT: newTAT}, res
+// refund gives cost back to the charge recorded in s (see Op.Refund) and
+// answers with the quota's numbers at now. Window algorithms refund only a
+// charge whose window the state still holds (Quota.Window is the state's
+// window, or for SlidingWindow the one before); never below zero; an expired
+// or rolled window is left alone. TokenBucket: TAT = max(TAT - cost*T, now).
+// A state the clock has fallen far behind is then normalized as a take
+// would (windowView, tatOffset), so that the numbers hold.
+func (q *Quota) refund(s *State, cost, now int64) QuotaResult {
+	before := *s
+	switch q.Algorithm {
+	case TokenBucket:
+		if off, _ := q.tatOffset(*s, now); off > 0 {
+			off = max(off-min(cost, q.Burst)*q.WindowMS, 0)
+			s.TAT, s.TATFrac = now+off/q.Limit, off%q.Limit
+		}
+	default:
+		switch {
+		case q.Window == s.Window:
+			s.Count = max(s.Count-cost, 0)
+		case q.Window == s.Window-1 && q.Algorithm == SlidingWindow:
+			s.Prev = max(s.Prev-cost, 0)
+		}
+		if v := q.windowView(*s, now); v.norm {
+			*s = State{Window: v.idx, Count: v.curr, Prev: v.prev}
+		}
 	}
-	res.RetryAfterMS = newTAT - tau - now
-	if op.Cost > op.Burst {
-		// Never admissible: point at the moment the whole quota is back.
-		res.RetryAfterMS = max(tat-now, 1)
+	// The numbers at now: a cost-0 request admitted on a copy.
+	view := *s
+	r := q.decide(&view, 0, now, true)
+	r.Allowed, r.RetryAfterMS = true, 0
+	if *s == before {
+		r.TTLMS = 0 // nothing to write
 	}
-	res.Remaining = max((tau-(tat-now))/t, 0)
-	res.ResetAfterMS = tat - now
-	return s, res
+	return r
 }

@@ -5,13 +5,15 @@ import "time"
 // Decision is the engine's answer for one request or Consume call.
 //
 // Allowed and Outcome say the same fact at two levels of detail: a request
-// is either allowed (Outcome allowed, degraded or skipped) or limited
-// (Outcome limited: 429, or 503 under FailClosed).
+// is either allowed (Outcome allowed or degraded; or skipped, Outcome "")
+// or limited (Outcome limited: 429, or 503 under FailClosed).
 type Decision struct {
 	// Allowed reports whether the request may proceed: the adapter calls the
 	// next handler. When false, Check has written the whole response.
 	Allowed bool
-	// Outcome is allowed, limited, degraded, or skipped (Check only).
+	// Outcome is allowed, limited or degraded; "" when Policy.SkipPaths or
+	// Policy.Skip exempted the request (Check only: a skipped request is
+	// not counted and not reported, so "" never appears in an event).
 	Outcome Outcome
 	// StoreFailed reports that the shared store failed (error, timeout or
 	// panic) and the policy's FailureMode decided: FailOpen admits (Outcome
@@ -63,10 +65,6 @@ const (
 	// OutcomeDegraded: the store failed and the request was admitted without
 	// a shared decision (FailOpen, or FailLocal admitting it).
 	OutcomeDegraded Outcome = "degraded"
-	// OutcomeSkipped: Policy.SkipPaths or Policy.Skip exempted the request.
-	// It appears only in the Decision returned by Check, never in an event:
-	// skipped requests are not reported.
-	OutcomeSkipped Outcome = "skipped"
 )
 
 // KeySource says where the identity of a request came from; it is the
@@ -86,16 +84,32 @@ const (
 	KeySourceConsume KeySource = "consume"
 )
 
-// fill writes a store's Result into d.
-func (d *Decision) fill(res Result) {
+// fill writes a store's Result into d: the numbers of the quota closest to
+// exhaustion (the least Remaining), and for a limited request the latest
+// Retry-After of the quotas that limit it.
+func (d *Decision) fill(res *Result) {
 	d.Allowed = res.Allowed
 	d.Outcome = OutcomeLimited
 	if res.Allowed {
 		d.Outcome = OutcomeAllowed
 	}
-	d.Remaining = max(res.Remaining, 0)
-	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
-	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
-	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+	q := &res.Quotas[0]
+	retry := q.RetryAfterMS
+	for i := 1; i < min(res.N, MaxQuotas); i++ {
+		qi := &res.Quotas[i]
+		if qi.Remaining < q.Remaining {
+			q = qi
+		}
+		if !qi.Allowed {
+			retry = max(retry, qi.RetryAfterMS)
+		}
+	}
+	if res.Allowed {
+		retry = 0
+	}
+	d.Remaining = max(q.Remaining, 0)
+	d.ResetAfter = time.Duration(q.ResetAfterMS) * time.Millisecond
+	d.RetryAfter = time.Duration(retry) * time.Millisecond
+	d.ResetAt = time.UnixMilli(res.NowMS + q.ResetAfterMS)
 	d.numbers = true
 }

@@ -35,3 +35,17 @@ func CountScratchRefills(l *Limiter) *atomic.Int64 {
 	l.scratch.New = func() any { n.Add(1); return orig() }
 	return n
 }
+
+// FloorDiv is floorDiv: a / b rounded towards negative infinity, b > 0.
+var FloorDiv = floorDiv
+
+// ApplyOne is applyOne, for the external tests.
+var ApplyOne = applyOne
+
+// applyOne applies a one-quota op (Quotas[0]) to st at now: the new State
+// (st itself when limited) and the quota's answer.
+func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
+	sts := [MaxQuotas]State{st}
+	res := op.Apply(&sts, now)
+	return sts[0], res.Quotas[0]
+}

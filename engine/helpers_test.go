@@ -55,6 +55,9 @@ func storeAt(ms int64) *clockStore {
 // advance moves the store's clock by ms milliseconds.
 func (s *clockStore) advance(ms int64) { s.clock.Advance(time.Duration(ms) * time.Millisecond) }
 
+// now returns the store's clock reading, Unix ms.
+func (s *clockStore) now() int64 { return s.clock.Now().UnixMilli() }
+
 // set sets the store's clock to ms (Unix ms).
 func (s *clockStore) set(ms int64) { s.clock.Set(time.UnixMilli(ms)) }
 

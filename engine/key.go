@@ -29,10 +29,11 @@ const maxRawIdentity = 128
 // the Redis Cluster hash tag, so every key of one (bucket, identity) lives
 // in one slot, and braces later in the bucket (route templates) cannot take
 // the slot over because Redis uses the first "{...}" only. It also returns
-// the 64-bit hash (for store sharding) and the window phase: FNV-1a of the
-// identity's key form modulo the window, or 0 with AlignWindows or a
-// TokenBucket.
-func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, uint64, int64) {
+// the window phase: FNV-1a of the identity's key form modulo the window, or
+// 0 with AlignWindows or a TokenBucket. (Stores that place keys hash them
+// with a keyed hash of their own: FNV serves only the tag and the phase,
+// which must be the same in every process of a fleet.)
+func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, int64) {
 	buf = append(buf, k.prefix...)
 	buf = append(buf, ":{"...)
 	tagAt := len(buf)
@@ -49,7 +50,7 @@ func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, uint6
 	if k.phaseMS > 0 {
 		phase = int64(ih % uint64(k.phaseMS))
 	}
-	return buf, h, phase
+	return buf, phase
 }
 
 // appendIdentity appends the key form of id:

@@ -11,7 +11,7 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 	k := keyer{prefix: "quotagate", letter: 'f', phaseMS: 60_000}
 	bucket := newBucketRef("1p60f")
 	phase := func(k *keyer, id string) int64 {
-		_, _, ph := k.appendKey(nil, &bucket, &who{src: KeySourceKeyFunc, text: id})
+		_, ph := k.appendKey(nil, &bucket, &who{src: KeySourceKeyFunc, text: id})
 		return ph
 	}
 	if first, again := phase(&k, "198.51.100.1"), phase(&k, "198.51.100.1"); first != again {
@@ -40,8 +40,8 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 func TestKeyTag(t *testing.T) {
 	k := keyer{prefix: "app", letter: 's'}
 	b := newBucketRef("/v1/{a} 5p60")
-	key, _, _ := k.appendKey(nil, &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
-	again, _, _ := k.appendKey(make([]byte, 0, 8), &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
+	key, _ := k.appendKey(nil, &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
+	again, _ := k.appendKey(make([]byte, 0, 8), &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
 	s := string(key)
 	if s != string(again) || !strings.HasPrefix(s, "app:{") || s[13] != '}' || !strings.HasSuffix(s, ":/v1/{a} 5p60:s:r:192.0.2.1") {
 		t.Fatalf("key %q (again %q)", key, again)

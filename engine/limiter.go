@@ -122,8 +122,8 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 // otherwise; that and translating its framework's request into r is all an
 // adapter does. Frameworks built on net/http use CheckHTTP instead.
 //
-// In order: SkipPaths and Skip (a skipped request returns at once, Outcome
-// OutcomeSkipped, nothing counted, reported or written); bucket, identity
+// In order: SkipPaths and Skip (a skipped request returns at once, Allowed
+// with Outcome "", nothing counted, reported or written); bucket, identity
 // and cost; the store call under the store timeout; on a store failure the
 // FailureMode, the count, the rate-limited log line and OnStoreError; the
 // Decision event; the response; when limited, OnLimited and then
@@ -146,7 +146,7 @@ func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decisi
 // resp in place (no copy of the ~500-byte response).
 func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	if l.skipped(r) {
-		resp.Decision = Decision{Allowed: true, Outcome: OutcomeSkipped, Policy: &l.policy}
+		resp.Decision = Decision{Allowed: true, Policy: &l.policy}
 		return
 	}
 	r.lim = l

@@ -6,29 +6,20 @@ package limit
 // fallback bucket's is tightened).
 func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64) {
 	op = &sc.op
-	*op = Op{
-		Algorithm:  l.policy.Algorithm,
-		Limit:      l.res.limit,
-		Burst:      l.res.burst,
-		WindowMS:   l.res.windowMS,
-		IntervalMS: l.res.intervalMS,
-		Cost:       cost,
-	}
+	op.Refund, op.N = false, 1
+	q := &op.Quotas[0]
+	q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window = l.policy.Algorithm, l.res.limit, l.res.windowMS, l.res.burst, 0
 	if id.src == KeySourceFallback {
 		// Tightened, but never below the policy's Cost: a capacity under it
 		// would limit every request without a client address for ever.
-		if op.Algorithm == TokenBucket {
-			op.Burst = max(l.res.cost, op.Burst/l.cfg.fallbackDivisor)
+		if q.Algorithm == TokenBucket {
+			q.Burst = max(l.res.cost, q.Burst/l.cfg.fallbackDivisor)
 		} else {
-			op.Limit = max(l.res.cost, op.Limit/l.cfg.fallbackDivisor)
+			q.Limit = max(l.res.cost, q.Limit/l.cfg.fallbackDivisor)
 		}
 	}
-	capacity := op.Limit
-	if op.Algorithm == TokenBucket {
-		capacity = op.Burst
-	}
-	op.Cost = min(op.Cost, capacity+1) // above capacity: limited; keeps products exact
-	sc.key, op.Hash, op.PhaseMS = l.keys.appendKey(sc.key[:0], bucket, id)
-	op.Key = sc.key
-	return op, op.Limit
+	op.Cost = min(cost, q.capacity()+1) // above capacity: limited; keeps products exact
+	sc.key, q.PhaseMS = l.keys.appendKey(sc.key[:0], bucket, id)
+	q.Key = sc.key
+	return op, q.Limit
 }

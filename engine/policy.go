@@ -15,12 +15,40 @@ const (
 	defaultWindow = 60 * time.Second
 	defaultCost   = 1
 	maxWindow     = 24 * time.Hour
+	// maxRefill is the longest accepted TokenBucket refill time, the time
+	// an empty bucket takes to fill: Burst * Window / Limit. It keeps every
+	// delay, header value and time to live a TokenBucket produces in range.
+	maxRefill = 365 * 24 * time.Hour
 )
 
 // maxExact is 2^53: every integer below it is exact in a float64, which is
 // what a Redis Lua script computes with. Policies whose arithmetic could reach
 // it are rejected by New so that the Go and Lua implementations agree.
 const maxExact = 1 << 53
+
+// maxTokenBucketUnits bounds Burst*Window (ms) and Limit of a TokenBucket
+// (2^50). GCRA works in units of 1/Limit ms, where the bucket's tolerance is
+// Burst*Window; its largest intermediate, (2*Burst+2)*Window + 2*Limit,
+// then stays below 2^52 (see Quota.gcra).
+const maxTokenBucketUnits = 1 << 50
+
+// checkTokenBucket validates a TokenBucket's numbers: any Limit per Window
+// is exact, within the bounds of maxTokenBucketUnits and maxRefill. Errors
+// name the field to change.
+func checkTokenBucket(limit, windowMS, burst int64) error {
+	if limit > maxTokenBucketUnits {
+		return fmt.Errorf("%w: TokenBucket Limit %d exceeds 2^50, the bound of exact arithmetic; lower Limit (or Window with it)", ErrInvalidPolicy, limit)
+	}
+	if burst > maxTokenBucketUnits/windowMS {
+		return fmt.Errorf("%w: TokenBucket Burst %d times Window %d ms exceeds 2^50, the bound of exact arithmetic; lower Burst", ErrInvalidPolicy, burst, windowMS)
+	}
+	// Burst*windowMS < 2^50 here: the refill time in whole ms, rounded up.
+	if refill := ceilDiv(burst*windowMS, limit); refill > maxRefill.Milliseconds() {
+		return fmt.Errorf("%w: TokenBucket Burst %d at Limit %d per %d ms takes %v to refill, over the maximum %v; lower Burst or raise Limit",
+			ErrInvalidPolicy, burst, limit, windowMS, time.Duration(refill)*time.Millisecond, maxRefill)
+	}
+	return nil
+}
 
 // Algorithm selects the rate-limiting algorithm of a [Policy].
 // The zero value is [SlidingWindow].
@@ -130,7 +158,10 @@ type Policy struct {
 	// 1 ms to 24 h. 0 means the default, 60 s.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
-	// reject a non-zero Burst.
+	// reject a non-zero Burst. A TokenBucket accepts any Limit per Window
+	// (3 per second, 7 per minute: exact, no rounding of the emission
+	// interval) as long as Burst*Window (ms) and Limit stay within 2^50 and
+	// the refill time Burst*Window/Limit within 365 days.
 	Burst int64
 	// Cost is what one request takes from the quota (default 1, at most the
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
@@ -168,7 +199,7 @@ type Policy struct {
 	// Request.Path byte for byte (no prefix, pattern or regular-expression
 	// form; "/health" does not match "/health/"). Each must start with '/'.
 	// A skipped request is not counted, emits no event, calls no hook and
-	// gets no header: Check returns a Response with Outcome OutcomeSkipped.
+	// gets no header: Check returns an Allowed Decision with Outcome "".
 	SkipPaths []string
 	// Skip, when set, is asked about every request not in SkipPaths; true
 	// skips it (as SkipPaths). It runs synchronously on the request path and
@@ -209,7 +240,6 @@ const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-type
 type resolved struct {
 	limit, burst, cost int64
 	windowMS           int64
-	intervalMS         int64 // TokenBucket emission interval: windowMS / limit
 	signature          string
 }
 
@@ -281,14 +311,8 @@ func (p *Policy) resolve() (resolved, error) {
 			r.burst = r.limit
 		}
 		capacity = r.burst
-		if r.windowMS%r.limit != 0 {
-			return r, fmt.Errorf("%w: TokenBucket needs Window (%d ms) to be a multiple of Limit (%d) so that the emission interval is a whole number of ms; lower Limit or change Window", ErrInvalidPolicy, r.windowMS, r.limit)
-		}
-		r.intervalMS = r.windowMS / r.limit
-		// TAT values are epoch ms plus at most Burst intervals; keep them
-		// well below 2^53 (2^51 leaves ~70 000 years for the epoch part).
-		if r.burst > (1<<51)/r.intervalMS {
-			return r, fmt.Errorf("%w: Burst %d times the emission interval %d ms exceeds 2^51 ms; lower Burst", ErrInvalidPolicy, r.burst, r.intervalMS)
+		if err := checkTokenBucket(r.limit, r.windowMS, r.burst); err != nil {
+			return r, err
 		}
 	default:
 		if p.Burst != 0 {

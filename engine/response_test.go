@@ -288,17 +288,17 @@ func TestCheckHTTPWritesTheLimitedResponse(t *testing.T) {
 // that the test can replay the decision later.
 type propStore struct {
 	now int64
-	gen func(op *limit.Op, now int64) limit.State
+	gen func(q *limit.Quota, now int64) limit.State
 	op  limit.Op
 	st  limit.State
 }
 
 func (s *propStore) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	s.op = *op
-	s.op.Key = nil
-	s.st = s.gen(op, s.now)
-	_, res := op.Apply(s.st, s.now)
-	return res, nil
+	s.op.Quotas[0].Key = nil
+	s.st = s.gen(&op.Quotas[0], s.now)
+	_, res := limit.ApplyOne(op, s.st, s.now)
+	return limit.Result{Allowed: res.Allowed, NowMS: s.now, N: 1, Quotas: [limit.MaxQuotas]limit.QuotaResult{res}}, nil
 }
 
 func (s *propStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: true} }
@@ -327,10 +327,14 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 		cost := 1 + rng.Int64N(capacity)
 		p.CostFunc = func(limit.Request) int64 { return cost }
 		store := &propStore{now: 1_700_000_000_000 + rng.Int64N(1_000_000_000)}
-		store.gen = func(op *limit.Op, now int64) limit.State {
+		store.gen = func(op *limit.Quota, now int64) limit.State {
 			if op.Algorithm == limit.TokenBucket {
-				tau := op.Burst * op.IntervalMS
-				return limit.State{TAT: now - tau + rng.Int64N(2*tau+1)}
+				// TAT - now in units of 1/Limit ms, from a bucket full for
+				// a while to an empty one (no further ahead: that exists
+				// only after the clock stepped back).
+				tau := op.Burst * op.WindowMS
+				off := rng.Int64N(2*tau+1) - tau
+				return limit.State{TAT: now + limit.FloorDiv(off, op.Limit), TATFrac: off - limit.FloorDiv(off, op.Limit)*op.Limit}
 			}
 			// Windows up to the current one: states a store whose clock
 			// never went backwards can hold. (After a backwards step the
@@ -375,14 +379,14 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 			t.Fatalf("run %d: X-RateLimit-Reset %d for admission at %d ms", i, epoch, store.now+exact)
 		}
 		op := store.op
-		if _, res := op.Apply(store.st, store.now+ra*1000); !res.Allowed {
+		if _, res := limit.ApplyOne(&op, store.st, store.now+ra*1000); !res.Allowed {
 			t.Fatalf("run %d (%v %+v, state %+v, now %d): denied again at Retry-After %d s", i, alg, op, store.st, store.now, ra)
 		}
-		if _, res := op.Apply(store.st, store.now+exact); !res.Allowed {
+		if _, res := limit.ApplyOne(&op, store.st, store.now+exact); !res.Allowed {
 			t.Fatalf("run %d: denied again at the exact RetryAfter %d ms", i, exact)
 		}
 		if exact > 0 {
-			if _, res := op.Apply(store.st, store.now+exact-1); res.Allowed {
+			if _, res := limit.ApplyOne(&op, store.st, store.now+exact-1); res.Allowed {
 				t.Fatalf("run %d: admitted 1 ms before RetryAfter %d ms: not the earliest instant", i, exact)
 			}
 		}

@@ -2,18 +2,25 @@ package limit
 
 import "context"
 
-// Store keeps rate-limit state and makes one atomic decision per call.
+// Store keeps rate-limit state and makes one atomic decision per call
+// (store contract v2, DESIGN.md "Store contract").
 //
-// Take reads the State stored under op.Key (the zero State when absent or
-// expired), applies op.Apply at the store's own clock reading, and, only when
-// the result is Allowed, writes the new State with a time to live of
-// Result.TTLMS, all as one atomic step. A denied request writes nothing.
+// Take reads the States stored under the keys of op.Quotas[:op.N] (the zero
+// State when absent or expired), applies op.Apply at the store's own clock
+// reading, and writes back, all as one atomic step:
+//   - an admitted Op: every State, each with a time to live of its
+//     QuotaResult.TTLMS;
+//   - a denied Op: nothing (a denied request takes nothing from any quota);
+//   - a Refund: each State whose QuotaResult.TTLMS > 0 that exists under its
+//     key, keeping the key's existing expiry; a Refund never creates a key.
 //
 // A non-nil error means the backend failed (unreachable, timed out, broken
 // reply), never "denied"; the engine then applies the policy's FailureMode.
 // Take must honour ctx's deadline and be safe for concurrent use. It must not
-// keep op or op.Key after it returns. It may describe itself to the engine
-// by implementing Describer.
+// keep op or any Key after it returns. A store that needs a placement hash
+// computes its own keyed hash of the keys (clients choose identities, so an
+// unkeyed hash would let them aim collisions). It may describe itself to
+// the engine with a method Describe() StoreInfo (see StoreInfo).
 type Store interface {
 	Take(ctx context.Context, op *Op) (Result, error)
 }

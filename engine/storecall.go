@@ -7,8 +7,13 @@ import (
 	"time"
 )
 
-// StoreInfo is what a Store tells the engine about itself (see Describer).
-// The zero value describes a store that does I/O, labelled "custom".
+// StoreInfo is what a Store tells the engine about itself: a Store that has
+// a method
+//
+//	Describe() StoreInfo
+//
+// is asked once, in New (and With). A Store without it, and the zero value,
+// describe a store that does I/O, labelled "custom".
 type StoreInfo struct {
 	// Name is the store label of metrics ("memory", "redis"); "" means
 	// "custom".
@@ -19,10 +24,9 @@ type StoreInfo struct {
 	InProcess bool
 }
 
-// Describer is the optional interface of a Store that describes itself. The
-// engine asks once, in New (and With); a Store without it is "custom" and
-// treated as doing I/O.
-type Describer interface {
+// describer is the optional interface of a Store that describes itself
+// (see StoreInfo).
+type describer interface {
 	Describe() StoreInfo
 }
 
@@ -34,7 +38,7 @@ type storeRef struct {
 
 func newStoreRef(s Store) storeRef {
 	r := storeRef{Store: s}
-	if d, ok := s.(Describer); ok {
+	if d, ok := s.(describer); ok {
 		r.info = d.Describe()
 	}
 	if r.info.Name == "" {
@@ -70,7 +74,7 @@ const failClosedRetryAfter = time.Second
 func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decision) error {
 	res, err := c.take(ctx, &c.primary, op)
 	if err == nil {
-		d.fill(res)
+		d.fill(&res)
 		return nil
 	}
 	d.StoreFailed = true
@@ -78,7 +82,7 @@ func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decisi
 	case FailLocal:
 		var lerr error
 		if res, lerr = c.take(ctx, &c.local, op); lerr == nil {
-			d.fill(res)
+			d.fill(&res)
 			if d.Allowed {
 				d.Outcome = OutcomeDegraded
 			}

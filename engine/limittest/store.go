@@ -11,10 +11,13 @@ import (
 )
 
 // Store is the reference limit.Store: one mutex, one map, the engine's own
-// math (limit.Op.Apply) at a clock reading, TTLs honoured. It is what every
-// real store must be equivalent to, and the store of tests that need a
-// correct one. Deciding for a key already present allocates nothing. It is
-// safe for concurrent use.
+// math (limit.Op.Apply) at a clock reading, TTLs honoured, writes as the
+// Store contract says (an admitted Op writes every quota's State with its
+// TTL; a limited one only the States Apply normalised; a Refund only the
+// changed States of live keys, keeping their expiry). It is what every real
+// store must be equivalent to, and the store of tests that need a correct
+// one. Deciding for keys already present allocates nothing. It is safe for
+// concurrent use.
 type Store struct {
 	// Info is what the store tells the engine about itself; NewStore sets
 	// InProcess (no store timeout) and leaves Name empty ("custom"). Set it
@@ -35,8 +38,8 @@ type entry struct {
 }
 
 var (
-	_ limit.Store     = (*Store)(nil)
-	_ limit.Describer = (*Store)(nil)
+	_ limit.Store                             = (*Store)(nil)
+	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
 )
 
 // NewStore returns an empty reference Store deciding at now's readings
@@ -58,24 +61,42 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	if deadline {
 		s.deadlines++
 	}
-	e := s.m[string(op.Key)] // a lookup with string(bytes) does not allocate
-	var st limit.State
-	if e != nil && e.exp > now {
-		st = e.st
-	}
-	next, res := op.Apply(st, now)
-	if res.Allowed {
-		if e == nil {
-			e = new(entry)
-			s.m[string(op.Key)] = e
-			s.keys = append(s.keys, string(op.Key))
+	n := min(max(op.N, 0), limit.MaxQuotas)
+	var es [limit.MaxQuotas]*entry
+	var sts [limit.MaxQuotas]limit.State
+	for i := range n {
+		e := s.m[string(op.Quotas[i].Key)] // a lookup with string(bytes) does not allocate
+		if e != nil && e.exp <= now {
+			e.st, e.exp = limit.State{}, 0 // expired: absent
 		}
-		e.st, e.exp = next, now+res.TTLMS
+		es[i] = e
+		if e != nil {
+			sts[i] = e.st
+		}
+	}
+	res := op.Apply(&sts, now)
+	for i := range n {
+		ttl, e := res.Quotas[i].TTLMS, es[i]
+		switch {
+		case ttl <= 0:
+		case op.Refund:
+			if e != nil && e.exp > now {
+				e.st = sts[i] // a refund keeps the expiry and never creates a key
+			}
+		default:
+			if e == nil {
+				k := string(op.Quotas[i].Key)
+				e = new(entry)
+				s.m[k] = e
+				s.keys = append(s.keys, k)
+			}
+			e.st, e.exp = sts[i], now+ttl
+		}
 	}
 	return res, nil
 }
 
-// Describe implements limit.Describer: it returns Info.
+// Describe describes the store to the engine (limit.StoreInfo): it returns Info.
 func (s *Store) Describe() limit.StoreInfo { return s.Info }
 
 // Calls returns how many times Take was called.
@@ -121,7 +142,7 @@ type FailingStore struct {
 	InProcess bool
 }
 
-// Describe implements limit.Describer.
+// Describe describes the store to the engine (limit.StoreInfo).
 func (f FailingStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: f.InProcess} }
 
 // Take implements limit.Store.
@@ -212,10 +233,10 @@ func (f *FlakyStore) Calls() int64 { return f.calls.Load() }
 // Failures returns how many calls failed (or hung) because of Fail or Hang.
 func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
-// Describe implements limit.Describer.
+// Describe describes the store to the engine (limit.StoreInfo).
 func (f *FlakyStore) Describe() limit.StoreInfo {
 	var info limit.StoreInfo
-	if d, ok := f.Store.(limit.Describer); ok {
+	if d, ok := f.Store.(interface{ Describe() limit.StoreInfo }); ok {
 		info.Name = d.Describe().Name
 	}
 	return info

@@ -22,6 +22,7 @@ var docLabels = map[string][]string{
 	promlimit.StoreDurationSeconds + "_bucket": {"store", "op", "le"},
 	promlimit.StoreDurationSeconds + "_sum":    {"store", "op"},
 	promlimit.StoreDurationSeconds + "_count":  {"store", "op"},
+	promlimit.StoreEvictionsTotal:              {"store", "reason"},
 }
 
 var (

@@ -1,75 +1,131 @@
 // Package memstore is quotagate's in-process store: the embedded default for a
 // single process, and the per-process store of the FailLocal failure mode.
 //
-// State is kept in 64 shards, each a map under its own mutex, so no lock is
-// shared by all keys. Memory is bounded by MaxKeys: when a shard is full,
-// expired entries are reclaimed first, then an arbitrary live entry is
-// evicted (that identity starts afresh). The constructor starts no goroutine;
-// expired entries are reclaimed lazily. Deciding for a key already present
-// allocates nothing.
+// State is kept in 64 shards, each a flat hash table under its own mutex, so
+// no lock is shared by all keys. A key is placed by hashes the store computes
+// itself with a per-process random seed (hash/maphash): the shard from the
+// key's Redis Cluster hash tag, which all the quotas of one Op share, so that
+// an Op is decided under one lock; the slot from the whole key. An entry is
+// identified by the 64-bit keyed hash of its key, not the key itself: state
+// stays exact per key, and two distinct keys share an entry only if their
+// hashes collide, with probability n/2^64 for a new key when n keys are held
+// (5*10^-14 at a million keys). A client cannot aim a collision, nor crowd
+// one shard, because it does not know the seed.
+//
+// # Cost
+//
+// Each shard's table is a bucketized cuckoo hash table: an entry lives in one
+// of two 8-slot buckets chosen by its hash. A decision reads those two
+// buckets and the entry's state, whether or not the store is full; at the
+// cap the new entry takes the place of the one evicted from its own buckets.
+// No step on the request path visits a whole shard except a table resize,
+// which happens only when a shard's entry count has doubled or fallen to a
+// quarter since the last one (O(1) per insertion, amortised) and never while
+// a shard stays at its cap. Deciding for a key already present allocates
+// nothing, and neither does inserting one into a full store.
+//
+// # Expiry
+//
+// Every entry carries its expiry; a state is used only while its expiry is
+// after now, and once the clock has passed it the entry may be reclaimed at
+// any later decision (a clock that then steps back behind the expiry finds
+// the key fresh). Expired entries are reclaimed incrementally, with no
+// goroutine: every decision looks at the next 8 slots of its shard, and every
+// 16th decision in a shard at the next 128 slots of another, each shard's
+// decisions taking the 64 shards in turn (so that a quiet shard is swept by
+// the others' traffic, while a decision takes another shard's lock only
+// once in 16); it removes the expired entries it meets and shrinks a table
+// left mostly empty. A shard of S slots is thus swept whole within 8*S
+// decisions in any one shard, and within 8*S + 65 472 decisions whichever
+// shards they fall in (a step that finds the shard busy is skipped). After 100 000 one-off clients whose windows have
+// ended, about 12 300 further decisions for a single identity empty the
+// store (TestSweepReclaimsExpiredEntries).
+//
+// # Eviction
+//
+// MaxKeys bounds the entries held. A new key in a full shard takes the place
+// of an entry of its own two buckets (up to 16 entries, about 15 at the
+// cap's load; a sample no client can choose): the first expired one, else
+// the one with the largest part of its quota left at its last decision (a
+// client that has just started, a bucket nearly whole), the soonest to
+// expire among equals. A client over its limit (nothing left) is evicted only
+// when every entry compared is over its limit too: if a fraction f of a full
+// shard's entries are, an eviction removes one of them with probability
+// about f^15 (f = 1/2: 3*10^-5; f = 1/4: 10^-9). A flood of new identities,
+// one request each, therefore leaves locked-out clients locked out: with 200
+// of them and 10 x MaxKeys new identities, all 200 stay denied at MaxKeys
+// 1 024 and at the default, for every algorithm (the test,
+// TestFloodKeepsLimitedClientsLimited, requires 99%). To push out exhausted
+// clients, an attacker must exhaust its own identities: a whole quota per
+// identity. Entries of the Op being decided are never
+// evicted for one another. Evictions reports both kinds of removal
+// (promlimit.NewEvictionsCollector exposes them).
+//
+// # Memory
+//
+// An entry is 40 bytes: its 8-byte keyed hash, an 8-byte word packing the
+// expiry (ms), the algorithm and the eviction score, and three 8-byte state
+// words (fixed window: window and count; sliding window: window, count and
+// previous count; token bucket: TAT and its fraction). Tables hold no
+// pointers, so the garbage collector does not scan them. A table grows by
+// doubling up to the size the cap needs at a load of 15/16: a full store
+// takes 43 to 44 bytes of heap per entry (DefaultMaxKeys: 11 MiB; 1 000 000
+// entries: 41 MiB), and adds 52 to 67 bytes per entry to a process's RSS,
+// which also holds what the runtime keeps of the smaller tables left behind
+// while growing (TestMemoryPerKey). A store still growing takes up to twice
+// the bytes per entry between two resizes.
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"sync"
+	"hash/maphash"
+	"slices"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// DefaultMaxKeys bounds the number of (bucket, identity) entries kept when
-// WithMaxKeys is not given: 262 144 entries, roughly 40 MiB with typical keys.
+// DefaultMaxKeys bounds the number of entries kept (one per quota and
+// identity) when WithMaxKeys is not given: 262 144 entries, 11 MiB of tables
+// when full, and 13 to 17 MiB of RSS measured in a process that filled it
+// (see Memory in the package doc).
 const DefaultMaxKeys = 1 << 18
 
-// shardCount is a power of two so that a mask picks the shard.
+// shardCount is a power of two so that the top bits of a hash pick the shard.
 const shardCount = 64
+
+// minMaxKeys is the smallest MaxKeys: every quota of one Op fits its shard.
+const minMaxKeys = shardCount * limit.MaxQuotas
 
 // Store is an in-process limit.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	clock  func() time.Time // nil: the default clock, see nowMS
-	base   time.Time        // wall clock at New, with its monotonic reading
-	baseMS int64
-	shards [shardCount]shard
-}
-
-type shard struct {
-	mu        sync.Mutex
-	m         map[uint64]*entry // by op.Hash; entries with one hash chain on next
-	n         int               // entries held, chained ones included
-	max       int
-	nextSweep int64 // Unix ms before which a sweep would find nothing expired
-	_         [64]byte
-}
-
-// entry is one (bucket, identity). The map is keyed by the engine's 64-bit
-// hash of the key (op.Hash), which is cheaper to look up than the ~40-byte key
-// string; the key itself is kept to tell the rare colliding keys apart, which
-// chain on next. Entries are pointers so that updating a present key writes
-// through the pointer instead of re-inserting it.
-type entry struct {
-	key  string
-	st   limit.State
-	exp  int64 // Unix ms at which the entry is dead
-	next *entry
+	clock     func() time.Time // nil: the default clock, see nowMS
+	base      time.Time        // wall clock at New, with its monotonic reading
+	baseMS    int64
+	shardSeed maphash.Seed // places a key's hash tag in a shard
+	slotSeed  maphash.Seed // identifies a key in its shard
+	shards    [shardCount]shard
 }
 
 var (
-	_ limit.Store     = (*Store)(nil)
-	_ limit.Describer = (*Store)(nil)
+	_ limit.Store                             = (*Store)(nil)
+	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
 )
 
 // Option configures New.
 type Option func(*Store, *int) error
 
-// WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys).
-// n must be >= 64, one entry per shard; the bound is exact: the 64 shards
-// hold n/64 or n/64+1 entries each, n in all.
+// WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys;
+// an entry is one quota of one identity). n must be >= 256, so that each of
+// the 64 shards holds every quota of one Op (limit.MaxQuotas); the bound is
+// exact: the shards hold n/64 or n/64+1 entries each, n in all.
 func WithMaxKeys(n int) Option {
 	return func(_ *Store, max *int) error {
-		if n < shardCount {
-			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (one entry per shard)", n, shardCount)
+		if n < minMaxKeys {
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard, one per quota of an Op)", n, minMaxKeys, limit.MaxQuotas)
 		}
 		*max = n
 		return nil
@@ -91,9 +147,10 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// New returns an empty Store. Errors name the bad option.
+// New returns an empty Store, which allocates its tables as keys arrive.
+// Errors name the bad option.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{base: time.Now()}
+	s := &Store{base: time.Now(), shardSeed: maphash.MakeSeed(), slotSeed: maphash.MakeSeed()}
 	s.baseMS = s.base.UnixMilli()
 	maxKeys := DefaultMaxKeys
 	for _, o := range opts {
@@ -102,38 +159,176 @@ func New(opts ...Option) (*Store, error) {
 		}
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[uint64]*entry)
-		s.shards[i].max = maxKeys / shardCount
+		m := maxKeys / shardCount
 		if i < maxKeys%shardCount {
-			s.shards[i].max++
+			m++
 		}
+		s.shards[i].shardData = newShard(m)
 	}
 	return s, nil
 }
 
-// Take implements limit.Store: one atomic decision under the key's shard lock.
-// It never fails and never blocks on I/O.
+// Take implements limit.Store: one atomic decision for all the Op's quotas
+// under one shard lock (the shard of their common hash tag; keys without a
+// common tag, which the engine never sends, lock their shards in index
+// order). It never fails and never blocks on I/O.
 func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	now := s.nowMS()
-	sh := &s.shards[(op.Hash^op.Hash>>32)&(shardCount-1)]
-	sh.mu.Lock()
-	e := sh.m[op.Hash]
-	for e != nil && e.key != string(op.Key) {
-		e = e.next
-	}
-	var st limit.State
-	if e != nil && e.exp > now {
-		st = e.st
-	}
-	next, res := op.Apply(st, now)
-	if res.Allowed {
-		if e == nil {
-			e = sh.insert(op.Hash, op.Key, now)
+	n := min(max(op.N, 0), limit.MaxQuotas)
+	var ids [limit.MaxQuotas]uint64
+	var shards [limit.MaxQuotas]int
+	one := true // all keys in one shard
+	var tag0 []byte
+	for i := range n {
+		key := op.Quotas[i].Key
+		ids[i] = s.keyID(key)
+		switch tag := hashTag(key); {
+		case i == 0:
+			tag0, shards[0] = tag, s.shardOf(tag)
+		case bytes.Equal(tag, tag0):
+			shards[i] = shards[0]
+		default:
+			shards[i] = s.shardOf(tag)
+			one = one && shards[i] == shards[0]
 		}
-		e.st, e.exp = next, now+res.TTLMS
 	}
-	sh.mu.Unlock()
+	var order [limit.MaxQuotas]int
+	locked := s.lock(shards[:n], one, &order)
+
+	// Read: an absent or expired entry, or one written by another
+	// algorithm, is a fresh State.
+	var sts [limit.MaxQuotas]limit.State
+	var pos [limit.MaxQuotas]int
+	for i := range n {
+		q, sh := &op.Quotas[i], &s.shards[shards[i]]
+		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
+			sts[i] = unpack(q.Algorithm, &sh.words[pos[i]])
+		} else if op.Refund {
+			pos[i] = -1 // nothing to refund, and a refund never creates a key
+		}
+	}
+	res := op.Apply(&sts, now)
+
+	// Write: what Apply says (TTLMS > 0), entries present first, since
+	// adding one may move the others.
+	added := false
+	for i := range n {
+		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
+		capacity := capacityOf(q)
+		switch p := pos[i]; {
+		case p < 0:
+			added = added || r.TTLMS > 0 && !op.Refund
+		case r.TTLMS > 0 && op.Refund: // keeps the expiry
+			h := &sh.heads[p]
+			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacity)
+			sh.words[p] = pack(q.Algorithm, sts[i])
+		case r.TTLMS > 0:
+			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
+			sh.words[p] = pack(q.Algorithm, sts[i])
+		case sh.heads[p].holds(q.Algorithm, now):
+			// Nothing is written for a denial, but the entry is now known
+			// to be that far from a whole quota: rank it so for eviction.
+			sh.heads[p].setScore(r.Remaining, capacity)
+		}
+	}
+	for i := 0; added && i < n; i++ {
+		q, r := &op.Quotas[i], &res.Quotas[i]
+		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || slices.Contains(ids[:i], ids[i]) {
+			continue
+		}
+		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
+		s.shards[shards[i]].add(h, pack(q.Algorithm, sts[i]), now, ids[:n])
+	}
+
+	// Sweep a step of this shard and, every crossEvery-th decision, a
+	// longer step of another, the next in turn for this one.
+	sh := &s.shards[shards[0]]
+	sh.sweepSome(now, sweepSlots)
+	cross := -1
+	if sh.ticks++; sh.ticks%crossEvery == 0 {
+		cross = (shards[0] + int(sh.ticks/crossEvery)) & (shardCount - 1)
+		if slices.Contains(locked, cross) {
+			s.shards[cross].sweepSome(now, crossSlots)
+			cross = -1
+		}
+	}
+	for _, i := range locked {
+		s.shards[i].mu.Unlock()
+	}
+	if cross >= 0 {
+		s.shards[cross].trySweep(now)
+	}
 	return res, nil
+}
+
+// capacityOf is the most a quota holds, what its eviction score is a
+// fraction of: Limit, or Burst for a TokenBucket.
+func capacityOf(q *limit.Quota) int64 {
+	if q.Algorithm == limit.TokenBucket {
+		return q.Burst
+	}
+	return q.Limit
+}
+
+// lock locks the shards of an Op (one, or each distinct one in index order)
+// and returns them.
+func (s *Store) lock(shards []int, one bool, order *[limit.MaxQuotas]int) []int {
+	locked := order[:1]
+	if len(shards) == 0 { // no quota: nothing to decide, any shard will do
+		order[0] = 0
+	} else if one {
+		order[0] = shards[0]
+	} else {
+		locked = order[:copy(order[:], shards)]
+		slices.Sort(locked)
+		locked = slices.Compact(locked)
+	}
+	for _, i := range locked {
+		s.shards[i].mu.Lock()
+	}
+	return locked
+}
+
+// trySweep sweeps a step of another shard unless a goroutine holds its lock
+// (it is then busy deciding, and sweeps it itself).
+func (sh *shard) trySweep(now int64) {
+	if sh.mu.TryLock() {
+		sh.sweepSome(now, crossSlots)
+		sh.mu.Unlock()
+	}
+}
+
+// keyID is the key's identity in its shard: a 64-bit hash of the whole key,
+// keyed with the store's random seed, never 0 (0 marks a free slot).
+func (s *Store) keyID(key []byte) uint64 {
+	return max(maphash.Bytes(s.slotSeed, key), 1)
+}
+
+// shardOf picks the shard of a key from its hash tag (see hashTag), so that
+// all the keys of one Op share a shard.
+func (s *Store) shardOf(tag []byte) int {
+	return int(maphash.Bytes(s.shardSeed, tag) >> 58) // 6 bits: shardCount
+}
+
+// hashTag returns the Redis Cluster hash tag of key: the bytes between the
+// first '{' and the next '}', when there are any; else the whole key. (A
+// loop: the tag sits a few bytes in, where bytes.IndexByte costs more than
+// it saves.)
+func hashTag(key []byte) []byte {
+	for i, c := range key {
+		if c == '{' {
+			for j := i + 1; j < len(key); j++ {
+				if key[j] == '}' {
+					if j > i+1 {
+						return key[i+1 : j]
+					}
+					return key
+				}
+			}
+			return key
+		}
+	}
+	return key
 }
 
 // nowMS reads the store's clock in Unix ms.
@@ -142,103 +337,6 @@ func (s *Store) nowMS() int64 {
 		return s.clock().UnixMilli()
 	}
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
-}
-
-// maxChain bounds a chain of keys sharing one 64-bit hash. op.Hash is FNV
-// based, so a client choosing its identities (a KeyFunc over a header) could
-// make them collide on purpose; past the bound the oldest member goes.
-const maxChain = 8
-
-// insert adds a key, making room first when the shard is full: expired
-// entries go first (a sweep runs only when one could find something), then
-// an arbitrary live entry.
-func (sh *shard) insert(hash uint64, key []byte, now int64) *entry {
-	if sh.n >= sh.max && now >= sh.nextSweep {
-		next := int64(1<<63 - 1)
-		for h, e := range sh.m {
-			before := e.len()
-			live := e.prune(now)
-			sh.n -= before - live.len()
-			if live == nil {
-				delete(sh.m, h)
-				continue
-			}
-			if live != e {
-				sh.m[h] = live
-			}
-			for ; live != nil; live = live.next {
-				next = min(next, live.exp)
-			}
-		}
-		sh.nextSweep = next
-	}
-	head := sh.m[hash]
-	if sh.n >= sh.max {
-		for h, e := range sh.m { // the first slot Go's map order yields
-			if h == hash { // the key's own chain: its oldest member goes
-				if head = head.dropLast(); head == nil {
-					delete(sh.m, h)
-				} else {
-					sh.m[h] = head
-				}
-				sh.n--
-			} else {
-				delete(sh.m, h)
-				sh.n -= e.len()
-			}
-			break
-		}
-	}
-	if head.len() >= maxChain {
-		head = head.dropLast()
-		sh.n--
-	}
-	e := &entry{key: string(key), next: head}
-	sh.m[hash] = e
-	sh.n++
-	return e
-}
-
-// len is the length of the chain starting at e (0 for nil).
-func (e *entry) len() int {
-	n := 0
-	for ; e != nil; e = e.next {
-		n++
-	}
-	return n
-}
-
-// dropLast removes the last (oldest) member of a chain and returns the head
-// (nil when e was the only member).
-func (e *entry) dropLast() *entry {
-	if e == nil || e.next == nil {
-		return nil
-	}
-	p := e
-	for p.next.next != nil {
-		p = p.next
-	}
-	p.next = nil
-	return e
-}
-
-// prune drops the expired entries of a chain and returns its new head.
-func (e *entry) prune(now int64) *entry {
-	var head, tail *entry
-	for ; e != nil; e = e.next {
-		if e.exp > now {
-			if tail == nil {
-				head = e
-			} else {
-				tail.next = e
-			}
-			tail = e
-		}
-	}
-	if tail != nil {
-		tail.next = nil
-	}
-	return head
 }
 
 // Describe tells the engine that Store is in-process (it is called without
@@ -256,4 +354,23 @@ func (s *Store) Len() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Evictions returns the number of entries removed since New, by reason:
+// expired entries were dead (past their time to live) when the sweep or an
+// insertion removed them; live entries were evicted before their time to
+// live to make room at the cap, each an identity that starts afresh (see
+// the package doc for which ones go). A live count that keeps growing means
+// MaxKeys is too small for the traffic, or a flood of new identities.
+// promlimit.NewEvictionsCollector exposes both as counters. Safe for
+// concurrent use; it takes each shard's lock in turn.
+func (s *Store) Evictions() (expired, live uint64) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		expired += sh.reclaimed
+		live += sh.evicted
+		sh.mu.Unlock()
+	}
+	return expired, live
 }

@@ -25,6 +25,14 @@ func newStore(t testing.TB, opts ...memstore.Option) (*memstore.Store, *limittes
 	return s, clock
 }
 
+// evictions is Store.Evictions as a value that prints with its names.
+type evictions struct{ Expired, Live uint64 }
+
+func evictionsOf(s *memstore.Store) evictions {
+	e, l := s.Evictions()
+	return evictions{e, l}
+}
+
 func peer(i int) string { return fmt.Sprintf("10.%d.%d.%d:4242", i>>16&255, i>>8&255, i&255) }
 
 func TestOptionsAreValidated(t *testing.T) {
@@ -60,20 +68,23 @@ func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 		t.Fatalf("%d entries after the fill, want the cap %d", n, 64*16)
 	}
 	clock.Advance(3 * time.Second)
+	before := evictionsOf(s)
 	// a long-lived identity uses its whole quota...
 	for i := 0; i < 2; i++ {
 		long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}, limittest.NewWriter())
 	}
 	// ...then new identities arrive in every (full) shard: the expired
-	// entries make room, the live one stays.
+	// entries make room, the live one stays and nothing live is evicted.
 	for i := 3000; i < 3300; i++ {
 		short.Check(ctx, limit.Request{Peer: peer(i)}, limittest.NewWriter())
 	}
 	if d := long.Check(ctx, limit.Request{Peer: "192.0.2.200:1"}, limittest.NewWriter()); d.Allowed {
 		t.Fatal("a live, exhausted entry was evicted while expired entries could be reclaimed")
 	}
-	if n := s.Len(); n > 400 {
-		t.Fatalf("%d entries held, want the expired ones reclaimed", n)
+	ev := evictionsOf(s)
+	t.Logf("live evictions %d", ev.Live-before.Live)
+	if ev.Live > before.Live+3 || ev.Expired < before.Expired+301 {
+		t.Fatalf("Evictions %+v then %+v: want at most 3 live entries evicted (only when a new key's two buckets hold no expired entry), >= 301 expired ones reclaimed", before, ev)
 	}
 }
 
@@ -164,21 +175,25 @@ func TestAllowedPathAllocatesNothing(t *testing.T) {
 	}
 }
 
-// Keys whose 64-bit hashes collide keep separate state.
-func TestHashCollisionsKeepKeysApart(t *testing.T) {
+// fixedOp is a one-quota Op: FixedWindow 1 per minute on key.
+func fixedOp(key string) limit.Op {
+	return limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{
+		{Key: []byte(key), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}}}
+}
+
+// Keys sharing a shard (one hash tag) keep separate state.
+func TestKeysOfOneShardKeepApart(t *testing.T) {
 	s, _ := newStore(t)
-	a := limit.Op{Key: []byte("qg:{x}:b:f:r:a"), Hash: 42, Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000, Cost: 1}
-	b := a
-	b.Key = []byte("qg:{x}:b:f:r:b")
+	a, b := fixedOp("qg:{x}:b:f:r:a"), fixedOp("qg:{x}:b:f:r:b")
 	ctx := context.Background()
 	for _, op := range []*limit.Op{&a, &b} {
 		if res, _ := s.Take(ctx, op); !res.Allowed {
-			t.Fatalf("first call for %s denied: the colliding key's state leaked", op.Key)
+			t.Fatalf("first call for %s denied: the other key's state leaked", op.Quotas[0].Key)
 		}
 	}
 	for _, op := range []*limit.Op{&a, &b} {
 		if res, _ := s.Take(ctx, op); res.Allowed {
-			t.Fatalf("second call for %s admitted", op.Key)
+			t.Fatalf("second call for %s admitted", op.Quotas[0].Key)
 		}
 	}
 	if n := s.Len(); n != 2 {
@@ -189,7 +204,7 @@ func TestHashCollisionsKeepKeysApart(t *testing.T) {
 // MaxKeys is an exact bound, also when it is not a multiple of the shard
 // count (found by trying to break the store: it used to round up per shard).
 func TestMaxKeysIsExact(t *testing.T) {
-	for _, max := range []int{64, 100, 1000} {
+	for _, max := range []int{256, 300, 1000} {
 		s, _ := newStore(t, memstore.WithMaxKeys(max))
 		l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 		for i := 0; i < 20_000; i++ {
@@ -199,25 +214,22 @@ func TestMaxKeysIsExact(t *testing.T) {
 			t.Errorf("WithMaxKeys(%d): %d entries held", max, n)
 		}
 	}
-	if _, err := memstore.New(memstore.WithMaxKeys(63)); err == nil {
-		t.Error("WithMaxKeys(63): want an error (fewer entries than shards)")
+	if _, err := memstore.New(memstore.WithMaxKeys(255)); err == nil {
+		t.Error("WithMaxKeys(255): want an error (fewer than 4 entries per shard)")
 	}
 }
 
-// Keys that collide on op.Hash (FNV-based, so a client choosing its own
-// identities could collide them on purpose) still count against MaxKeys, and
-// one chain holds at most a few of them.
-func TestCollidingKeysStayBounded(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxKeys(64))
+// Keys that share one shard (one hash tag) still count against MaxKeys.
+func TestKeysOfOneShardStayBounded(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxKeys(256)) // 4 per shard
 	ctx := context.Background()
 	for i := 0; i < 5000; i++ {
-		op := limit.Op{Key: []byte(fmt.Sprintf("qg:{x}:b:f:r:id%d", i)), Hash: 42,
-			Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000, Cost: 1}
+		op := fixedOp(fmt.Sprintf("qg:{x}:b:f:r:id%d", i))
 		if res, _ := s.Take(ctx, &op); !res.Allowed {
 			t.Fatalf("key %d: a fresh key was denied", i)
 		}
 	}
-	if n := s.Len(); n > 64 {
-		t.Errorf("WithMaxKeys(64): %d entries held after 5000 colliding keys", n)
+	if n := s.Len(); n != 4 {
+		t.Errorf("WithMaxKeys(256): %d entries held after 5000 keys of one shard, want its share, 4", n)
 	}
 }

@@ -39,8 +39,8 @@ func BenchmarkRedis(b *testing.B) {
 	for i := range ops {
 		ids[i] = fmt.Sprintf("client-%d", i)
 		k := opKey(prefix, "1000000p60", limit.SlidingWindow, ids[i])
-		ops[i] = limit.Op{Key: []byte(k), Hash: fnv64(k), Algorithm: limit.SlidingWindow,
-			Limit: 1_000_000, WindowMS: 60_000, PhaseMS: int64(i) * 37 % 60_000, Cost: 1}
+		ops[i] = oneQuota(k, limit.Quota{Algorithm: limit.SlidingWindow,
+			Limit: 1_000_000, WindowMS: 60_000, PhaseMS: int64(i) * 37 % 60_000}, 1)
 		keys[i] = []string{k}
 	}
 	lim := limit.MustNew(s, limit.Policy{Limit: 1_000_000, Window: time.Minute},

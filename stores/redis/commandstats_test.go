@@ -43,9 +43,9 @@ func commandCalls(t *testing.T, nodes []rueidis.Client) map[string]int64 {
 
 // TestOneCallPerDecision counts server-side commands (INFO commandstats,
 // which also counts the commands a script runs): N decisions are exactly N
-// EVALSHA and no EVAL; inside, one TIME, one GET, and per admitted request
-// one SET (value and TTL together), per denied one a PTTL check and nothing
-// written.
+// EVALSHA and no EVAL; inside, one TIME, one GET (MGET for an Op of several
+// quotas), and per admitted request one SET per quota (value and TTL
+// together); a denied request only reads. Refunds write only what changed.
 func TestOneCallPerDecision(t *testing.T) {
 	run := func(t *testing.T, be *backend, addrs []string) {
 		nodes := make([]rueidis.Client, len(addrs))
@@ -56,10 +56,8 @@ func TestOneCallPerDecision(t *testing.T) {
 		// Load the scripts everywhere first: a node's first EVALSHA would
 		// answer NOSCRIPT and be followed by an EVAL.
 		for _, n := range nodes {
-			for _, src := range []string{slidingSource, fixedSource, gcraSource} {
-				if err := n.Do(ctx, n.B().ScriptLoad().Script(src).Build()).Error(); err != nil {
-					t.Fatalf("SCRIPT LOAD: %v", err)
-				}
+			if err := n.Do(ctx, n.B().ScriptLoad().Script(takeSource).Build()).Error(); err != nil {
+				t.Fatalf("SCRIPT LOAD: %v", err)
 			}
 		}
 		prefix := testPrefix(t)
@@ -98,19 +96,63 @@ func TestOneCallPerDecision(t *testing.T) {
 				}
 			}
 		}
+		// Ops of two quotas (one per algorithm pair), through the store:
+		// one MGET each, two SETs per admitted one; then a refund of each
+		// admitted charge: one SET per quota it changes.
+		var multi, multiAllowed, multiDenied, refundSets int64
+		for i := range 60 {
+			alg := algorithms[i%3]
+			tag := hashTag(fmt.Sprint("m", i%6))
+			op := limit.Op{Cost: 1, N: 2}
+			for j, q := range []limit.Quota{
+				{Algorithm: alg, Limit: 10, WindowMS: 3_600_000, Burst: 10},
+				{Algorithm: algorithms[(i+1)%3], Limit: 4, WindowMS: 3_600_000, Burst: 4},
+			} {
+				q.Key = []byte(taggedKey(prefix, tag, fmt.Sprint("b", j), q.Algorithm, "m"))
+				op.Quotas[j] = q
+			}
+			res, err := s.Take(ctx, &op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			multi++
+			if !res.Allowed {
+				multiDenied++
+			} else {
+				multiAllowed++
+				if i%2 == 0 {
+					op.Refund = true
+					for j := range op.N {
+						op.Quotas[j].Window = res.Quotas[j].Window
+					}
+					rr, err := s.Take(ctx, &op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					multi++
+					for j := range op.N {
+						if rr.Quotas[j].TTLMS > 0 {
+							refundSets++
+						}
+					}
+				}
+			}
+		}
 		calls := commandCalls(t, nodes)
-		t.Logf("%d decisions (%d allowed, %d denied): commandstats %v", decisions, allowed, denied, calls)
+		t.Logf("%d decisions (%d allowed, %d denied), %d on two quotas (%d allowed, %d refund writes): commandstats %v",
+			decisions, allowed, denied, multi, multiAllowed, refundSets, calls)
 		want := map[string]int64{
-			"evalsha": decisions, "eval": 0, "time": decisions, "get": decisions,
-			"set": allowed, "pexpire": 0, "pexpireat": 0, "pttl": denied,
+			"evalsha": decisions + multi, "eval": 0, "time": decisions + multi, "get": decisions, "mget": multi,
+			"set": allowed + 2*multiAllowed + refundSets, "pexpire": 0, "pexpireat": 0, "pttl": 0,
 		}
 		for cmd, n := range want {
 			if calls[cmd] != n {
 				t.Errorf("%s: %d calls, want %d", cmd, calls[cmd], n)
 			}
 		}
-		if allowed == 0 || denied == 0 {
-			t.Errorf("want both outcomes: %d allowed, %d denied", allowed, denied)
+		if allowed == 0 || denied == 0 || multiAllowed == 0 || multiDenied == 0 || refundSets == 0 {
+			t.Errorf("want every outcome: %d allowed, %d denied; multi-quota %d admitted, %d denied, %d refund writes",
+				allowed, denied, multiAllowed, multiDenied, refundSets)
 		}
 	}
 	t.Run("standalone", func(t *testing.T) {

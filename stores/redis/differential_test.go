@@ -46,23 +46,26 @@ type diffPolicy struct{ limit, windowMS, burst int64 }
 
 // diffPolicies picks policies whose TTLs suit the clock mode: on real
 // servers with an injected clock, sliding and token-bucket states must live
-// at least ~10 s of real time (see offsetClock); with server time, windows
-// are short so that real time crosses many boundaries. The largest ones sit
-// at the engine's 2^53 exactness bound.
+// at least ~10 s of real time, or a token bucket keep a second of slack
+// (see offsetClock); with server time, windows are short so that real time
+// crosses many boundaries. The largest ones sit at the engine's bounds:
+// 4*Limit*Window near 2^53 for the window algorithms; for the token bucket
+// Burst*Window near 2^50 (1<<20 per second, Burst 2^50/1000) and a refill
+// time of MaxRefill (1 per day, Burst 365). Token-bucket rates need not
+// divide their window (3 per second, 7 per minute).
 func diffPolicies(alg limit.Algorithm, mode clockMode) []diffPolicy {
 	switch mode {
 	case fakeClock:
 		if alg == limit.TokenBucket {
-			// miniredis keeps TTLs as time.Duration: at most ~292 years, so
-			// the largest bucket here refills in 273 years (the real servers
-			// get one at the 2^51 ms bound).
-			return []diffPolicy{{10, 1000, 10}, {1, 1, 1}, {5, 60_000, 20}, {1, 86_400_000, 100_000}}
+			return []diffPolicy{{10, 1000, 10}, {1, 1, 1}, {5, 60_000, 20}, {3, 1000, 3}, {7, 60_000, 7},
+				{1, 86_400_000, 365}, {1 << 20, 1000, 1_125_899_906_842}}
 		}
 		return []diffPolicy{{10, 1000, 0}, {3, 7, 0}, {1, 1, 0}, {26_000_000, 86_400_000, 0}}
 	case offsetClock:
 		switch alg {
 		case limit.TokenBucket:
-			return []diffPolicy{{1, 10_000, 1}, {10, 100_000, 10}, {5, 60_000, 20}, {1, 86_400_000, 26_000_000}}
+			return []diffPolicy{{1, 10_000, 1}, {10, 100_000, 10}, {5, 60_000, 20}, {3, 1000, 3}, {7, 60_000, 7},
+				{1, 86_400_000, 365}, {1 << 20, 1000, 1_125_899_906_842}}
 		case limit.FixedWindow: // the 1 s grace covers short windows
 			return []diffPolicy{{10, 1000, 0}, {3, 7, 0}, {1, 1, 0}, {26_000_000, 86_400_000, 0}}
 		}
@@ -71,33 +74,53 @@ func diffPolicies(alg limit.Algorithm, mode clockMode) []diffPolicy {
 	// Server time: a key sees a call every millisecond or so.
 	switch alg {
 	case limit.TokenBucket:
-		return []diffPolicy{{50, 100, 10}, {10, 20, 5}, {1, 1, 3}}
+		return []diffPolicy{{50, 100, 10}, {10, 20, 5}, {1, 1, 3}, {3, 10, 3}, {7, 20, 4}}
 	case limit.FixedWindow:
 		return []diffPolicy{{20, 30, 0}, {8, 15, 0}, {3, 10, 0}}
 	}
 	return []diffPolicy{{20, 50, 0}, {8, 20, 0}, {3, 10, 0}}
 }
 
-// diffKey is one (policy, identity) of a sequence.
+// diffKey is one identity of a sequence: an Op of one to three quotas
+// (policies of the sequence) whose keys share one hash tag.
 type diffKey struct {
-	op  limit.Op // everything but Key and Cost
-	key string
+	op limit.Op // everything but Cost
 }
 
-func diffKeys(rng *rand.Rand, prefix string, alg limit.Algorithm, pols []diffPolicy) []diffKey {
-	var keys []diffKey
-	for _, p := range pols {
-		op := limit.Op{Algorithm: alg, Limit: p.limit, WindowMS: p.windowMS}
-		if alg == limit.TokenBucket {
-			op.Burst = p.burst
-			op.IntervalMS = p.windowMS / p.limit
+func diffKeys(rng *rand.Rand, prefix string, algs []limit.Algorithm, mode clockMode) []diffKey {
+	type pol struct {
+		alg limit.Algorithm
+		p   diffPolicy
+	}
+	var pols []pol
+	for _, alg := range algs {
+		for _, p := range diffPolicies(alg, mode) {
+			pols = append(pols, pol{alg, p})
 		}
-		bucket := fmt.Sprintf("%dp%dms", p.limit, p.windowMS)
+	}
+	var keys []diffKey
+	for pi := range pols {
 		for id := range 3 {
-			k := diffKey{op: op, key: opKey(prefix, bucket, alg, fmt.Sprintf("id%d", id))}
-			k.op.Hash = fnv64(k.key)
-			if alg != limit.TokenBucket && id > 0 { // id0: aligned windows
-				k.op.PhaseMS = rng.Int64N(p.windowMS)
+			name := fmt.Sprintf("id%d-%d", pi, id)
+			tag := hashTag(name)
+			k := diffKey{op: limit.Op{N: 1}}
+			if id == 2 { // several quotas, all or nothing
+				k.op.N = 2 + rng.IntN(limit.MaxQuotas-1)
+			}
+			for j := range k.op.N {
+				pl := pols[(pi+j*(1+rng.IntN(len(pols))))%len(pols)]
+				if j == 0 {
+					pl = pols[pi]
+				}
+				q := limit.Quota{Algorithm: pl.alg, Limit: pl.p.limit, WindowMS: pl.p.windowMS}
+				if pl.alg == limit.TokenBucket {
+					q.Burst = pl.p.burst
+				} else if id > 0 { // id0: aligned windows
+					q.PhaseMS = rng.Int64N(pl.p.windowMS)
+				}
+				bucket := fmt.Sprintf("%dp%dms-%d", pl.p.limit, pl.p.windowMS, j)
+				q.Key = []byte(taggedKey(prefix, tag, bucket, pl.alg, name))
+				k.op.Quotas[j] = q
 			}
 			keys = append(keys, k)
 		}
@@ -109,15 +132,16 @@ func diffKeys(rng *rand.Rand, prefix string, alg limit.Algorithm, pols []diffPol
 // ms), small steps, exactly around k's next window boundary, long gaps
 // (the state expires) and, when allowed, a step backwards.
 func diffDelta(rng *rand.Rand, k *diffKey, now int64, backwards bool) int64 {
-	w := k.op.WindowMS
+	q := &k.op.Quotas[rng.IntN(k.op.N)]
+	w := q.WindowMS
 	switch r := rng.IntN(100); {
 	case r < 35:
 		return 0
 	case r < 65:
 		return 1 + rng.Int64N(max(w/10, 1))
 	case r < 80:
-		idx := floorDivTest(now-k.op.PhaseMS, w)
-		next := (idx+1)*w + k.op.PhaseMS
+		idx := floorDivTest(now-q.PhaseMS, w)
+		next := (idx+1)*w + q.PhaseMS
 		return max(next-now+rng.Int64N(3)-1, 0)
 	case r < 90:
 		return 1 + rng.Int64N(3*w)
@@ -139,13 +163,18 @@ func floorDivTest(a, b int64) int64 {
 	return q
 }
 
-// diffCost is mostly 1, sometimes anything up to the capacity, sometimes
-// the never-admissible capacity+1 the engine clamps to, and (when zero is
-// allowed) 0.
+// diffCost is mostly 1, sometimes anything up to the (smallest) capacity,
+// sometimes the never-admissible capacity+1 the engine clamps to, and (when
+// zero is allowed) 0.
 func diffCost(rng *rand.Rand, op *limit.Op, zero bool) int64 {
-	capacity := op.Limit
-	if op.Algorithm == limit.TokenBucket {
-		capacity = op.Burst
+	capacity := int64(1 << 62)
+	for i := range op.N {
+		q := &op.Quotas[i]
+		if q.Algorithm == limit.TokenBucket {
+			capacity = min(capacity, q.Burst)
+		} else {
+			capacity = min(capacity, q.Limit)
+		}
 	}
 	switch r := rng.IntN(100); {
 	case r < 55:
@@ -166,15 +195,16 @@ func diffCost(rng *rand.Rand, op *limit.Op, zero bool) int64 {
 	}
 }
 
-// runDifferential drives one random sequence through the Redis store and
-// the memory store and fails at the first Result that differs in any field.
-// Afterwards it checks the TTL invariant on every key the sequence wrote.
-func runDifferential(t *testing.T, be *backend, alg limit.Algorithm, mode clockMode) {
+// runDifferential drives one random sequence (Ops of one to four quotas,
+// refunds of earlier charges) through the Redis store and the memory store
+// and fails at the first Result that differs in any field. Afterwards it
+// checks the TTL invariant on every key the sequence wrote.
+func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clockMode) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	prefix := testPrefix(t)
-	keys := diffKeys(rng, prefix, alg, diffPolicies(alg, mode))
+	keys := diffKeys(rng, prefix, algs, mode)
 
 	var cur int64 // the step's clock reading, Unix ms
 	clock := func() time.Time { return time.UnixMilli(cur) }
@@ -204,14 +234,17 @@ func runDifferential(t *testing.T, be *backend, alg limit.Algorithm, mode clockM
 	bounds := make(map[string]int64, len(keys))
 	type step struct {
 		i    int
-		key  string
 		op   limit.Op
 		now  int64
 		want limit.Result
 	}
 	var recent [6]step
-	var allowed, denied, backSteps int
-	ctx := ctxT(t)
+	var charges []limit.Op
+	var allowed, denied, refunds, backSteps int
+	// expiry is each key's expiry as last written (fake clock), high the
+	// highest clock reading so far.
+	expiry := make(map[string]int64)
+	var high int64
 	for i := range diffSteps {
 		k := &keys[rng.IntN(len(keys))]
 		switch mode {
@@ -226,44 +259,80 @@ func runDifferential(t *testing.T, be *backend, alg limit.Algorithm, mode clockM
 			cur = base + time.Since(start).Milliseconds() + offset
 		}
 		op := k.op
-		op.Key = []byte(k.key)
 		op.Cost = diffCost(rng, &op, mode == fakeClock)
-		got, err := rs.Take(ctx, &op)
+		if len(charges) > 0 && rng.IntN(8) == 0 {
+			op = charges[rng.IntN(len(charges))]
+			op.Refund = true
+		}
+		if mode == fakeClock {
+			// Once the clock has passed a state's expiry the memory store
+			// may reclaim it (Redis drops an expired key by its own clock
+			// too), so behind that expiry the two stores may disagree: the
+			// fake clock never reads a key there, it moves up to the expiry.
+			for j := range op.N {
+				if e, ok := expiry[string(op.Quotas[j].Key)]; ok && e <= high && cur < e {
+					cur = e
+				}
+			}
+			high = max(high, cur)
+		}
+		got, err := takeOne(rs, &op)
 		if err != nil {
 			t.Fatalf("step %d: redis Take: %v", i, err)
 		}
 		if mode == serverClock {
 			cur = got.NowMS
 		}
-		want, _ := ms.Take(ctx, &op)
+		want, _ := takeOne(ms, &op)
 		if got != want {
 			var hist strings.Builder
 			for j := range recent {
 				s := recent[(i+j)%len(recent)]
-				if s.key != "" {
-					fmt.Fprintf(&hist, "\n  step %d now %d key %s cost %d -> %+v", s.i, s.now, s.key, s.op.Cost, s.want)
+				if s.op.N > 0 {
+					fmt.Fprintf(&hist, "\n  step %d now %d op %+v -> %+v", s.i, s.now, s.op, s.want)
 				}
 			}
-			t.Fatalf("%v %v step %d (now %d, cost %d, key %s, op %+v):\n redis  %+v\n memory %+v\nrecent steps:%s",
-				alg, mode, i, cur, op.Cost, k.key, k.op, got, want, hist.String())
+			t.Fatalf("%v %v step %d (now %d, op %+v):\n redis  %+v\n memory %+v\nrecent steps:%s",
+				algs, mode, i, cur, op, got, want, hist.String())
 		}
-		recent[i%len(recent)] = step{i, k.key, op, cur, want}
-		if got.Allowed {
+		recent[i%len(recent)] = step{i, op, cur, want}
+		switch {
+		case op.Refund:
+			refunds++
+		case got.Allowed:
 			allowed++
-			// After a backwards step the delays and the TTL count from the
-			// real now (Result.shift): the state may live longer than the
-			// policy's bound, by the skew.
-			bounds[k.key] = max(ttlBound(&op), got.TTLMS)
-			if mode != fakeClock {
-				bounds[k.key] = ttlBound(&op)
+			c := op
+			for j := range c.N {
+				c.Quotas[j].Window = got.Quotas[j].Window
 			}
-		} else {
+			c.Cost = rng.Int64N(c.Cost + 1)
+			charges = append(charges[:min(len(charges), 64)], c)
+		default:
 			denied++
 		}
+		for j := range op.N {
+			if ttl := got.Quotas[j].TTLMS; ttl > 0 && !op.Refund {
+				expiry[string(op.Quotas[j].Key)] = cur + ttl
+			}
+		}
+		for j := range op.N {
+			if ttl := got.Quotas[j].TTLMS; ttl > 0 && !op.Refund {
+				q := &op.Quotas[j]
+				b := ttlBound(q)
+				if mode == fakeClock {
+					// After a backwards step the delays and the TTL count
+					// from the real now: a state may live longer than the
+					// policy's bound, by the skew.
+					b = max(bounds[string(q.Key)], keyBound(q, ttl))
+				}
+				bounds[string(q.Key)] = b
+			}
+		}
 	}
-	t.Logf("%v %v: %d steps identical (%d allowed, %d denied, %d backwards clock steps)", alg, mode, diffSteps, allowed, denied, backSteps)
-	if allowed < diffSteps/20 || denied < diffSteps/20 {
-		t.Errorf("sequence too one-sided to prove anything: %d allowed, %d denied", allowed, denied)
+	t.Logf("%v %v: %d steps identical (%d allowed, %d denied, %d refunds, %d backwards clock steps)",
+		algs, mode, diffSteps, allowed, denied, refunds, backSteps)
+	if allowed < diffSteps/20 || denied < diffSteps/20 || refunds < diffSteps/40 {
+		t.Errorf("sequence too one-sided to prove anything: %d allowed, %d denied, %d refunds", allowed, denied, refunds)
 	}
 	if mode == fakeClock && backSteps == 0 {
 		t.Errorf("no backwards clock step in %d steps", diffSteps)
@@ -288,8 +357,9 @@ var algorithms = []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow, limit
 
 // TestDifferential: the same random sequences give identical Results, field
 // by field, on the memory store and on Redis (miniredis, a real standalone
-// server, a real 3-master Cluster), for all three algorithms, with costs,
-// window boundaries and a fake clock; on real servers also with server TIME.
+// server, a real 3-master Cluster), for each algorithm and for Ops mixing
+// them, with several quotas, refunds, costs, window boundaries and a fake
+// clock that also steps back; on real servers also with server TIME.
 func TestDifferential(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		modes := []clockMode{fakeClock}
@@ -299,9 +369,12 @@ func TestDifferential(t *testing.T) {
 		for _, mode := range modes {
 			for _, alg := range algorithms {
 				t.Run(mode.String()+"/"+alg.String(), func(t *testing.T) {
-					runDifferential(t, be, alg, mode)
+					runDifferential(t, be, []limit.Algorithm{alg}, mode)
 				})
 			}
+			t.Run(mode.String()+"/mixed", func(t *testing.T) {
+				runDifferential(t, be, algorithms, mode)
+			})
 		}
 	})
 }

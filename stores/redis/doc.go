@@ -5,24 +5,32 @@
 // # One round trip per decision
 //
 // Each decision is one EVALSHA (EVAL the first time a node lacks the script)
-// of a Lua script per algorithm. The scripts transcribe limit.Op.Apply line by
-// line, so the Redis and memory stores give identical decisions, field by
-// field (tested over random sequences of 10 000+ steps per algorithm on a
-// real server, a real Cluster and miniredis). Inside the script:
+// of one Lua script for every algorithm, for Ops of up to limit.MaxQuotas
+// quotas (all or nothing) and for refunds. The script transcribes the
+// admission test and the state updates of limit.Op.Apply line by line; it
+// returns the states it read, and Take computes the Result with
+// limit.Op.Apply itself, so the Redis and memory stores give identical
+// decisions, field by field (tested over random sequences of 10 000+ steps
+// per algorithm, with several quotas, refunds and clock steps, on a real
+// server, a real Cluster and miniredis). Inside the script:
 //
 //   - the clock is read once: Redis TIME by default, so replicas need no clock
 //     synchronisation; or a caller's clock (WithClock) passed as an argument;
-//   - the state of one (bucket, identity) is one string under op.Key (its
-//     integers packed, see scripts.go), whose first "{...}" is the Cluster
-//     hash tag (see DESIGN.md, "Store keys");
-//   - a denied request writes nothing; an allowed one writes the new state
-//     and its time to live (Result.TTLMS) in one SET ... PX (PXAT on server
-//     time), so no sequence of calls, crashes or dropped connections can
-//     leave a key without one. A key found without a TTL (written by
-//     something else) gets one even on a denial.
+//   - the states are read with one GET (MGET for several quotas); each is one
+//     string of five packed integers under its quota's key, whose first
+//     "{...}" is the Cluster hash tag the keys of one Op share (see
+//     DESIGN.md, "Store keys");
+//   - a denied request only reads; an admitted one writes each state, with
+//     SET ... KEEPTTL while the key's deadline covers the state's life and
+//     SET ... PXAT (PX on a caller's clock) when it must move, so every key
+//     the store writes has a time to live, within the policy's bound. The
+//     one write a denial makes is a state the clock has fallen far behind (a
+//     backward clock step), normalized as limit.Op.Apply says.
 //
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
-// rejects policies that could exceed it.
+// rejects policies that could exceed it. Per decision the store allocates
+// once (rueidis' reply); the script costs Redis about what the leanest peer
+// script does while reading the server's clock (see bench/redispeers).
 //
 // # Clients
 //
@@ -47,6 +55,7 @@
 // Redis answers. A call whose deadline expires may still have been counted
 // by Redis.
 //
-// Requirements: Redis 6.2 or later (SET ... PXAT; scripts replicated by
-// effects); tested on Redis 7.0.15 and miniredis v2.40.
+// Requirements: Redis 6.2 or later (SET ... PXAT, KEEPTTL; scripts
+// replicated by effects); tested on Redis 7.0.15 and miniredis v2.40 (whose
+// Lua lacks the struct library: the script then packs in plain Lua).
 package redisstore

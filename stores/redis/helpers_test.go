@@ -197,17 +197,42 @@ func pttl(t testing.TB, c rueidis.Client, key string) int64 {
 	return v
 }
 
-// ttlBound is the longest time to live a key of op's policy may carry
-// (DESIGN.md, Algorithms): FixedWindow a window plus 1 s of grace,
-// SlidingWindow two windows, TokenBucket the time to fill the bucket.
-func ttlBound(op *limit.Op) int64 {
-	switch op.Algorithm {
+// ttlBound is the longest time to live a key of quota q may carry without
+// clock steps (DESIGN.md, "Store keys"): FixedWindow a window plus 1 s of
+// grace, SlidingWindow two windows, TokenBucket twice the time to fill the
+// bucket (the state's life, plus one refill time of slack so that a busy
+// key moves its deadline at most once per refill time).
+func ttlBound(q *limit.Quota) int64 {
+	switch q.Algorithm {
 	case limit.FixedWindow:
-		return op.WindowMS + 1000
+		return q.WindowMS + 1000
 	case limit.TokenBucket:
-		return max(op.Burst*op.IntervalMS, 1)
+		return 2 * refillMS(q)
 	}
-	return 2 * op.WindowMS
+	return 2 * q.WindowMS
+}
+
+// refillMS is a token bucket's refill time, Burst*Window/Limit rounded up.
+func refillMS(q *limit.Quota) int64 {
+	return max((q.Burst*q.WindowMS+q.Limit-1)/q.Limit, 1)
+}
+
+// keyBound is the bound on the deadline of a key written with a Result
+// whose TTLMS is ttl: ttlBound, or, after the clock stepped back (a window
+// decided at a stored window up to 1 s ahead), the state's own TTL plus the
+// token bucket's slack.
+func keyBound(q *limit.Quota, ttl int64) int64 {
+	slack := int64(0)
+	if q.Algorithm == limit.TokenBucket {
+		slack = refillMS(q)
+	}
+	return max(ttlBound(q), ttl+slack)
+}
+
+// oneQuota is an Op of one quota q on key, at cost.
+func oneQuota(key string, q limit.Quota, cost int64) limit.Op {
+	q.Key = []byte(key)
+	return limit.Op{Cost: cost, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
 }
 
 // checkTTLs asserts the TTL invariant: every key under prefix has
@@ -236,7 +261,7 @@ func checkTTLs(t testing.TB, c rueidis.Client, prefix string, bounds map[string]
 	return len(keys)
 }
 
-// fnv64 is FNV-1a, as the engine hashes keys for Op.Hash.
+// fnv64 is FNV-1a, as the engine hashes for the Cluster hash tag.
 func fnv64(s string) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
@@ -256,8 +281,22 @@ func hashTag(s string) string {
 
 // opKey lays out a key as the engine does: prefix:{tag}:bucket:letter:r:id.
 func opKey(prefix, bucket string, alg limit.Algorithm, id string) string {
+	return taggedKey(prefix, hashTag(bucket+"\x00"+id), bucket, alg, id)
+}
+
+// taggedKey is opKey with a given tag: the keys of one Op's quotas share it.
+func taggedKey(prefix, tag, bucket string, alg limit.Algorithm, id string) string {
 	letter := map[limit.Algorithm]string{limit.SlidingWindow: "s", limit.FixedWindow: "f", limit.TokenBucket: "g"}[alg]
-	return prefix + ":" + hashTag(bucket+"\x00"+id) + ":" + bucket + ":" + letter + ":r:" + id
+	return prefix + ":" + tag + ":" + bucket + ":" + letter + ":r:" + id
+}
+
+// takeOne calls s.Take under a deadline of its own (10 s). Long sequences
+// use it rather than one ctxT for the whole run: 10 000 steps on miniredis
+// under -race on a loaded machine can take longer than ctxT's 30 s.
+func takeOne(s limit.Store, op *limit.Op) (limit.Result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.Take(ctx, op)
 }
 
 // ctxT is a context bounded by a generous deadline for test plumbing.

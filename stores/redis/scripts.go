@@ -2,233 +2,433 @@ package redisstore
 
 import "github.com/redis/rueidis"
 
-// The Lua scripts below are line-by-line transcriptions of limit.Op.Apply
-// (engine/algorithm.go) plus the memory store's expiry rule (a stored State is
-// used only while its expiry time is after now). Each runs as one EVALSHA per
-// decision: read the clock once, read the state, decide, and, only when the
-// request is allowed, write the new state together with its time to live
-// (one SET ... PX/PXAT). A denied request writes nothing.
+// The store's one script (store contract v2) transcribes line by line the
+// admission test and the state updates of limit.Op.Apply
+// (engine/algorithm.go) for up to limit.MaxQuotas quotas of any algorithm,
+// refunds and the clock-step rules, plus the memory store's expiry rule (a
+// stored State counts only while its expiry is after now). It runs as one
+// EVALSHA per decision: the clock is read once, every state is read with one
+// GET (MGET for several quotas), and only what the contract says is written:
+// every state of an admitted Op; for a denial nothing but a state the clock
+// has fallen far behind; for a refund the changed states, keeping their
+// expiry. The numbers of the answer (Remaining, delays, TTLs) are not
+// computed here: the script returns the states it read and Take runs
+// limit.Op.Apply on them, the very function the memory store runs, so the
+// two stores' Results are the same by construction; Take also checks that
+// Apply admits exactly when the script did.
 //
-// Keys and arguments (all integers in decimal):
+// Keys and arguments:
 //
-//	KEYS[1]  op.Key: one string per (bucket, identity)
-//	ARGV[1]  now in Unix ms, or "" to read the server's TIME (once)
-//	window scripts: ARGV[2..5] = Limit, WindowMS, PhaseMS, Cost
-//	GCRA script:    ARGV[2..4] = IntervalMS, Burst, Cost
+//	KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
+//	ARGV[1]  little-endian 64-bit integers: now in Unix ms (0: read the
+//	         server's TIME), cost, then per quota the algorithm (0 sliding
+//	         window, 1 fixed window, 2 token bucket), limit, window ms, and
+//	         phase ms (window algorithms) or burst (token bucket), and for a
+//	         refund a fifth: the window index of the charge
 //
-// Reply: {allowed (0|1), Remaining, ResetAfterMS, RetryAfterMS, NowMS, TTLMS}.
+// Reply: {allowed (0|1), now, then per quota a, b, c}: the state read (zero
+// when absent, expired or unreadable): window algorithms a = window index,
+// b = count, c = previous count; token bucket a = TAT (Unix ms), b = TAT's
+// fraction in 1/limit ms.
 //
-// Stored value, decimal integers separated by one space:
+// Stored value: five little-endian 64-bit integers (40 bytes) a, b, c,
+// expiry, pexpiry. a, b, c are the state as above; expiry is the Unix ms at
+// which the state dies (now + the Result's TTLMS at its last write: the
+// memory store's rule, so both stores forget a state at the same instant
+// whatever the clock does); pexpiry is the key's own deadline in Redis. A
+// write sets the key's deadline only when the state would outlive it (SET
+// ... PXAT, or PX with a caller's clock), and otherwise keeps it (SET ...
+// KEEPTTL), which costs Redis far less. Window algorithms set the deadline
+// to the state's expiry (once per window and key); a token bucket to its
+// expiry plus the bucket's refill time, so that a busy key moves its
+// deadline at most once per refill time. A key thus always has a deadline,
+// never before its state dies and never further than the policy's bound
+// (DESIGN.md, "Store keys"). A value that does not decode is no state (the
+// next write replaces it and sets a deadline); a key of another type is a
+// WRONGTYPE error, i.e. the failure mode, never silently deleted.
 //
-//	SlidingWindow  "<window> <count> <prev> <expiry>"
-//	FixedWindow    "<window> <count> <expiry>"
-//	TokenBucket    "<tat> <expiry>"
+// Binary packing (the struct library of the server's Lua: Redis, Valkey) is
+// what makes the script cheap: six decimal arguments and a decimal value
+// parsed with string.match cost Redis several microseconds more per call.
+// Where the Lua has no struct library (miniredis), the same bytes are
+// packed and unpacked by a few lines of plain Lua, defined only there.
 //
-// where window is the index of the current window, count the cost admitted in
-// it, prev the cost admitted in the one before, tat the theoretical arrival
-// time (Unix ms), and expiry the Unix ms at which the state dies (now +
-// TTLMS): the memory store's expiry, so that both stores forget a state at
-// the same instant whatever the clock does. A value that does not parse is
-// treated as no state (and overwritten by the next admitted request).
+// Shape: one Op of one quota (nearly every call) runs a straight path for
+// its algorithm; several quotas or a refund run the general loop (a first
+// pass decides, a second writes). Both are assembled from the same
+// fragments below, one per part of Apply. No closure is created and no
+// table but the reply (and MGET's for several quotas), outside the
+// struct-less fallback.
 //
-// Arithmetic: Lua numbers are IEEE doubles; every value stays below 2^53
-// (limit.New guarantees it), so sums and products are exact. Division goes
-// through fdiv, a floor division corrected by its remainder, so that it is
-// exact where a/b alone could round up to the next integer. Integers are
-// written with itoa: Redis' Lua 5.1 tostring prints "%.14g", which is exact
-// only below 10^14.
-
-// prelude is shared by the three scripts: the key, the clock, floor
-// division, integer formatting, the state writer and the TTL repair.
-const prelude = `
-local k = KEYS[1]
-local servertime = ARGV[1] == ''
-local now
-if servertime then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
-
--- floor(a / b) for b > 0 and |a| < 2^53, exact.
-local function fdiv(a, b)
-  local q = math.floor(a / b)
-  local r = a - q * b
-  if r < 0 then
-    q = q - 1
-  elseif r >= b then
-    q = q + 1
+// Arithmetic: Lua numbers are IEEE doubles; limit.New keeps every integer
+// below 2^53, so sums, products and comparisons are exact; floor division is
+// math.floor(a/b) corrected by the remainder (a/b alone can round up to the
+// next integer). Values are non-negative (times after 1970).
+var takeSource = `
+local struct = rawget(_G, 'struct')
+local dec, enc
+if not struct then
+  -- No struct library: little-endian 64-bit integers in plain Lua.
+  dec = function(s, p, k)
+    local out = {}
+    for j = 1, k do
+      local v = 0
+      for b = p + 7, p, -1 do
+        v = v * 256 + string.byte(s, b)
+      end
+      out[j] = v
+      p = p + 8
+    end
+    out[k + 1] = p
+    return unpack(out)
   end
-  return q
-end
-
--- itoa formats an integer below 2^53 exactly.
-local function itoa(n)
-  if n == 0 then
-    return '0'
-  elseif n < 0 then
-    return '-' .. itoa(-n)
-  elseif n < 1e14 then
-    return tostring(n)
+  enc = function(...)
+    local parts = {}
+    for j, v in ipairs({...}) do
+      local bytes = {}
+      for b = 1, 8 do
+        local r = v % 256
+        bytes[b] = string.char(r)
+        v = (v - r) / 256
+      end
+      parts[j] = table.concat(bytes)
+    end
+    return table.concat(parts)
   end
-  local hi = fdiv(n, 1e7)
-  local lo = tostring(n - hi * 1e7)
-  return tostring(hi) .. string.rep('0', 7 - #lo) .. lo
 end
+local a = ARGV[1]
+local n = #KEYS
+local refund = #a > 16 + 32 * n
+local servertime
+` + fastPath + generalPath
 
--- put writes the state and its time to live in one command. On server time
--- the deadline is absolute (now + ttl on the clock TIME read), so the key
--- dies exactly when the state does; with a caller's clock it is relative.
-local function put(v, ttl)
-  if servertime then
-    redis.call('SET', k, v, 'PXAT', now + ttl)
+// fastPath: one quota, no refund.
+var fastPath = `
+if n == 1 and not refund then
+  local now, cost, alg, lim, w, x
+  if struct then
+    now, cost, alg, lim, w, x = struct.unpack('<i8i8i8i8i8i8', a)
   else
-    redis.call('SET', k, v, 'PX', ttl)
+    now, cost, alg, lim, w, x = dec(a, 1, 6)
   end
-end
-
--- repair bounds a key found without a time to live (written by something
--- else): a denied request writes nothing else.
-local function repair(bound)
-  if redis.call('PTTL', k) == -1 then
-    redis.call('PEXPIRE', k, bound)
+` + clock + `
+  local k = KEYS[1]
+  local v = redis.call('GET', k)
+` + decodeState + `
+  local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+  if alg == 2 then
+` + bucketView + `
+    ok = cost <= x and off + cost * w <= tau
+    if ok then
+      off = off + cost * w
+    end
+    if ok or norm then
+` + bucketState + write + `
+    end
+  else
+` + windowView + windowFits + `
+    if ok then
+      curr = curr + cost
+    end
+    if ok or norm then
+` + windowState + write + `
+    end
   end
+  if ok then
+    return {1, now, sa, sb, sc}
+  end
+  return {0, now, sa, sb, sc}
 end
-
-local v = redis.call('GET', k)
 `
 
-// fixedSource transcribes Op.fixed (and Op.window, Result.shift).
-const fixedSource = prelude + `
-local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local sw, sc = 0, 0
-if v then
-  local a, b, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    sw, sc = tonumber(a), tonumber(b)
-  end
-end
-
-local idx = fdiv(now - phase, w)
-local start, at = idx * w + phase, now
-if idx < sw then
-  idx = sw
-  start = idx * w + phase
-  at = start
-end
-local count = 0
-if sw == idx then
-  count = sc
-end
--- Result.shift: delays computed at at count from the real now.
-local skew = at - now
-local reset = start + w - at + skew
-if cost <= limit - count then
-  count = count + cost
-  local ttl = reset + 1000
-  put(itoa(idx) .. ' ' .. itoa(count) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, limit - count, reset, 0, now, ttl}
-end
-if v then
-  repair(w + 1000)
-end
-return {0, math.max(limit - count, 0), reset, reset, now, 0}
-`
-
-// slidingSource transcribes Op.sliding (and Op.window, slidingReset,
-// Result.shift).
-const slidingSource = prelude + `
-local limit, w, phase, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local sw, sc, sp = 0, 0, 0
-if v then
-  local a, b, c, e = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    sw, sc, sp = tonumber(a), tonumber(b), tonumber(c)
-  end
-end
-
-local idx = fdiv(now - phase, w)
-local start, at = idx * w + phase, now
-if idx < sw then
-  idx = sw
-  start = idx * w + phase
-  at = start
-end
-local curr, prev = 0, 0
-if sw == idx then
-  curr, prev = sc, sp
-elseif sw == idx - 1 then
-  prev = sc
-end
-local el = at - start
-local toEnd = w - el
-local skew = at - now -- Result.shift: delays computed at at count from the real now
-local weighted = prev * toEnd
-local lw = limit * w
-
-local function reset()
-  if curr > 0 then
-    return toEnd + w + skew
-  elseif prev > 0 then
-    return toEnd + skew
-  end
-  return skew
-end
-
-if weighted + (curr + cost) * w <= lw then
-  curr = curr + cost
-  local ttl = toEnd + w + skew
-  put(itoa(idx) .. ' ' .. itoa(curr) .. ' ' .. itoa(prev) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), 0, now, ttl}
-end
-local retry = 0
-if cost > limit then
-  retry = math.max(reset(), 1) -- never admissible: when the whole quota is back
-elseif curr + cost <= limit then
-  retry = w - fdiv((limit - curr - cost) * w, prev) - el + skew
+// generalPath: several quotas (a first pass decides, a second writes), or a
+// refund (one pass).
+var generalPath = `
+local now, cost, pos
+if struct then
+  now, cost, pos = struct.unpack('<i8i8', a)
 else
-  retry = toEnd + math.max(w - fdiv((limit - cost) * w, curr), 0) + skew
+  now, cost, pos = dec(a, 1, 2)
 end
-if v then
-  repair(2 * w)
+` + clock + `
+local vals
+if n == 1 then
+  vals = redis.call('GET', KEYS[1])
+else
+  vals = redis.call('MGET', unpack(KEYS))
 end
-return {0, math.max(fdiv(lw - weighted, w) - curr, 0), reset(), retry, now, 0}
-`
-
-// gcraSource transcribes Op.gcra.
-const gcraSource = prelude + `
-local t, burst, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local st = 0
-if v then
-  local a, e = string.match(v, '^(%-?%d+) (%-?%d+)$')
-  if e and tonumber(e) > now then
-    st = tonumber(a)
+local reply = {1, now, 0, 0, 0}
+local all = true
+local passes = 1
+if n > 1 and not refund then
+  passes = 2
+end
+for pass = 1, passes do
+  local p = pos
+  for i = 1, n do
+    local alg, lim, w, x, cw
+    if struct then
+      alg, lim, w, x, p = struct.unpack('<i8i8i8i8', a, p)
+      if refund then
+        cw, p = struct.unpack('<i8', a, p)
+      end
+    else
+      alg, lim, w, x, p = dec(a, p, 4)
+      if refund then
+        cw, p = dec(a, p, 1)
+      end
+    end
+    local k = KEYS[i]
+    local v = vals
+    if n > 1 then
+      v = vals[i]
+    end
+` + decodeState + `
+    if pass == 1 then
+      reply[3 * i], reply[3 * i + 1], reply[3 * i + 2] = sa, sb, sc
+    end
+    local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+    if alg == 2 then
+` + bucketView + `
+      if refund then
+        -- Quota.refund: TAT = max(TAT - cost*T, now), never past full.
+        if off > 0 then
+          local c = cost
+          if c > x then
+            c = x
+          end
+          off = off - c * w
+          if off < 0 then
+            off = 0
+          end
+          norm = true
+        end
+      else
+        ok = cost <= x and off + cost * w <= tau
+        if pass == 1 then
+          all = all and ok
+        end
+        if pass == passes and all then
+          off, norm = off + cost * w, true
+        end
+      end
+      if norm and pass == passes then
+` + bucketState + `
+      end
+    else
+      if refund then
+        -- Quota.refund: only the charge's window, never below zero.
+        if cw == sa then
+          sb = sb - cost
+          if sb < 0 then
+            sb = 0
+          end
+        elseif alg == 0 and cw == sa - 1 then
+          sc = sc - cost
+          if sc < 0 then
+            sc = 0
+          end
+        end
+        na, nb, nc = sa, sb, sc
+      end
+` + windowView + `
+      if refund then
+        if norm then
+          na, nb, nc = idx, curr, prev
+        end
+      else
+` + windowFits + `
+        if pass == 1 then
+          all = all and ok
+        end
+        if pass == passes and (all or norm) then
+          if all then
+            curr = curr + cost
+          end
+` + windowState + `
+        end
+      end
+    end
+    if pass == passes then
+      if refund then
+        -- Only a live state changes; it keeps its expiry and the key its
+        -- deadline.
+        if ex > now and (na ~= reply[3 * i] or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2]) then
+` + encode("ex", "px") + `
+          redis.call('SET', k, val, 'KEEPTTL')
+        end
+      elseif ttl > 0 then
+` + write + `
+      end
+    end
   end
 end
-
-local tau = burst * t
-local tat = math.max(st, now)
-local newTAT = tat + cost * t
-if newTAT - now <= tau then
-  local ttl = math.max(newTAT - now, 1)
-  put(itoa(newTAT) .. ' ' .. itoa(now + ttl), ttl)
-  return {1, fdiv(tau - (newTAT - now), t), newTAT - now, 0, now, ttl}
+if not all then
+  reply[1] = 0
 end
-if v then
-  repair(math.max(tau, 1))
-end
-local retry = newTAT - tau - now
-if cost > burst then
-  retry = math.max(tat - now, 1) -- never admissible: when the whole quota is back
-end
-return {0, math.max(fdiv(tau - (tat - now), t), 0), tat - now, retry, now, 0}
+return reply
 `
 
-// One script per algorithm, created once: rueidis sends EVALSHA and falls
-// back to EVAL (which also loads the script) on NOSCRIPT, per node.
-var (
-	fixedScript   = rueidis.NewLuaScript(fixedSource)
-	slidingScript = rueidis.NewLuaScript(slidingSource)
-	gcraScript    = rueidis.NewLuaScript(gcraSource)
-)
+// clock reads the server's TIME, once, when the caller sent no clock.
+const clock = `
+  servertime = now == 0
+  if servertime then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+`
+
+// decodeState reads the value v into sa, sb, sc (the state), ex (its
+// expiry) and px (the key's deadline); a dead state reads as zero, its key's
+// deadline kept. So does a state whose expiry is further than 2^35 ms
+// (397 days, beyond any policy's: MaxRefill plus the clock-step second),
+// which only a value written by something else can hold.
+const decodeState = `
+    local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+    if v and #v == 40 then
+      if struct then
+        sa, sb, sc, ex, px = struct.unpack('<i8i8i8i8i8', v)
+      else
+        sa, sb, sc, ex, px = dec(v, 1, 5)
+      end
+      if ex <= now or ex - now > 34359738368 then
+        sa, sb, sc, ex = 0, 0, 0, 0
+      end
+    end
+`
+
+// bucketView is Quota.tatOffset: off = TAT - now in 1/lim ms, clamped to
+// [0, tau]; norm when the clock fell behind a whole bucket (x = burst).
+const bucketView = `
+      local tau = x * w
+      local off, norm = 0, false
+      if sa >= now then
+        off = (sa - now) * lim + sb
+        if off > tau then
+          off, norm = tau, true
+        end
+      end
+`
+
+// bucketState is the new token-bucket state for offset off (Quota.gcra):
+// TAT = now + floor(off/lim), fraction off mod lim, ttl = max(ceil(off/lim),
+// 1); the key's bound is twice the refill time, its slack one refill time
+// (in 1/lim ms: tau).
+var bucketState = `
+` + divmod("q", "r", "off", "lim") + `      na, nb, nc = now + q, r, 0
+      ttl = q
+      if r > 0 then
+        ttl = q + 1
+      end
+      if ttl < 1 then
+        ttl = 1
+      end
+      slack = tau
+      bound = 2 * tau / lim + 2
+`
+
+// windowView is Quota.windowView (x = phase): the window idx the decision
+// counts in, its start, the instant at it is judged at, the counts curr and
+// prev, and norm when the stored window is more than 1 s ahead (read as the
+// current one).
+var windowView = `
+` + divmod("idx", "rem", "now - x", "w") + `      local start, at = idx * w + x, now
+      local wa, norm = sa, false
+      if wa > idx then
+        local s2 = wa * w + x
+        if s2 - now <= 1000 then
+          idx, start, at = wa, s2, s2
+        else
+          wa, norm = idx, true
+        end
+      end
+      local curr, prev = 0, 0
+      if wa == idx then
+        curr, prev = sb, sc
+      elseif wa == idx - 1 then
+        prev = sb
+      end
+      if alg == 1 then
+        prev = 0
+      end
+`
+
+// windowFits is the admission test of Quota.fixed and Quota.sliding.
+const windowFits = `
+      if alg == 1 then
+        ok = cost <= lim - curr
+      else
+        ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
+      end
+`
+
+// windowState is the new window state and its ttl (Quota.fixed: to the end
+// of the window plus 1 s; Quota.sliding: to the end of the next window).
+const windowState = `
+      na, nb, nc = idx, curr, prev
+      if alg == 1 then
+        ttl = start + w - now + 1000
+        bound = w + 2000
+      else
+        ttl = (w - (at - start)) + w + (at - now)
+        bound = 2 * w + 1000
+      end
+`
+
+// write stores (na, nb, nc) with expiry now+ttl, moving the key's deadline
+// only when the state would outlive it, or when the recorded deadline is
+// beyond the policy's bound (a value written by something else): then to
+// the expiry plus the slack (slack/lim ms, rounded up).
+var write = `
+      local e = now + ttl
+      local pe = px
+      if e > px or px - now > bound then
+        pe = e
+        if slack > 0 then
+` + divmod("s", "sr", "slack", "lim") + `          if sr > 0 then
+            s = s + 1
+          end
+          pe = e + s
+        end
+      end
+` + encode("e", "pe") + `      if pe == px then
+        redis.call('SET', k, val, 'KEEPTTL')
+      elseif servertime then
+        redis.call('SET', k, val, 'PXAT', pe)
+      else
+        redis.call('SET', k, val, 'PX', pe - now)
+      end
+`
+
+// divmod is Lua for q, r = floor(a/b), a mod b (b > 0), exact below 2^53:
+// math.floor(a/b) may round up to the next integer, the remainder corrects
+// it. Lua has no way to share it without creating a closure per call, so it
+// is spelled out wherever it is used.
+func divmod(q, r, a, b string) string {
+	return `
+      local ` + q + ` = math.floor((` + a + `) / ` + b + `)
+      local ` + r + ` = ` + a + ` - ` + q + ` * ` + b + `
+      if ` + r + ` < 0 then
+        ` + q + `, ` + r + ` = ` + q + ` - 1, ` + r + ` + ` + b + `
+      elseif ` + r + ` >= ` + b + ` then
+        ` + q + `, ` + r + ` = ` + q + ` + 1, ` + r + ` - ` + b + `
+      end
+`
+}
+
+// encode is Lua for val = the stored value of state (na, nb, nc) with
+// expiry ex and key deadline px.
+func encode(ex, px string) string {
+	return `
+      local val
+      if struct then
+        val = struct.pack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
+      else
+        val = enc(na, nb, nc, ` + ex + `, ` + px + `)
+      end
+`
+}
+
+// takeScript is created once: rueidis sends EVALSHA and falls back to EVAL
+// (which also loads the script) on NOSCRIPT, per node.
+var takeScript = rueidis.NewLuaScript(takeSource)

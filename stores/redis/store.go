@@ -2,9 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,8 +19,10 @@ var (
 	// connecting in the background. Take returns it (wrapped, with the last
 	// connection error) so that the engine applies the policy's FailureMode.
 	ErrNotConnected = errors.New("redisstore: not connected to Redis yet")
-	// ErrBadReply means a script answered with something other than the six
-	// integers it returns; the wrapped message shows what came back.
+	// ErrBadReply means the script answered with something other than the
+	// integers it returns, or with a decision that limit.Op.Apply does not
+	// reproduce from the states the script read; the wrapped message shows
+	// what came back.
 	ErrBadReply = errors.New("redisstore: unexpected script reply")
 	// ErrClosed means the Store was closed: Take and Ping fail with it.
 	ErrClosed = errors.New("redisstore: store is closed")
@@ -30,10 +32,12 @@ var (
 )
 
 // Store is a limit.Store backed by Redis (standalone, Sentinel or Cluster)
-// through a rueidis client. Every decision is one EVALSHA of the script for
-// its algorithm (EVAL once per node when the script is not cached yet); the
-// script reads the clock, reads and, when allowed, writes the state of one
-// key with its time to live, atomically. A denied request writes nothing.
+// through a rueidis client. Every decision is one EVALSHA of one script
+// (EVAL once per node when the script is not cached yet); the script reads
+// the clock once, reads the states of all the Op's quotas (one key each, one
+// Cluster hash tag) and, when every quota admits, writes them all with their
+// time to live, atomically. A denied request writes nothing (see
+// limit.Op.Apply for the one exception, after a backward clock step).
 //
 // It is safe for concurrent use; concurrent calls share connections through
 // rueidis auto-pipelining. The zero value is not usable: call New, Dial or
@@ -55,8 +59,8 @@ type clientRef struct{ c rueidis.Client }
 type errRef struct{ err error }
 
 var (
-	_ limit.Store     = (*Store)(nil)
-	_ limit.Describer = (*Store)(nil)
+	_ limit.Store                             = (*Store)(nil)
+	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
 )
 
 // Option configures New, Dial and NewFromURL.
@@ -138,9 +142,11 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// argsBuf is the stack buffer for one call's key and arguments; longer keys
-// spill to the heap.
-const argsBuf = 256
+// bufs holds the buffers of the calls' keys and argument. A buffer goes
+// back only after Redis answered: until then rueidis may still be writing
+// the command (a call whose deadline expired is abandoned in the pipeline,
+// not recalled), so a failed call's buffer is left to the garbage collector.
+var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // Take implements limit.Store: one script call. The error is non-nil when
 // Redis could not be asked or did not answer in time (ctx); the request may
@@ -150,74 +156,99 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	if r == nil || s.closed.Load() {
 		return limit.Result{}, s.unusable()
 	}
-	// The key and every argument are built into one buffer and converted to
-	// one string (the only allocation of ours per call); keys and args are
-	// substrings of it. A copy is needed anyway: rueidis may still write the
-	// command after a deadline returned control to the caller, and op.Key is
-	// reused by the engine.
-	var b [argsBuf]byte
-	buf := append(b[:0], op.Key...)
-	var ends [6]int
-	ends[0] = len(buf)
+	n := op.N
+	if n < 1 || n > limit.MaxQuotas {
+		return limit.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limit.MaxQuotas)
+	}
+	// The keys and the argument (little-endian 64-bit integers, see
+	// takeSource) are built into one pooled buffer; the strings handed to
+	// rueidis are views of it (the engine reuses the Op's key bytes, so they
+	// are copied in any case). No allocation of ours per call.
+	bp := bufs.Get().(*[]byte)
+	buf := (*bp)[:0]
+	var ends [limit.MaxQuotas]int
+	for i := range n {
+		buf = append(buf, op.Quotas[i].Key...)
+		ends[i] = len(buf)
+	}
+	var now int64 // 0: the server's TIME
 	if s.clock != nil {
-		buf = strconv.AppendInt(buf, s.clock().UnixMilli(), 10)
+		now = s.clock().UnixMilli()
 	}
-	ends[1] = len(buf)
-	n := 2
-	script := slidingScript
-	switch op.Algorithm {
-	case limit.TokenBucket:
-		script = gcraScript
-		buf = strconv.AppendInt(buf, op.IntervalMS, 10)
-		ends[n], n = len(buf), n+1
-		buf = strconv.AppendInt(buf, op.Burst, 10)
-		ends[n], n = len(buf), n+1
-	default:
-		if op.Algorithm == limit.FixedWindow {
-			script = fixedScript
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(op.Cost))
+	for i := range n {
+		q := &op.Quotas[i]
+		x := q.PhaseMS
+		if q.Algorithm == limit.TokenBucket {
+			x = q.Burst
 		}
-		buf = strconv.AppendInt(buf, op.Limit, 10)
-		ends[n], n = len(buf), n+1
-		buf = strconv.AppendInt(buf, op.WindowMS, 10)
-		ends[n], n = len(buf), n+1
-		buf = strconv.AppendInt(buf, op.PhaseMS, 10)
-		ends[n], n = len(buf), n+1
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(algorithmCode(q.Algorithm)))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Limit))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.WindowMS))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
+		if op.Refund {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
+		}
 	}
-	buf = strconv.AppendInt(buf, op.Cost, 10)
-	ends[n], n = len(buf), n+1
-	str := string(buf)
-	keys := [1]string{str[:ends[0]]}
-	var args [5]string
-	for i := 1; i < n; i++ {
-		args[i-1] = str[ends[i-1]:ends[i]]
+	str := rueidis.BinaryString(buf)
+	var keys [limit.MaxQuotas]string
+	from := 0
+	for i := range n {
+		keys[i], from = str[from:ends[i]], ends[i]
 	}
-	resp := script.Exec(ctx, r.c, keys[:], args[:n-1])
-	return parseReply(resp)
+	args := [1]string{str[from:]}
+	resp := takeScript.Exec(ctx, r.c, keys[:n], args[:])
+	res, err := decide(op, resp)
+	if resp.NonRedisError() == nil { // answered: rueidis is done with the command
+		*bp = buf
+		bufs.Put(bp)
+	}
+	return res, err
 }
 
-// parseReply turns the script's six integers into a Result.
-func parseReply(resp rueidis.RedisResult) (limit.Result, error) {
+// algorithmCode is the script's number for an algorithm.
+func algorithmCode(a limit.Algorithm) int64 {
+	switch a {
+	case limit.FixedWindow:
+		return 1
+	case limit.TokenBucket:
+		return 2
+	}
+	return 0
+}
+
+// decide turns the script's reply (its decision, its clock reading and the
+// states it read) into the Result: limit.Op.Apply on those states, which
+// must admit exactly when the script did.
+func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 	arr, err := resp.ToArray()
 	if err != nil {
 		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(arr) != 6 {
-		return limit.Result{}, fmt.Errorf("%w: %d elements, want 6", ErrBadReply, len(arr))
+	if len(arr) != 2+3*op.N {
+		return limit.Result{}, fmt.Errorf("%w: %d elements, want %d", ErrBadReply, len(arr), 2+3*op.N)
 	}
-	var v [6]int64
+	var v [2 + 3*limit.MaxQuotas]int64
 	for i := range arr {
 		if v[i], err = arr[i].AsInt64(); err != nil {
 			return limit.Result{}, fmt.Errorf("%w: element %d: %v", ErrBadReply, i, err)
 		}
 	}
-	return limit.Result{
-		Allowed:      v[0] == 1,
-		Remaining:    v[1],
-		ResetAfterMS: v[2],
-		RetryAfterMS: v[3],
-		NowMS:        v[4],
-		TTLMS:        v[5],
-	}, nil
+	var sts [limit.MaxQuotas]limit.State
+	for i := range op.N {
+		a, b, c := v[2+3*i], v[3+3*i], v[4+3*i]
+		if op.Quotas[i].Algorithm == limit.TokenBucket {
+			sts[i] = limit.State{TAT: a, TATFrac: b}
+		} else {
+			sts[i] = limit.State{Window: a, Count: b, Prev: c}
+		}
+	}
+	res := op.Apply(&sts, v[1])
+	if res.Allowed != (v[0] == 1) {
+		return limit.Result{}, fmt.Errorf("%w: the script decided %d, the engine %v on states %v at %d", ErrBadReply, v[0], res.Allowed, sts, v[1])
+	}
+	return res, nil
 }
 
 // Ping sends PING: nil when Redis answers. Before a Store built by Dial or

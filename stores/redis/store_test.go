@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -109,57 +110,38 @@ func TestParseURL(t *testing.T) {
 	}
 }
 
-// TestParseReply feeds replies of the wrong shape, produced by a real
-// script call on miniredis, to the reply parser.
-func TestParseReply(t *testing.T) {
+// TestDecideRejectsBadReplies feeds replies of the wrong shape, produced
+// by a real script call on miniredis, to the reply decoder; and a reply
+// whose decision limit.Op.Apply does not reproduce from the states in it.
+func TestDecideRejectsBadReplies(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
 	ctx := context.Background()
 	eval := func(src string) rueidis.RedisResult {
 		return c.Do(ctx, c.B().Eval().Script(src).Numkeys(0).Build())
 	}
-	for _, src := range []string{"return {1, 2}", "return {1, 2, 3, 4, 5, 'x'}", "return 'six'"} {
-		if _, err := parseReply(eval(src)); err == nil {
+	op := oneQuota("k", limit.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}, 1)
+	const now = 1_764_457_000_123
+	for _, src := range []string{"return {1, 2}", "return {1, 2, 3, 4, 'x'}", "return 'five'", "return {1, 2, 3, 4, 5, 6}"} {
+		if _, err := decide(&op, eval(src)); err == nil {
 			t.Errorf("%s: no error", src)
 		}
 	}
-	if _, err := parseReply(eval("return {1, 2, 3, 4, 5, 'x'}")); !errors.Is(err, ErrBadReply) {
+	if _, err := decide(&op, eval("return {1, 2, 3, 4, 'x'}")); !errors.Is(err, ErrBadReply) {
 		t.Errorf("non-integer element: %v, want ErrBadReply", err)
 	}
-	if _, err := parseReply(eval("return redis.error_reply('boom')")); err == nil || !strings.Contains(err.Error(), "boom") {
+	if _, err := decide(&op, eval("return redis.error_reply('boom')")); err == nil || !strings.Contains(err.Error(), "boom") {
 		t.Errorf("script error: %v, want it passed on", err)
 	}
-	got, err := parseReply(eval("return {0, 4, 1500, 700, 1764457000123, 0}"))
-	want := limit.Result{Remaining: 4, ResetAfterMS: 1500, RetryAfterMS: 700, NowMS: 1764457000123}
-	if err != nil || got != want {
-		t.Errorf("got %+v, %v; want %+v", got, err, want)
+	// A full window the script claims it admitted: the engine disagrees.
+	idx := int64(now / 1000)
+	if _, err := decide(&op, eval(fmt.Sprintf("return {1, %d, %d, 5, 0}", now, idx))); !errors.Is(err, ErrBadReply) {
+		t.Errorf("disagreeing decision: %v, want ErrBadReply", err)
 	}
-}
-
-// TestItoa checks the scripts' integer formatting where Lua's own tostring
-// ("%.14g" in Redis) is not exact, on every backend.
-func TestItoa(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, be *backend) {
-		c := be.newClient(t)
-		vals := []int64{0, 7, -5, 99_999_999_999_999, 100_000_000_000_000, 123_456_789_012_345,
-			1<<53 - 1, 1 << 52, -(1 << 52) - 3, 1_000_000_000_000_007, 10_000_000}
-		var src strings.Builder
-		src.WriteString(prelude + "return {")
-		for _, v := range vals {
-			src.WriteString("itoa(" + strconv.FormatInt(v, 10) + "), ")
-		}
-		src.WriteString("}")
-		key := testPrefix(t) + ":{itoa}"
-		got, err := c.Do(context.Background(), c.B().Eval().Script(src.String()).Numkeys(1).Key(key).Arg("1").Build()).AsStrSlice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, v := range vals {
-			if want := strconv.FormatInt(v, 10); i >= len(got) || got[i] != want {
-				t.Errorf("itoa(%d) = %q, want %q", v, got[i], want)
-			}
-		}
-	})
+	got, err := decide(&op, eval(fmt.Sprintf("return {0, %d, %d, 5, 0}", now, idx)))
+	if err != nil || got.Allowed || got.NowMS != now || got.Quotas[0].Remaining != 0 || got.Quotas[0].RetryAfterMS != 1000-now%1000 {
+		t.Errorf("got %+v, %v; want a denial at %d with Retry-After %d", got, err, now, 1000-now%1000)
+	}
 }
 
 // TestOwnership: Close closes a client Dial created, never one passed to New.
@@ -254,19 +236,45 @@ func TestTakeHonoursDeadline(t *testing.T) {
 	}
 }
 
-// TestTakeAllocs guards the per-call allocations of Take on a real server:
-// one string for the key and arguments, rueidis' reply array (one more
-// under -race, whose instrumentation moves a value to the heap).
+// TestTakeAllocs is the allocation guard of the Redis decision path on a
+// real server: one allocation per Store.Take (rueidis' reply array; the
+// keys and argument live in a pooled buffer), for each algorithm, an Op of
+// several quotas, a denial and a refund (issue 13 allows 2). Under -race
+// sync.Pool drops items at random and the race detector moves values to the
+// heap, so the guard is skipped there.
 func TestTakeAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("!!! SKIPPED under -race: sync.Pool drops items at random and the race detector changes allocation counts; run `go test -run TestTakeAllocs` without -race")
+	}
 	s := newStore(t, standaloneBackend(t))
 	prefix := testPrefix(t)
 	t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
 	ctx := context.Background()
+	ops := map[string]limit.Op{}
 	for _, op := range ttlOps(prefix, "allocs") {
-		op.Limit = 1 << 30
-		if op.Algorithm == limit.TokenBucket {
-			op.Burst = 1 << 30
+		op.Quotas[0].Limit, op.Quotas[0].Burst = 1<<30, 1<<30
+		if op.Quotas[0].Algorithm != limit.TokenBucket {
+			op.Quotas[0].Burst = 0
 		}
+		ops[op.Quotas[0].Algorithm.String()] = op
+	}
+	multi := limit.Op{Cost: 1, N: 3}
+	for i, op := range ttlOps(prefix, "allocs-multi") {
+		multi.Quotas[i] = op.Quotas[0]
+		multi.Quotas[i].Key = []byte(taggedKey(prefix, "{m}", "b", op.Quotas[0].Algorithm, "allocs-multi"))
+		multi.Quotas[i].Limit, multi.Quotas[i].Burst = 1<<30, 1<<30
+		if multi.Quotas[i].Algorithm != limit.TokenBucket {
+			multi.Quotas[i].Burst = 0
+		}
+	}
+	ops["three-quotas"] = multi
+	denied := ttlOps(prefix, "allocs-denied")[1]
+	denied.Quotas[0].Limit = 1
+	ops["denied"] = denied
+	refund := ttlOps(prefix, "allocs-refund")[0]
+	refund.Refund = true
+	ops["refund"] = refund
+	for name, op := range ops {
 		for range 500 { // warm up: script loaded, every pooled connection dialled
 			if _, err := s.Take(ctx, &op); err != nil {
 				t.Fatal(err)
@@ -277,13 +285,9 @@ func TestTakeAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		bound := 2.0
-		if raceEnabled {
-			bound = 3
-		}
-		t.Logf("%v: %.1f allocs per Take", op.Algorithm, n)
-		if n > bound {
-			t.Errorf("%v: %.1f allocs per Take, want <= %.0f", op.Algorithm, n, bound)
+		t.Logf("%s: %.1f allocs per Take", name, n)
+		if n > 1 {
+			t.Errorf("%s: %.1f allocs per Take, want <= 1", name, n)
 		}
 	}
 }
@@ -310,7 +314,7 @@ func TestNewFromURLCluster(t *testing.T) {
 	for i := range 30 { // 30 identities: every node gets some
 		for _, op := range ttlOps(prefix, "c"+strconv.Itoa(i)) {
 			if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
-				t.Fatalf("%s: %+v, %v", op.Key, res, err)
+				t.Fatalf("%s: %+v, %v", op.Quotas[0].Key, res, err)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,16 +11,17 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// ttlOps returns one op per algorithm (60 s windows) for identity id.
+// ttlOps returns one one-quota op per algorithm (60 s windows) for
+// identity id.
 func ttlOps(prefix, id string) []limit.Op {
-	ops := []limit.Op{
-		{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234, Cost: 1},
-		{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321, Cost: 1},
-		{Algorithm: limit.TokenBucket, Limit: 10, Burst: 10, WindowMS: 60_000, IntervalMS: 6000, Cost: 1},
+	qs := []limit.Quota{
+		{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234},
+		{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321},
+		{Algorithm: limit.TokenBucket, Limit: 10, Burst: 10, WindowMS: 60_000},
 	}
-	for i := range ops {
-		k := opKey(prefix, "10p60", ops[i].Algorithm, id)
-		ops[i].Key, ops[i].Hash = []byte(k), fnv64(k)
+	ops := make([]limit.Op, len(qs))
+	for i, q := range qs {
+		ops[i] = oneQuota(opKey(prefix, "10p60", q.Algorithm, id), q, 1)
 	}
 	return ops
 }
@@ -58,9 +60,9 @@ func TestTTLAfterKilledConnections(t *testing.T) {
 		for round, id := range []string{"before", "across"} {
 			for _, op := range ttlOps(prefix, id) {
 				if res := takeRetry(t, s, &op); !res.Allowed {
-					t.Fatalf("%s: first call denied: %+v", op.Key, res)
+					t.Fatalf("%s: first call denied: %+v", op.Quotas[0].Key, res)
 				}
-				bounds[string(op.Key)] = ttlBound(&op)
+				bounds[string(op.Quotas[0].Key)] = ttlBound(&op.Quotas[0])
 			}
 			if round == 0 {
 				be.killConns(t)
@@ -76,10 +78,24 @@ func TestTTLAfterKilledConnections(t *testing.T) {
 	})
 }
 
-// TestTTLRepairsSeededKey: a key found without a TTL (pre-seeded by hand)
-// gets one from the next call, whether that call is denied (the state is
-// full), allowed, or finds a state it cannot parse.
-func TestTTLRepairsSeededKey(t *testing.T) {
+// encodeState is a stored value as the script writes it: five
+// little-endian 64-bit integers.
+func encodeState(v [5]int64) string {
+	var b [40]byte
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
+	}
+	return string(b[:])
+}
+
+// TestForeignValuesGetADeadline: a key holding a value the store did not
+// write, without a TTL (set by hand, or by an older version of the store),
+// is no state when it does not decode, and the next write gives the key a
+// deadline within the policy's bound; so does a value of the store's own
+// format whose recorded deadline is beyond the bound. (A denial writes
+// nothing, so the store never repairs a key it only reads: every key it
+// writes has a TTL.)
+func TestForeignValuesGetADeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		prefix := testPrefix(t)
 		client := be.newClient(t)
@@ -90,34 +106,28 @@ func TestTTLRepairsSeededKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := ctxT(t)
-		i64 := func(v int64) string { return strconv.FormatInt(v, 10) }
-		far := i64(now + 3_600_000)
-		// full returns the stored value of a full state for op at now.
-		full := func(op *limit.Op) string {
-			switch op.Algorithm {
-			case limit.TokenBucket:
-				return i64(now+op.Burst*op.IntervalMS) + " " + far
-			case limit.FixedWindow:
-				return i64(floorDivTest(now-op.PhaseMS, op.WindowMS)) + " " + i64(op.Limit) + " " + far
-			}
-			return i64(floorDivTest(now-op.PhaseMS, op.WindowMS)) + " " + i64(op.Limit) + " 0 " + far
-		}
 		cases := []struct {
 			name  string
 			value func(op *limit.Op) string
-			allow bool
 		}{
-			{"full-state-denied", full, false},
-			{"expired-state-allowed", func(op *limit.Op) string {
-				f := full(op)
-				return f[:strings.LastIndexByte(f, ' ')+1] + i64(now-1) // expiry: 1 ms ago
-			}, true},
-			{"garbage-allowed", func(*limit.Op) string { return "x 1 2" }, true},
+			{"garbage", func(*limit.Op) string { return "x 1 2" }},
+			{"garbage-40-bytes", func(*limit.Op) string { return strings.Repeat("\xa5", 40) }},
+			{"version-1-decimal", func(op *limit.Op) string { return "1 2 " + strconv.FormatInt(now+3_600_000, 10) }},
+			{"wrong-length", func(*limit.Op) string { return strings.Repeat("\x01", 39) }},
+			{"own-format-far-deadline", func(op *limit.Op) string {
+				// An empty state alive for an hour, recorded deadline in a year.
+				q := &op.Quotas[0]
+				a := floorDivTest(now-q.PhaseMS, q.WindowMS)
+				if q.Algorithm == limit.TokenBucket {
+					a = now - 1
+				}
+				return encodeState([5]int64{a, 0, 0, now + 3_600_000, now + 365*86_400_000})
+			}},
 		}
 		bounds := map[string]int64{}
 		for _, tc := range cases {
 			for _, op := range ttlOps(prefix, tc.name) {
-				k := string(op.Key)
+				k := string(op.Quotas[0].Key)
 				if err := client.Do(ctx, client.B().Set().Key(k).Value(tc.value(&op)).Build()).Error(); err != nil {
 					t.Fatalf("seed %s: %v", k, err)
 				}
@@ -126,12 +136,12 @@ func TestTTLRepairsSeededKey(t *testing.T) {
 				}
 				res, err := s.Take(ctx, &op)
 				if err != nil {
-					t.Fatalf("%s %v: %v", tc.name, op.Algorithm, err)
+					t.Fatalf("%s %v: %v", tc.name, op.Quotas[0].Algorithm, err)
 				}
-				if res.Allowed != tc.allow {
-					t.Errorf("%s %v: Allowed %v, want %v (%+v)", tc.name, op.Algorithm, res.Allowed, tc.allow, res)
+				if !res.Allowed || res.Quotas[0].Remaining != 9 {
+					t.Errorf("%s %v: want a fresh state's answer, got %+v", tc.name, op.Quotas[0].Algorithm, res)
 				}
-				bounds[k] = ttlBound(&op)
+				bounds[k] = ttlBound(&op.Quotas[0])
 			}
 		}
 		if n := checkTTLs(t, client, prefix, bounds, false); n != len(bounds) {

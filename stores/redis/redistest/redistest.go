@@ -84,6 +84,8 @@ type namespaced struct {
 
 func (n *namespaced) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	o := *op
-	o.Key = append([]byte(n.ns), op.Key...)
+	for i := range o.N {
+		o.Quotas[i].Key = append([]byte(n.ns), op.Quotas[i].Key...)
+	}
 	return n.Store.Take(ctx, &o)
 }

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHarness runs one short round of every contender against a redis-server
+// of its own and checks what the table is built from: every contender
+// decided; on the allowed path everything was admitted and quotagate ran
+// exactly TIME, GET, SET inside one EVALSHA per decision; in the flood
+// nearly everything was denied, the peers asked Redis once per decision and
+// a quotagate denial that reached Redis only read (EVALSHA, TIME, GET).
+func TestHarness(t *testing.T) {
+	if _, err := redisBin(); err != nil {
+		t.Skipf("!!! SKIPPED: no redis-server (QUOTAGATE_REDIS_SERVER_BIN or PATH): %v", err)
+	}
+	res, err := measureAll(config{rounds: 1, dur: 150 * time.Millisecond, goroutines: []int{8}, keys: 100, flood: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	res.print(&b)
+	t.Log("\n" + b.String())
+	if len(res.allowed) != len(contenders()) || len(res.flood) != len(contenders())-1 {
+		t.Fatalf("%d allowed-path rows, %d flood rows", len(res.allowed), len(res.flood))
+	}
+	for _, r := range res.allowed {
+		m := r.ms[0]
+		if m.decisions == 0 || m.allowed != m.decisions {
+			t.Errorf("%s: %d decisions, %d allowed", r.name, m.decisions, m.allowed)
+		}
+		want := 4.0 // EVALSHA, TIME, GET, SET
+		if strings.Contains(r.name, "caller's clock") {
+			want = 3
+		}
+		if strings.HasPrefix(r.name, "quotagate") && commands(m) != want {
+			t.Errorf("%s: %.2f commands per decision, want %.0f", r.name, commands(m), want)
+		}
+	}
+	for _, r := range res.flood {
+		m := r.ms[0]
+		if m.decisions < 100 || allowedShare(m) > 0.1 {
+			t.Errorf("%s flood: %d decisions, %.3f allowed", r.name, m.decisions, allowedShare(m))
+		}
+		if !strings.HasPrefix(r.name, "quotagate") {
+			if scriptCalls(m) < 0.99 {
+				t.Errorf("%s flood: %.3f script calls per decision", r.name, scriptCalls(m))
+			}
+			continue
+		}
+		// A quotagate denial that reaches Redis only reads.
+		if m.scriptCalls > 0 && float64(m.commands)/float64(m.scriptCalls) > 3.01 { // 2 on the caller's clock
+			t.Errorf("%s flood: %d commands for %d script calls, want 3 each (EVALSHA, TIME, GET)", r.name, m.commands, m.scriptCalls)
+		}
+	}
+}

@@ -1,0 +1,415 @@
+package memstore
+
+import (
+	"math/bits"
+	"math/rand/v2"
+	"sync"
+	"unsafe"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// A shard's table is a bucketized cuckoo hash table: flat arrays of
+// 8-slot buckets, where an entry lives in one of two buckets chosen by its
+// id (the key's 64-bit keyed hash). A lookup reads at most those two
+// buckets, a removal clears one slot, and an insertion takes a free slot of
+// either bucket, else moves an entry of a full bucket to its other bucket
+// (a cuckoo kick; a few at most at the load bounds below). At the cap the
+// new entry replaces the one evicted from its own two buckets: O(1), no
+// kick. The tables hold no pointers, so the garbage collector never scans
+// them, and an entry costs its 40 bytes and nothing else:
+//
+//	heads[i] 16 B  the id (0 marks a free slot) and a meta word (expiry,
+//	               algorithm, eviction score)
+//	words[i] 24 B  the state: three words
+//
+// The halves are separate arrays: lookups, eviction and sweeping read only
+// heads (a bucket is two cache lines); a decision reads one entry's words.
+// A bucket index is fastrange(x, buckets), the high bits of x*buckets, so any
+// number of buckets works and the table at the cap is exactly what MaxKeys
+// needs at the maximum load.
+
+const bucketSlots = 8
+
+// Load bounds: a table grows (to about twice its length) before an
+// insertion would take it above loadNum/loadDen of its slots, and shrinks
+// (to about half) when a sweep leaves it below a quarter of that. 2-choice
+// cuckoo hashing with 8-slot buckets holds up to about 98% of its slots.
+const (
+	loadNum = 15
+	loadDen = 16
+)
+
+// maxKicks bounds the entries one insertion moves; past it (not met in
+// practice at these loads) the table grows, or, at its size for the cap, an
+// entry is evicted from the homeless entry's buckets.
+const maxKicks = 128
+
+// Incremental sweeping: every decision looks at sweepSlots slots of its own
+// shard (under the lock it holds), and every crossEvery-th decision of a
+// shard at crossSlots slots of another, the 64 in turn, so that a quiet
+// shard is swept by its neighbours' traffic (8 slots per decision for each).
+const (
+	sweepSlots = 8
+	crossEvery = 16
+	crossSlots = crossEvery * sweepSlots
+)
+
+// head is the hot half of an entry, read by probing, eviction and sweeping.
+type head struct {
+	// id is the key's 64-bit keyed hash; 0 marks a free slot.
+	id uint64
+	// meta packs exp<<metaExpShift | algorithm<<8 | score: exp is the Unix ms
+	// at which the entry is dead (clamped to ±2^53), the algorithm is the one
+	// that wrote the state, score (0..255) is the remaining fraction of the
+	// quota recorded at the last decision, 255 = whole.
+	meta int64
+}
+
+// words is the cold half of an entry, the State: window algorithms Window,
+// Count, Prev; TokenBucket TAT, TATFrac.
+type words [3]int64
+
+const (
+	metaExpShift = 10
+	maxExp       = 1<<53 - 1
+	minExp       = -(1 << 53)
+)
+
+func (h *head) exp() int64 { return h.meta >> metaExpShift }
+
+func (h *head) score() int64 { return h.meta & 255 }
+
+// holds reports whether h is live and was written by algorithm a.
+func (h *head) holds(a limit.Algorithm, now int64) bool {
+	return h.exp() > now && limit.Algorithm(h.meta>>8&3) == a
+}
+
+// unpack returns the State of algorithm a held in w.
+func unpack(a limit.Algorithm, w *words) limit.State {
+	if a == limit.TokenBucket {
+		return limit.State{TAT: w[0], TATFrac: w[1]}
+	}
+	return limit.State{Window: w[0], Count: w[1], Prev: w[2]}
+}
+
+// pack returns the words holding st, a State of algorithm a.
+func pack(a limit.Algorithm, st limit.State) words {
+	if a == limit.TokenBucket {
+		return words{st.TAT, st.TATFrac}
+	}
+	return words{st.Window, st.Count, st.Prev}
+}
+
+// packMeta packs an entry's meta word: algorithm a, dead at exp, with the
+// eviction score of remaining out of capacity.
+func packMeta(a limit.Algorithm, exp, remaining, capacity int64) int64 {
+	exp = min(max(exp, minExp), maxExp)
+	return exp<<metaExpShift | int64(a&3)<<8 | scoreOf(remaining, capacity)
+}
+
+// setScore replaces the eviction score, keeping the rest.
+func (h *head) setScore(remaining, capacity int64) {
+	h.meta = h.meta&^255 | scoreOf(remaining, capacity)
+}
+
+// scoreOf is remaining/capacity in 1/255ths, rounded down: 0 for an
+// exhausted quota, 255 for a whole one.
+func scoreOf(remaining, capacity int64) int64 {
+	if capacity <= 0 || remaining <= 0 {
+		return 0
+	}
+	if remaining >= capacity {
+		return 255
+	}
+	return remaining * 255 / capacity // remaining < capacity < 2^53: no overflow
+}
+
+// shard is one lock and its table.
+type shard struct {
+	shardData
+	// pad rounds shard up to whole cache lines, so that two shards' hot
+	// fields never share one.
+	_ [(cacheLine - unsafe.Sizeof(shardData{})%cacheLine) % cacheLine]byte
+}
+
+const cacheLine = 64
+
+type shardData struct {
+	mu    sync.Mutex
+	heads []head  // ids and metas, bucketSlots per bucket
+	words []words // states, parallel to heads
+	n     int     // entries held
+	max   int     // entries at most (MaxKeys' share)
+	full  int     // buckets at the cap: the fewest that hold max
+	// sweep is the next slot the incremental sweep looks at.
+	sweep int
+	// ticks counts decisions, to schedule sweeps.
+	ticks uint32
+	// reclaimed counts expired entries removed; evicted counts live entries
+	// removed to make room at the cap.
+	reclaimed, evicted uint64
+}
+
+func newShard(max int) shardData {
+	return shardData{max: max, full: bucketsFor(max)}
+}
+
+// capacity is the most entries a table of nb buckets holds.
+func capacity(nb int) int { return nb * bucketSlots * loadNum / loadDen }
+
+// bucketsFor is the fewest buckets that hold n entries.
+func bucketsFor(n int) int {
+	const per = bucketSlots * loadNum
+	return max((n*loadDen+per-1)/per, 1)
+}
+
+// buckets returns the two buckets of id in a table of nb: fastrange of id's
+// high half, and another one chosen by its low half (the same only when
+// nb is 1).
+func buckets(id uint64, nb int) (int, int) {
+	b1, _ := bits.Mul64(id, uint64(nb))
+	if nb == 1 {
+		return 0, 0
+	}
+	d, _ := bits.Mul64(id<<32, uint64(nb-1))
+	b2 := int(b1) + 1 + int(d)
+	if b2 >= nb {
+		b2 -= nb
+	}
+	return int(b1), b2
+}
+
+// bucket returns the heads of bucket b.
+func (sh *shardData) bucket(b int) []head {
+	return sh.heads[b*bucketSlots : b*bucketSlots+bucketSlots : b*bucketSlots+bucketSlots]
+}
+
+// find returns the slot holding id, or -1.
+func (sh *shardData) find(id uint64) int {
+	nb := len(sh.heads) / bucketSlots
+	if nb == 0 {
+		return -1
+	}
+	b1, b2 := buckets(id, nb)
+	for j, h := range sh.bucket(b1) {
+		if h.id == id {
+			return b1*bucketSlots + j
+		}
+	}
+	for j, h := range sh.bucket(b2) {
+		if h.id == id {
+			return b2*bucketSlots + j
+		}
+	}
+	return -1
+}
+
+// putFree stores h and w in a free slot of bucket b, if it has one.
+func (sh *shardData) putFree(b int, h *head, w *words) bool {
+	for j := range sh.bucket(b) {
+		if i := b*bucketSlots + j; sh.heads[i].id == 0 {
+			sh.heads[i], sh.words[i] = *h, *w
+			return true
+		}
+	}
+	return false
+}
+
+// place stores h (its id absent) and w in one of its buckets, kicking
+// entries to their other bucket while both are full. It returns false when
+// maxKicks kicks found no free slot: h and w then hold the entry left
+// without a slot (not necessarily the one given).
+func (sh *shardData) place(h *head, w *words) bool {
+	nb := len(sh.heads) / bucketSlots
+	b1, b2 := buckets(h.id, nb)
+	if sh.putFree(b1, h, w) || sh.putFree(b2, h, w) {
+		return true
+	}
+	b := b1
+	for range maxKicks {
+		// a random slot, so that kicks cannot cycle
+		i := b*bucketSlots + int(rand.Uint32()%bucketSlots)
+		sh.heads[i], *h = *h, sh.heads[i]
+		sh.words[i], *w = *w, sh.words[i]
+		if c1, c2 := buckets(h.id, nb); c1 == b {
+			b = c2
+		} else {
+			b = c1
+		}
+		if sh.putFree(b, h, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// add inserts h (its id absent) with its state w, making room first: at the
+// cap it evicts one entry (never one whose id is in keep), below it the table
+// grows when it must.
+func (sh *shardData) add(h head, w words, now int64, keep []uint64) {
+	switch {
+	case sh.n >= sh.max:
+		sh.evict(h.id, now, keep)
+	case sh.n+1 > capacity(len(sh.heads)/bucketSlots):
+		sh.resize(sh.sizeFor(sh.n+1), now)
+	}
+	sh.settle(h, w, now, keep)
+	sh.n++
+}
+
+// settle places h and w, growing the table or evicting when the kicks run
+// out; n is not changed.
+func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
+	for !sh.place(&h, &w) {
+		if nb := len(sh.heads) / bucketSlots; nb < sh.full {
+			sh.resize(sh.grown(nb), now)
+		} else if !sh.evict(h.id, now, keep) {
+			// Every entry is in keep: impossible with at least
+			// limit.MaxQuotas entries per shard (WithMaxKeys), kept so
+			// that this loop ends whatever happens. h is dropped.
+			sh.evicted++
+			sh.n--
+			return
+		}
+	}
+}
+
+// sizeFor returns the table size for n entries below the cap: the fewest
+// buckets on the shard's ladder (full, full/2, full/4, ... rounded up) that
+// hold n. Growing and shrinking along one ladder means a shard that fills up
+// ends at exactly full buckets.
+func (sh *shardData) sizeFor(n int) int {
+	nb := sh.full
+	for {
+		half := (nb + 1) / 2
+		if half == nb || capacity(half) < n {
+			return nb
+		}
+		nb = half
+	}
+}
+
+// grown returns the next size up the ladder from nb buckets (full at most).
+func (sh *shardData) grown(nb int) int {
+	l := sh.full
+	for half := (l + 1) / 2; half > nb && half != l; half = (l + 1) / 2 {
+		l = half
+	}
+	return l
+}
+
+// resize moves every live entry into a fresh table of nb buckets (>= what
+// they need), dropping the expired ones. It is the one step that visits a
+// whole shard; it runs only when the entry count has doubled or fallen to a
+// quarter since the last resize, so it costs O(1) per insertion or removal,
+// amortised, and never runs on a shard that stays at its cap.
+func (sh *shardData) resize(nb int, now int64) {
+	heads, ws := sh.heads, sh.words
+	sh.heads, sh.words = make([]head, nb*bucketSlots), make([]words, nb*bucketSlots)
+	sh.n, sh.sweep = 0, 0
+	for i := range heads {
+		switch h := heads[i]; {
+		case h.id == 0:
+		case h.exp() <= now:
+			sh.reclaimed++
+		default:
+			sh.settle(h, ws[i], now, nil)
+			sh.n++
+		}
+	}
+}
+
+// evict removes one entry to make room for id at the cap: from the (up to
+// 16) entries of id's two buckets, a sample no client can choose since ids
+// are keyed hashes, the first expired one, else the one with the highest
+// score (closest to a whole quota), the soonest to expire among equals.
+// Entries whose id is in keep are never chosen; when id's buckets hold no
+// other entry (a tiny table), the candidates are the first entries from
+// there on.
+//
+// It reports whether it removed an entry.
+func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
+	nb := len(sh.heads) / bucketSlots
+	b1, b2 := buckets(id, nb)
+	best, bestScore, bestExp := -1, int64(-1), int64(0)
+	consider := func(i int) bool {
+		h := &sh.heads[i]
+		if h.id == 0 || kept(h.id, keep) {
+			return false
+		}
+		exp := h.exp()
+		if exp <= now {
+			best, bestScore = i, 256 // expired: nothing to compare
+			return true
+		}
+		if sc := h.score(); sc > bestScore || sc == bestScore && exp < bestExp {
+			best, bestScore, bestExp = i, sc, exp
+		}
+		return false
+	}
+	done := false
+	for j := 0; j < bucketSlots && !done; j++ {
+		done = consider(b1*bucketSlots + j)
+	}
+	for j := 0; j < bucketSlots && !done && b2 != b1; j++ {
+		done = consider(b2*bucketSlots + j)
+	}
+	for i, k := b1*bucketSlots, 0; k < len(sh.heads) && best < 0; i, k = i+1, k+1 {
+		if i == len(sh.heads) {
+			i = 0
+		}
+		consider(i)
+	}
+	if best < 0 {
+		return false // everything held is in keep
+	}
+	if bestScore == 256 {
+		sh.reclaimed++
+	} else {
+		sh.evicted++
+	}
+	sh.heads[best], sh.words[best] = head{}, words{}
+	sh.n--
+	return true
+}
+
+func kept(id uint64, keep []uint64) bool {
+	for _, k := range keep {
+		if k == id {
+			return true
+		}
+	}
+	return false
+}
+
+// sweepSome looks at up to k slots from the sweep cursor on and removes the
+// expired entries, then shrinks the table when it has become mostly empty
+// (and drops it when empty).
+func (sh *shardData) sweepSome(now int64, k int) {
+	n := len(sh.heads)
+	if n == 0 {
+		return
+	}
+	i := sh.sweep
+	for ; k > 0; k-- {
+		if i >= n {
+			i = 0
+		}
+		if h := &sh.heads[i]; h.id != 0 && h.exp() <= now {
+			sh.heads[i], sh.words[i] = head{}, words{}
+			sh.n--
+			sh.reclaimed++
+		}
+		i++
+	}
+	sh.sweep = i
+	switch nb := n / bucketSlots; {
+	case sh.n == 0 && nb > 1:
+		sh.heads, sh.words, sh.sweep = nil, nil, 0
+	case sh.n < capacity(nb)/4:
+		if l := sh.sizeFor(2 * sh.n); l < nb {
+			sh.resize(l, now)
+		}
+	}
+}

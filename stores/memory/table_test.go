@@ -1,0 +1,281 @@
+package memstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+	"unsafe"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// hashTag follows Redis Cluster: the bytes between the first '{' and the
+// next '}' when there is at least one, else the whole key.
+func TestHashTag(t *testing.T) {
+	for _, c := range []struct{ key, tag string }{
+		{"qg:{abc}:b:f:r:x", "abc"},
+		{"qg:{abc}:/v1/{id}:f", "abc"},
+		{"{a}{b}", "a"},
+		{"a}b{c}", "c"},
+		{"qg:{}:{x}", "qg:{}:{x}"},
+		{"qg:{abc", "qg:{abc"},
+		{"no-tag", "no-tag"},
+		{"", ""},
+	} {
+		if got := string(hashTag([]byte(c.key))); got != c.tag {
+			t.Errorf("hashTag(%q) = %q, want %q", c.key, got, c.tag)
+		}
+	}
+}
+
+// check verifies a shard's invariants: n counts the occupied slots, no id
+// twice, every entry in one of its two buckets with its own payload (words[0]
+// is its id in these tests), the table on its ladder and never above the
+// cap's length, the cap held.
+func check(t *testing.T, sh *shardData) {
+	t.Helper()
+	nb := len(sh.heads) / bucketSlots
+	if len(sh.heads) != nb*bucketSlots || len(sh.words) != len(sh.heads) {
+		t.Fatalf("table of %d heads, %d words: not whole buckets", len(sh.heads), len(sh.words))
+	}
+	if nb > sh.full {
+		t.Fatalf("%d buckets, the cap needs %d", nb, sh.full)
+	}
+	seen := make(map[uint64]bool, sh.n)
+	for i, h := range sh.heads {
+		if h.id == 0 {
+			if sh.words[i] != (words{}) {
+				t.Fatalf("free slot %d holds words %v", i, sh.words[i])
+			}
+			continue
+		}
+		if seen[h.id] {
+			t.Fatalf("id %x held twice", h.id)
+		}
+		seen[h.id] = true
+		if b1, b2 := buckets(h.id, nb); i/bucketSlots != b1 && i/bucketSlots != b2 {
+			t.Fatalf("id %x in bucket %d, its buckets are %d and %d", h.id, i/bucketSlots, b1, b2)
+		}
+		if sh.words[i][0] != int64(h.id>>1) {
+			t.Fatalf("id %x carries the words of another entry", h.id)
+		}
+		if sh.find(h.id) != i {
+			t.Fatalf("find(%x) = %d, held in slot %d", h.id, sh.find(h.id), i)
+		}
+	}
+	if len(seen) != sh.n || sh.n > sh.max {
+		t.Fatalf("%d entries held, n = %d, max %d", len(seen), sh.n, sh.max)
+	}
+}
+
+// The table against a model under random insertions, updates, lookups,
+// clock steps and sweeps, for caps from 1 to 4 096 entries: nothing is lost
+// but what eviction and expiry remove (and both are counted), nothing is
+// found that was not put, and the cap holds.
+func TestTableMatchesModel(t *testing.T) {
+	for _, max := range []int{1, 2, 7, 16, 100, 4096} {
+		rng := rand.New(rand.NewPCG(uint64(max), 42))
+		sh := newShard(max)
+		type entry struct{ exp int64 }
+		model := map[uint64]entry{}
+		ids := make([]uint64, 0, 4*max+16)
+		for range cap(ids) {
+			ids = append(ids, rng.Uint64()|1)
+		}
+		now := int64(1_000)
+		added, liveGone := uint64(0), uint64(0)
+		for step := range 50_000 {
+			id := ids[rng.IntN(len(ids))]
+			switch r := rng.IntN(100); {
+			case r < 50: // a decision writing id
+				exp := now + 1 + rng.Int64N(2_000)
+				meta := packMeta(limit.FixedWindow, exp, rng.Int64N(4), 3)
+				if i := sh.find(id); i >= 0 {
+					sh.heads[i].meta = meta
+				} else {
+					sh.add(head{id, meta}, words{int64(id >> 1)}, now, nil)
+					added++
+				}
+				model[id] = entry{exp}
+			case r < 80: // a lookup
+				i := sh.find(id)
+				if _, ok := model[id]; !ok && i >= 0 {
+					t.Fatalf("max %d step %d: found %x, never put or already gone", max, step, id)
+				}
+				if e, ok := model[id]; ok && i < 0 {
+					if e.exp > now {
+						liveGone++ // only eviction may remove a live entry
+					}
+					delete(model, id)
+				}
+			case r < 90:
+				now += rng.Int64N(300)
+			default:
+				sh.sweepSome(now, sweepSlots)
+			}
+			if step%997 == 0 {
+				check(t, &sh)
+			}
+		}
+		check(t, &sh)
+		if liveGone > sh.evicted {
+			t.Fatalf("max %d: %d live entries gone, %d evicted", max, liveGone, sh.evicted)
+		}
+		if got := sh.evicted + sh.reclaimed + uint64(sh.n); got != added {
+			t.Fatalf("max %d: %d added, %d held + %d evicted + %d reclaimed", max, added, sh.n, sh.evicted, sh.reclaimed)
+		}
+	}
+}
+
+// At the cap, an insertion evicts from the new key's two buckets the entry
+// with the highest score (the soonest to expire among equals), or an
+// expired one first, and places the new key in its buckets: the table is
+// neither resized nor otherwise changed (no kick).
+func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
+	const max = 4096
+	rng := rand.New(rand.NewPCG(7, 7))
+	sh := newShard(max)
+	now := int64(1_000)
+	for sh.n < max {
+		sh.add(head{rng.Uint64() | 1, packMeta(limit.FixedWindow, now+1+rng.Int64N(1000), rng.Int64N(4), 3)}, words{}, now, nil)
+	}
+	heads := sh.heads
+	for range 2000 {
+		id := rng.Uint64() | 1
+		nb := len(sh.heads) / bucketSlots
+		b1, b2 := buckets(id, nb)
+		before := append([]head(nil), sh.heads...)
+		var want head // the candidate eviction must pick
+		for _, b := range []int{b1, b2} {
+			for _, h := range before[b*bucketSlots : b*bucketSlots+bucketSlots] {
+				switch {
+				case h.id == 0:
+				case want.id != 0 && want.exp() <= now:
+				case h.exp() <= now:
+					want = h
+				case h.score() > want.score() || want.id == 0 || h.score() == want.score() && h.exp() < want.exp():
+					want = h
+				}
+			}
+		}
+		sh.add(head{id, packMeta(limit.FixedWindow, now+500, 2, 3)}, words{}, now, nil)
+		if &sh.heads[0] != &heads[0] {
+			t.Fatal("the table was reallocated at the cap")
+		}
+		// the victim's slot now holds the new key, or is free and the new
+		// key took a slot that was free in its buckets; nothing else moved
+		changed := 0
+		for i := range before {
+			if before[i] == sh.heads[i] {
+				continue
+			}
+			changed++
+			b := i / bucketSlots
+			switch {
+			case before[i] == want && (sh.heads[i].id == id || sh.heads[i].id == 0):
+			case before[i].id == 0 && sh.heads[i].id == id && (b == b1 || b == b2):
+			default:
+				t.Fatalf("slot %d: %x replaced by %x; the victim is %x, the new key %x", i, before[i].id, sh.heads[i].id, want.id, id)
+			}
+		}
+		if changed == 0 || changed > 2 || sh.find(id) < 0 || sh.find(want.id) >= 0 {
+			t.Fatalf("%d slots changed by one insertion at the cap; new key found: %v, victim found: %v", changed, sh.find(id) >= 0, sh.find(want.id) >= 0)
+		}
+		now += rng.Int64N(3)
+	}
+}
+
+// C-01: engine + memory store at the default MaxKeys, 1 000 000 decisions
+// for distinct identities, the clock advancing 0.25 ms per decision: the
+// cost per decision at the cap stayed far above the cost below it (a whole
+// shard swept per insertion). BenchmarkC01FullStoreCost measures it; this
+// test pins the structure that keeps it flat: once full, a shard's table is
+// never reallocated or resized, it stays at its cap, and the sweep and
+// eviction keep the store at exactly MaxKeys. It drives Take directly (the
+// engine's part does not change at the cap), 1 000 000 times.
+func TestC01FullStoreStaysFlat(t *testing.T) {
+	clock := epochUS
+	s, err := New(WithClock(func() time.Time { return time.UnixMilli(0).Add(time.Duration(clock) * time.Microsecond) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
+	key := make([]byte, 0, 64)
+	var tables [shardCount]*head
+	for i := range 1_000_000 {
+		clock += 250 // µs
+		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
+		op.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
+		if res, _ := s.Take(context.Background(), &op); !res.Allowed {
+			t.Fatalf("decision %d: a new identity was denied", i)
+		}
+		if i == 2*DefaultMaxKeys {
+			// full but for the entries that expired since (2 minutes at most)
+			if n := s.Len(); n < DefaultMaxKeys*99/100 {
+				t.Fatalf("Len %d after %d new identities, want about the cap %d", n, i+1, DefaultMaxKeys)
+			}
+			for j := range s.shards {
+				sh := &s.shards[j]
+				if len(sh.heads) != sh.full*bucketSlots {
+					t.Fatalf("shard %d at its cap has %d slots, want %d", j, len(sh.heads), sh.full*bucketSlots)
+				}
+				tables[j] = unsafe.SliceData(sh.heads)
+			}
+		}
+	}
+	for j := range s.shards {
+		if unsafe.SliceData(s.shards[j].heads) != tables[j] {
+			t.Fatalf("shard %d: its table was reallocated at the cap", j)
+		}
+	}
+	if n := s.Len(); n < DefaultMaxKeys*99/100 {
+		t.Fatalf("Len %d, want about the cap %d", n, DefaultMaxKeys)
+	}
+	if _, live := s.Evictions(); live == 0 {
+		t.Fatal("no live eviction: the flood never met the cap")
+	}
+}
+
+// epochUS is 2026-03-01T12:00:00Z in µs.
+const epochUS = 1_772_366_400_000_000
+
+// When cuckoo kicks find no free slot (every id crafted here has its two
+// buckets among buckets 0 and 1 of a 3-bucket table, so 16 of them fill
+// both), the table grows if it is below its size for the cap, and only at
+// that size evicts an entry, counted as such: nothing is lost silently and
+// the loop ends.
+func TestKicksRunningOut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	var ids []uint64
+	for len(ids) < 17 {
+		id := rng.Uint64() | 1
+		if b1, b2 := buckets(id, 3); b1 < 2 && b2 < 2 {
+			ids = append(ids, id)
+		}
+	}
+	now := int64(1_000)
+	for _, c := range []struct {
+		max         int
+		wantBuckets int
+		wantEvicted uint64
+		wantN       int
+	}{
+		{max: 20, wantBuckets: 3, wantEvicted: 1, wantN: 16}, // 3 buckets is its size for the cap
+		{max: 40, wantBuckets: 6, wantEvicted: 0, wantN: 17}, // grows to 6
+	} {
+		sh := newShard(c.max)
+		for _, id := range ids[:16] {
+			sh.add(head{id, packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(id >> 1)}, now, nil)
+		}
+		if nb := len(sh.heads) / bucketSlots; nb != 3 {
+			t.Fatalf("max %d: %d buckets for 16 entries, want 3", c.max, nb)
+		}
+		sh.add(head{ids[16], packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(ids[16] >> 1)}, now, nil)
+		check(t, &sh)
+		if nb := len(sh.heads) / bucketSlots; nb != c.wantBuckets || sh.evicted != c.wantEvicted || sh.n != c.wantN {
+			t.Fatalf("max %d: %d buckets, %d evicted, %d held; want %d, %d, %d", c.max, nb, sh.evicted, sh.n, c.wantBuckets, c.wantEvicted, c.wantN)
+		}
+	}
+}
