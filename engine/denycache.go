@@ -47,6 +47,9 @@ type denyEntry struct {
 
 func newDenyCache() *denyCache { return &denyCache{seed: maphash.MakeSeed()} }
 
+// A nil *denyCache (a store on an injected clock) answers nothing and
+// records nothing.
+
 func (c *denyCache) slot(h uint64) *atomic.Pointer[denyEntry] { return &c.slots[h%denySlots] }
 
 // rest hashes what identifies op besides the first key: every quota's
@@ -77,7 +80,7 @@ func (c *denyCache) rest(op *Op) uint64 {
 // op, with the delays counted down; ok is false when the store must be
 // asked. An expired entry met on the way is dropped.
 func (c *denyCache) lookup(op *Op, now int64) (res Result, ok bool) {
-	if op.Refund || op.N < 1 {
+	if c == nil || op.Refund || op.N < 1 {
 		return res, false
 	}
 	h := maphash.Bytes(c.seed, op.Quotas[0].Key)
@@ -113,7 +116,7 @@ func (c *denyCache) lookup(op *Op, now int64) (res Result, ok bool) {
 // read before the call, receipt the one after it. Admissions, refunds and
 // denials without a RetryAfter are not recorded.
 func (c *denyCache) store(op *Op, res *Result, start, receipt int64) {
-	if op.Refund || res.Allowed || op.N < 1 {
+	if c == nil || op.Refund || res.Allowed || op.N < 1 {
 		return
 	}
 	var retry int64
@@ -133,6 +136,9 @@ func (c *denyCache) store(op *Op, res *Result, start, receipt int64) {
 // drop forgets every entry whose first key is a key of op (a refund gives
 // quota back, so a denial recorded before it may end sooner than its T).
 func (c *denyCache) drop(op *Op) {
+	if c == nil {
+		return
+	}
 	for i := range min(max(op.N, 0), MaxQuotas) {
 		h := maphash.Bytes(c.seed, op.Quotas[i].Key)
 		s := c.slot(h)

@@ -20,8 +20,15 @@ type StoreInfo struct {
 	Name string
 	// InProcess reports that Take never waits on I/O (the memory store): the
 	// engine calls it without arming the store timeout, which would cost a
-	// timer per decision.
+	// timer per decision, and without a circuit breaker or a local deny
+	// cache.
 	InProcess bool
+	// InjectedClock reports that Take decides at a clock the caller
+	// injected (a test's fake clock: the stores' WithClock) rather than at
+	// real time. The engine then keeps no local deny cache for the store:
+	// its entries count down on the process's monotonic clock, which a fake
+	// clock need not follow.
+	InjectedClock bool
 }
 
 // describer is the optional interface of a Store that describes itself

@@ -101,7 +101,7 @@ func sharedFor(s Store, info StoreInfo) *storeShared {
 func newStoreShared(info StoreInfo) *storeShared {
 	sh := &storeShared{name: info.Name, io: !info.InProcess}
 	sh.breaker.lastSuccess.Store(never)
-	if sh.io {
+	if sh.io && !info.InjectedClock {
 		sh.deny = newDenyCache()
 	}
 	return sh
