@@ -165,10 +165,12 @@ func (c *storeCtx) Value(key any) any {
 	return c.parent.Value(key)
 }
 
-// cancelCtxKey is the key context.Cause asks a Context for to find its
-// cancellable parent (an unexported variable of package context), learnt
-// once by asking context.Cause about a context that records the question.
-// TestStoreCtxCause pins the behaviour it protects.
+// cancelCtxKey is the key context.Cause asks a done Context for to find its
+// cancellable parent (an unexported variable of package context; also how
+// context.WithCancel finds one), learnt once by asking context.Cause about a
+// done context that records the question. Without it, Cause of a store
+// context that timed out would report the caller's cancellation cause.
+// TestStoreCtxHidesTheCallersCancellation pins it.
 var cancelCtxKey = func() any {
 	var p keyProbe
 	_ = context.Cause(&p)
@@ -179,7 +181,7 @@ type keyProbe struct{ key any }
 
 func (*keyProbe) Deadline() (time.Time, bool) { return time.Time{}, false }
 func (*keyProbe) Done() <-chan struct{}       { return nil }
-func (*keyProbe) Err() error                  { return nil }
+func (*keyProbe) Err() error                  { return context.Canceled } // Cause asks Value only of a done context
 func (p *keyProbe) Value(key any) any {
 	if p.key == nil {
 		p.key = key

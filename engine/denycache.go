@@ -15,7 +15,8 @@ import (
 // admit, refunds apart.
 //
 // T is conservative: the local monotonic clock read before the store call
-// plus the longest RetryAfter of the denying quotas. The store evaluated the
+// plus the longest RetryAfter of the denying quotas, less the millisecond by
+// which the store's truncated clock reading may lag. The store evaluated the
 // Op after the call started, and a denial only gets longer with other
 // traffic, so the store would still deny the same Op at any instant before
 // T. The delays shown count down from the instant the answer arrived, which
@@ -128,9 +129,12 @@ func (c *denyCache) store(op *Op, res *Result, start, receipt int64) {
 	if retry <= 0 {
 		return
 	}
+	// The store reads its clock in whole milliseconds, truncated: its "now"
+	// may be up to 1 ms behind the instant it evaluated, and so may the
+	// instant it would admit again. Hence one millisecond less.
 	h := maphash.Bytes(c.seed, op.Quotas[0].Key)
 	c.slot(h).Store(&denyEntry{key0: h, rest: c.rest(op), cost: op.Cost,
-		until: start + retry*int64(1e6), receipt: receipt, res: *res})
+		until: start + (retry-1)*int64(1e6), receipt: receipt, res: *res})
 }
 
 // drop forgets every entry whose first key is a key of op (a refund gives
