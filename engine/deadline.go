@@ -39,6 +39,11 @@ const (
 	// lateAnswerFactor bounds the wait of a call whose store answers other
 	// calls: lateAnswerFactor store timeouts from its start.
 	lateAnswerFactor = 2
+	// silenceGrace is how long a silence found at a check is confirmed
+	// before the calls fail (see check): a call to a store that answers
+	// nothing fails at the store timeout + 1 tick + silenceGrace, within
+	// issue 14's "store timeout + 10 ms".
+	silenceGrace = 8 * time.Millisecond
 )
 
 // tickSource hands out the shared deadlines of one store under one timeout.
@@ -79,6 +84,9 @@ type deadline struct {
 	// nothing for a whole timeout) or whyTooLate (the store answered others
 	// but not this call within lateAnswerFactor timeouts).
 	why atomic.Int32
+	// suspect is when check found the store silent (0: it did not), since
+	// the instant no success came after; read and written by check only.
+	suspect, since int64
 }
 
 const (
@@ -104,21 +112,37 @@ func newDeadline(ts *tickSource, now int64) *deadline {
 // check) or within the last timeout (later), with a tick of slack for the
 // success clock, which is written at most once per tick (breaker.succeeded):
 // a success at x leaves lastSuccess > x - tick, so no live store is ever
-// taken for a silent one; a silent one may be seen up to two ticks late.
+// taken for a silent one. Silence found is confirmed silenceGrace later (no
+// success since the same instant) before the calls fail: a success is
+// recorded by the goroutine that made the call once it runs again, and on a
+// process short of CPU (a burst of goroutines on two cores) that can come a
+// few milliseconds after the store's reply did, which a timer that fires on
+// time would take for silence.
+//
+// The checks of one deadline run one after the other (each sets at most one
+// timer for the next), so the suspicion fields need no lock.
 func (d *deadline) check() {
 	sh, to := d.src.shared, d.src.timeout
 	now := sh.now()
 	last := sh.breaker.lastSuccess.Load()
 	limit := d.start + tickNS + lateAnswerFactor*to
-	switch {
-	case last < max(d.start, now-to-tickNS)-tickNS:
-		d.close(whyStoreSilent)
-	case now >= limit:
-		d.close(whyTooLate)
-	default:
-		next := min(limit, last+to+3*tickNS)
-		time.AfterFunc(time.Duration(max(next-now, tickNS)), d.check)
+	if d.suspect != 0 { // confirming a silence found silenceGrace ago
+		if last < d.since {
+			d.close(whyStoreSilent)
+			return
+		}
+		d.suspect = 0
+	} else if since := max(d.start, now-to-tickNS) - tickNS; last < since {
+		d.suspect, d.since = now, since
+		time.AfterFunc(silenceGrace, d.check)
+		return
 	}
+	if now >= limit {
+		d.close(whyTooLate)
+		return
+	}
+	next := min(limit, last+to+3*tickNS)
+	time.AfterFunc(time.Duration(max(next-now, tickNS)), d.check)
 }
 
 func (d *deadline) close(why int32) {
@@ -133,22 +157,57 @@ func (d *deadline) stop() { d.timer.Stop() }
 // storeCtx is the context of one store call: Done, Err and Deadline come
 // from the shared deadline, Value from the caller's context. It lives in a
 // decision's pooled scratch, so passing it as a context.Context allocates
-// nothing; a Store must not keep ctx after Take returns (nor does rueidis).
+// nothing.
+//
+// A store's client may leave a goroutine behind that still watches the
+// context after Take returned: rueidis does when it waits for a pooled
+// connection (context.WithCancelCause, whose watcher reads Done later). So
+// the deadline is an atomic pointer, and once the call is over (cleared, d
+// nil) the context reads as done: Done is closed, Err is
+// context.DeadlineExceeded. Value must not be called after Take returned
+// (it reads the caller's context, which the next decision replaces); no
+// client does.
 type storeCtx struct {
 	parent context.Context
-	d      *deadline
+	d      atomic.Pointer[deadline]
 }
+
+// begin makes sc the context of a call under d on behalf of parent.
+func (sc *storeCtx) begin(parent context.Context, d *deadline) {
+	sc.parent = parent
+	sc.d.Store(d)
+}
+
+// end marks the call over and drops the caller's context (the pool must not
+// keep it alive).
+func (sc *storeCtx) end() {
+	sc.d.Store(nil)
+	sc.parent = nil
+}
+
+// closedChan is the Done channel of a call that is over.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Deadline reports the nominal deadline (call start + timeout, rounded up
 // to the tick): a store that sets its own I/O deadline from it times out
 // there. Done may close later while the store answers other calls (see the
 // comment at the top of this file).
-func (c *storeCtx) Deadline() (time.Time, bool) { return c.d.at, true }
+func (c *storeCtx) Deadline() (time.Time, bool) {
+	if d := c.d.Load(); d != nil {
+		return d.at, true
+	}
+	return time.Time{}, true // over: a deadline long past
+}
 
-func (c *storeCtx) Done() <-chan struct{} { return c.d.done }
+func (c *storeCtx) Done() <-chan struct{} {
+	if d := c.d.Load(); d != nil {
+		return d.done
+	}
+	return closedChan
+}
 
 func (c *storeCtx) Err() error {
-	if c.d.why.Load() != 0 {
+	if d := c.d.Load(); d == nil || d.why.Load() != 0 {
 		return context.DeadlineExceeded
 	}
 	return nil

@@ -180,9 +180,9 @@ func (c *storeCall) take(ctx context.Context, sc *storeCtx, s *storeRef, op *Op)
 	// its side of the connection) must get the same decision as one that
 	// does not. Were its cancellation to fail the store call, the failure
 	// mode would decide instead, and FailOpen would admit every such client.
-	*sc = storeCtx{parent: ctx, d: dl}
+	sc.begin(ctx, dl)
 	res, err := c.call(sc, s, op)
-	*sc = storeCtx{} // the pool keeps neither the caller's context nor the deadline
+	sc.end()
 	end := sh.now()
 	if c.observing {
 		c.rep.storeDuration(s.info.Name, time.Duration(end-now))

@@ -19,7 +19,8 @@ func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
 	parent, cancel := context.WithCancelCause(context.Background())
 	cancel(errors.New("client went away"))
 	d := &deadline{done: make(chan struct{})}
-	sc := &storeCtx{parent: parent, d: d}
+	sc := &storeCtx{}
+	sc.begin(parent, d)
 	if err := context.Cause(sc); err != nil {
 		t.Fatalf("context.Cause of a live store context: %v", err)
 	}
@@ -36,6 +37,16 @@ func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
 	}
 	if !errors.Is(context.Cause(sc), context.DeadlineExceeded) || !errors.Is(sc.Err(), context.DeadlineExceeded) {
 		t.Fatalf("after the deadline: cause %v, err %v", context.Cause(sc), sc.Err())
+	}
+	// Over: a watcher left behind by the store's client sees a done context.
+	sc.end()
+	select {
+	case <-sc.Done():
+	default:
+		t.Fatal("a call that is over has an open Done channel")
+	}
+	if sc.Err() == nil {
+		t.Fatal("a call that is over has a nil Err")
 	}
 }
 
