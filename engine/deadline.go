@@ -43,7 +43,7 @@ const (
 	// before the calls fail (see check): a call to a store that answers
 	// nothing fails at the store timeout + 1 tick + silenceGrace, within
 	// issue 14's "store timeout + 10 ms".
-	silenceGrace = 8 * time.Millisecond
+	silenceGrace = 4 * time.Millisecond
 )
 
 // tickSource hands out the shared deadlines of one store under one timeout.
