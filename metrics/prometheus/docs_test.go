@@ -22,6 +22,9 @@ var docLabels = map[string][]string{
 	promlimit.StoreDurationSeconds + "_bucket": {"store", "op", "le"},
 	promlimit.StoreDurationSeconds + "_sum":    {"store", "op"},
 	promlimit.StoreDurationSeconds + "_count":  {"store", "op"},
+	promlimit.StoreSkippedTotal:                {"store", "reason"},
+	promlimit.StoreBreakerOpen:                 {"store"},
+	promlimit.StoreBreakerOpensTotal:           {"store"},
 }
 
 var (
