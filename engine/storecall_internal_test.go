@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"reflect"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -82,4 +84,32 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 	if c.slot(maphash.Bytes(c.seed, op.Quotas[0].Key)).Load() != nil {
 		t.Fatal("an expired entry met by a lookup was kept")
 	}
+}
+
+// The per-Store registry holds its storeShared weakly: once no Limiter
+// refers to it, it is collected, and a new Store at the same address gets a
+// fresh one.
+func TestStoreRegistryIsWeak(t *testing.T) {
+	type store struct {
+		Store
+		n int
+	}
+	s := &store{}
+	a := sharedFor(s, StoreInfo{Name: "x"})
+	if b := sharedFor(s, StoreInfo{Name: "x"}); a != b {
+		t.Fatal("one Store got two storeShared values")
+	}
+	if sharedFor(&store{}, StoreInfo{}) == a {
+		t.Fatal("two Stores share one storeShared")
+	}
+	id := storeID{typ: reflect.TypeOf(s), ptr: reflect.ValueOf(s).Pointer()}
+	a = nil
+	runtime.GC()
+	stores.mu.Lock()
+	alive := stores.m[id].Value() != nil
+	stores.mu.Unlock()
+	if alive {
+		t.Fatal("a storeShared no Limiter refers to was kept alive by the registry")
+	}
+	runtime.KeepAlive(s)
 }

@@ -2,7 +2,6 @@ package limit
 
 import (
 	"reflect"
-	"runtime"
 	"sync"
 	"time"
 	"weak"
@@ -13,11 +12,10 @@ import (
 // store timeout reads, and the deadlines of calls that start close together
 // (one set per store timeout). Limiters from one New (and its With) share it
 // through their storeRef; Limiters built by separate New calls on the same
-// Store find it in the process-wide registry (sharedFor).
-//
-// It lives as long as a Limiter refers to it: the registry holds it weakly,
-// and a cleanup removes the registry entry (and with it the registry's
-// reference to the Store) once it has been collected.
+// Store find it in the process-wide registry (sharedFor). It is the one
+// place for per-Store state: a record of the Limiters on a Store belongs
+// here too. It lives as long as a Limiter refers to it (the registry holds
+// it weakly).
 type storeShared struct {
 	name    string
 	io      bool         // the store does I/O: breaker, deny cache and deadlines apply
@@ -60,41 +58,52 @@ func (s *storeShared) tickSource(timeout time.Duration) *tickSource {
 	return ts
 }
 
-// registry maps a Store to its storeShared, weakly (see storeShared).
-var registry struct {
-	sync.Mutex
-	m map[any]weak.Pointer[storeShared]
+// stores is the per-Store registry: it maps a Store to its storeShared,
+// weakly, so that Limiters built by separate New calls on one Store share
+// its breaker and deny cache (and any other per-Store state: see
+// storeShared). It never holds the Store itself: a Store is named by its
+// dynamic type and pointer, and while a Limiter using it lives (and with it
+// the storeShared), the Store does too, so its address cannot be reused for
+// another one. Dead entries are swept as the map grows.
+var stores = struct {
+	mu   sync.Mutex
+	m    map[storeID]weak.Pointer[storeShared]
+	next int // sweep dead entries when len(m) reaches next
+}{m: map[storeID]weak.Pointer[storeShared]{}, next: 64}
+
+// storeID names a Store value by its dynamic type and pointer.
+type storeID struct {
+	typ reflect.Type
+	ptr uintptr
 }
 
 // sharedFor returns the storeShared of s, creating it on first use. Only
-// stores whose dynamic type is a pointer are looked up (every store of this
-// project, and any Store with state, is one): other values may not be
-// comparable, and two equal values would not be one store anyway; they get a
+// stores whose dynamic value is a non-nil pointer to a value of non-zero
+// size are looked up (every store of this project, and any Store with
+// state, is one): other values may not be comparable, equal values are not
+// one store, and zero-size values may share one address. The others get a
 // storeShared of their own, shared by the Limiters of one New only.
 func sharedFor(s Store, info StoreInfo) *storeShared {
-	if t := reflect.TypeOf(s); t == nil || t.Kind() != reflect.Pointer {
+	v := reflect.ValueOf(s)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().Elem().Size() == 0 {
 		return newStoreShared(info)
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if p, ok := registry.m[s]; ok {
-		if sh := p.Value(); sh != nil {
-			return sh
-		}
+	id := storeID{typ: v.Type(), ptr: v.Pointer()}
+	stores.mu.Lock()
+	defer stores.mu.Unlock()
+	if sh := stores.m[id].Value(); sh != nil {
+		return sh
 	}
 	sh := newStoreShared(info)
-	if registry.m == nil {
-		registry.m = map[any]weak.Pointer[storeShared]{}
-	}
-	wp := weak.Make(sh)
-	registry.m[s] = wp
-	runtime.AddCleanup(sh, func(key any) {
-		registry.Lock()
-		defer registry.Unlock()
-		if registry.m[key] == wp { // not replaced by a newer one since
-			delete(registry.m, key)
+	stores.m[id] = weak.Make(sh)
+	if len(stores.m) >= stores.next {
+		for k, p := range stores.m {
+			if p.Value() == nil {
+				delete(stores.m, k)
+			}
 		}
-	}, any(s))
+		stores.next = 2*len(stores.m) + 64
+	}
 	return sh
 }
 
