@@ -88,6 +88,22 @@ func (r *recorder) between(from, to time.Duration) []sample {
 	return out
 }
 
+// storeAnswersAgain is how long after at the first request that started
+// after at and was decided by a store (not by a failure mode) completed; -1
+// when none was.
+func (r *recorder) storeAnswersAgain(at time.Duration) time.Duration {
+	first := time.Duration(-1)
+	for _, s := range r.between(at, time.Hour) {
+		if s.fromStore && (first < 0 || s.start+s.took < first) {
+			first = s.start + s.took
+		}
+	}
+	if first < 0 {
+		return -1
+	}
+	return first - at
+}
+
 // stats summarises latencies.
 type stats struct {
 	n             int

@@ -92,13 +92,7 @@ func TestRegressionC10FrozenRedis(t *testing.T) {
 	openAt := rec.since(opened[0])
 	afterOpen := latencies(rec.between(openAt, thawAt))
 	during := latencies(rec.between(freezeAt, thawAt))
-	var resumed time.Duration = -1
-	for _, s := range rec.between(thawAt, time.Hour) {
-		if s.fromStore && (resumed < 0 || s.start+s.took < resumed) {
-			resumed = s.start + s.took
-		}
-	}
-	resumed -= thawAt
+	resumed := rec.storeAnswersAgain(thawAt)
 	var closedAfter time.Duration
 	if len(closed) > 0 {
 		closedAfter = rec.since(closed[len(closed)-1]) - thawAt
@@ -159,13 +153,7 @@ func TestKilledRedis(t *testing.T) {
 	every(rate, down+3*time.Second, consume)
 	wg.Wait()
 	during := latencies(rec.between(killAt, restartAt))
-	var resumed time.Duration = -1
-	for _, s := range rec.between(restartAt, time.Hour) {
-		if s.fromStore && (resumed < 0 || s.start+s.took < resumed) {
-			resumed = s.start + s.took
-		}
-	}
-	resumed -= restartAt
+	resumed := rec.storeAnswersAgain(restartAt)
 	opened, _ := log.transitions()
 	t.Logf("Redis killed for %v: %v; breaker opened %d time(s); decisions by Redis again %v after the restart",
 		down, during, len(opened), resumed)
