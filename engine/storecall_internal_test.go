@@ -92,7 +92,7 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 func TestStoreRegistryIsWeak(t *testing.T) {
 	type store struct {
 		Store
-		n int
+		_ int // non-zero size: a Store at its own address
 	}
 	s := &store{}
 	a := sharedFor(s, StoreInfo{Name: "x"})

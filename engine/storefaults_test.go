@@ -71,7 +71,7 @@ func TestStoreContext(t *testing.T) {
 			if c := context.Cause(ctx); c != nil {
 				t.Errorf("context.Cause of a live store context: %v (the caller's cancellation leaked)", c)
 			}
-			if dl, ok := ctx.Deadline(); !ok || dl.Sub(time.Now()) < 100*time.Millisecond || dl.Sub(time.Now()) > 101*time.Millisecond {
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < 100*time.Millisecond || time.Until(dl) > 101*time.Millisecond {
 				t.Errorf("deadline %v away, want the 100 ms timeout rounded up to the 1 ms tick", time.Until(dl))
 			}
 		}}
