@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,7 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))
 	}
-	opts = append(opts, limit.WithLocalStore(newStore(t, clock.Now)))
+	local := limit.WithLocalStore(newStore(t, clock.Now)) // for the FailLocal policies (New refuses it for others)
 	var onLimited atomic.Int64
 	limiters := map[string]*limit.Limiter{}
 	for name, p := range sc.Policies {
@@ -90,7 +91,11 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 				}
 			}
 		}
-		l, err := limit.New(store, p, opts...)
+		popts := opts
+		if p.FailureMode == limit.FailLocal {
+			popts = append(slices.Clip(opts), local)
+		}
+		l, err := limit.New(store, p, popts...)
 		if err != nil {
 			t.Fatalf("policy %s: %v", name, err)
 		}

@@ -37,6 +37,7 @@ type Limiter struct {
 type scratch struct {
 	op  Op
 	key []byte
+	ctx storeCtx // the store call's context (deadline.go)
 }
 
 // New returns a Limiter for policy p on store s. Zero Policy fields take
@@ -56,6 +57,12 @@ func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	cfg.rep = newReporter(cfg)
+	if cfg.localStore != nil && p.FailureMode != FailLocal {
+		// Case C-09: the README's recipe without FailLocal used to fail open
+		// silently, the local store ignored.
+		return nil, fmt.Errorf("%w: WithLocalStore is used only by FailureMode FailLocal, and Policy.FailureMode is %s: "+
+			"set FailureMode: limit.FailLocal, or drop WithLocalStore", ErrInvalidOption, failureModeName(p.FailureMode))
+	}
 	return newLimiter(s, p, cfg)
 }
 
@@ -93,10 +100,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 	if !p.AlignWindows && p.Algorithm != TokenBucket {
 		l.keys.phaseMS = res.windowMS
 	}
-	l.store = storeCall{primary: newStoreRef(s), timeout: cfg.storeTimeout, mode: p.FailureMode, observing: cfg.rep.observing, rep: cfg.rep}
-	if cfg.localStore != nil {
-		l.store.local = newStoreRef(cfg.localStore)
-	}
+	l.store = newStoreCall(s, cfg, p.FailureMode)
 	l.resp = newResponder(&p, name, res)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
@@ -177,7 +181,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost i
 	sc := l.scratch.Get().(*scratch)
 	op, limit := l.op(sc, bucket, id, cost)
 	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
-	err := l.store.decide(ctx, op, bucket.name, d)
+	err := l.store.decide(ctx, &sc.ctx, op, bucket.name, d)
 	l.scratch.Put(sc)
 	return err
 }

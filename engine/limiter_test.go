@@ -340,7 +340,11 @@ func TestStoreFailureModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, limit.WithLocalStore(local))
+			var opts []limit.Option
+			if tt.mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(local))
+			}
+			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
 			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
 			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
 				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)

@@ -189,8 +189,10 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 // return ErrDown, Hang makes every call block until its context ends (the
 // engine's store timeout), Heal restores. It counts its calls and the failed
 // ones. It describes itself with Store's Name (when Store describes itself)
-// but never as in-process, so that the engine arms its timeout. Safe for
-// concurrent use.
+// but never as in-process, so that the engine arms its timeout and its
+// circuit breaker, and as deciding at an injected clock (a test's: no local
+// deny cache, so that a test may advance the clock of the store it wraps
+// and meet the store's new answers at once). Safe for concurrent use.
 type FlakyStore struct {
 	Store        limit.Store
 	mode         atomic.Int32
@@ -235,7 +237,7 @@ func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
 // Describe describes the store to the engine (limit.StoreInfo).
 func (f *FlakyStore) Describe() limit.StoreInfo {
-	var info limit.StoreInfo
+	info := limit.StoreInfo{InjectedClock: true}
 	if d, ok := f.Store.(interface{ Describe() limit.StoreInfo }); ok {
 		info.Name = d.Describe().Name
 	}

@@ -16,6 +16,9 @@
 //	quotagate_store_errors_total{bucket,failure_mode}             counter
 //	quotagate_store_duration_seconds{store,op}                    histogram
 //	quotagate_store_evictions_total{store,reason}                 counter (NewEvictionsCollector)
+//	quotagate_store_skipped_total{store,reason}                   counter
+//	quotagate_store_breaker_open{store}                           gauge
+//	quotagate_store_breaker_opens_total{store}                    counter
 //
 // bucket is the bucket name ("100p60", "/v1/login 5p60f", a policy Name);
 // handler is the router's own route spelling ("/v1/notes/{id}",
@@ -23,7 +26,10 @@
 // is allowed, limited or degraded; key_source is key-func, header, socket,
 // fallback or consume; issue is one of the limit.Issue values; failure_mode is
 // open, local or closed; store is the store's name (memory, redis, custom) and
-// op the operation (take); reason is expired or live (see EvictionCounter).
+// op the operation (take); reason is expired or live for evictions (see
+// EvictionCounter), deny-cache (the local deny cache repeated the store's
+// own denial) or breaker-open (the store's circuit breaker is open and the
+// failure mode decided) for skipped calls.
 //
 // The library never touches the global registry: the caller passes a
 // prometheus.Registerer (or nil to register nothing). See docs/observability.md
