@@ -80,7 +80,13 @@ type Step struct {
 
 // Want is the expected response.
 type Want struct {
+	// Status is the exact status; 0 leaves it unchecked.
 	Status int
+	// NotLimited requires a response the limiter did not write: any status
+	// but 429 and 503, with no Retry-After. It is for requests whose answer
+	// is the router's own and differs between routers (a CORS preflight to
+	// a path without an OPTIONS route: 404, 405, or echo's automatic 204).
+	NotLimited bool
 	// Header values that must match exactly; the value "-" means absent.
 	Header map[string]string
 	// Body, when not "", must match exactly.
@@ -119,6 +125,13 @@ func get(client, path string, want int) Step {
 }
 
 func times(s Step, n int) Step { s.Times = n; return s }
+
+// preflight is a CORS preflight request (Fetch standard): OPTIONS with
+// Origin and Access-Control-Request-Method.
+func preflight(client, path string, want Want) Step {
+	return Step{Client: client, Method: "OPTIONS", Path: path, Want: want,
+		Header: [][2]string{{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "GET"}}}
+}
 
 func after(d time.Duration, s Step) Step { s.Advance = d; return s }
 
@@ -562,6 +575,56 @@ func Scenarios() []Scenario {
 					"RateLimit":        `"global";r=94;t=60, "login";r=0;t=10`,
 					"RateLimit-Limit":  "5", "RateLimit-Remaining": "0", "RateLimit-Reset": "10",
 					"Retry-After": "10", "Cache-Control": "no-store", "Content-Type": problemJSON}}},
+			},
+		},
+		{
+			// Requests no route serves (404, 405) pass through a global
+			// mount and count in its Shared bucket on every router, so a
+			// scanner is limited like any client; once the allowance is
+			// spent they get 429 like any request.
+			Name:     "21-unmatched-requests-count-against-the-global-mount",
+			Events:   true,
+			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/nope", Want: Want{Status: 404, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "DELETE", Path: "/v1/notes/1", Want: Want{Status: 405, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/notes/1", Want: Want{Status: ok, Handler: "ran"}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/nope", Want: Want{Status: limited, Header: map[string]string{"Retry-After": "60"}}},
+				{Client: "127.0.0.2", Method: "DELETE", Path: "/v1/notes/1", Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/notes/1", Want: Want{Status: limited, Handler: "not-run"}},
+				// another client has its own allowance
+				{Client: "127.0.0.3", Method: "GET", Path: "/v1/nope", Want: Want{Status: 404}},
+			},
+		},
+		{
+			// CORS preflights (OPTIONS with Access-Control-Request-Method)
+			// are not limited and not counted by default, even once the
+			// client's allowance is spent; an OPTIONS request without that
+			// header is an ordinary request.
+			Name:     "22-cors-preflights-pass-unless-the-policy-opts-in",
+			Events:   true,
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				times(preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run", Skipped: true}), 3),
+				times(get("127.0.0.2", "/v1/notes/1", ok), 2),
+				get("127.0.0.2", "/v1/notes/1", limited),
+				preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run", Skipped: true}),
+				{Client: "127.0.0.2", Method: "OPTIONS", Path: "/v1/notes/1", Want: Want{Status: limited}},
+			},
+		},
+		{
+			// Policy.LimitPreflights: preflights count and are limited.
+			Name:   "23-cors-preflights-limited-when-the-policy-opts-in",
+			Events: true,
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute,
+				AlignWindows: true, LimitPreflights: true}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				times(preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run"}), 2),
+				preflight("127.0.0.2", "/v1/notes/1", Want{Status: limited}),
+				get("127.0.0.2", "/v1/notes/1", limited),
 			},
 		},
 		{

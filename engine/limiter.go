@@ -122,8 +122,9 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 // otherwise; that and translating its framework's request into r is all an
 // adapter does. Frameworks built on net/http use CheckHTTP instead.
 //
-// In order: SkipPaths and Skip (a skipped request returns at once, Outcome
-// OutcomeSkipped, nothing counted, reported or written); bucket, identity
+// In order: CORS preflights (unless Policy.LimitPreflights), SkipPaths and
+// Skip (a skipped request returns at once, Outcome OutcomeSkipped, nothing
+// counted, reported or written); bucket, identity
 // and cost; the store call under the store timeout; on a store failure the
 // FailureMode, the count, the rate-limited log line and OnStoreError; the
 // Decision event; the response; when limited, OnLimited and then
@@ -150,6 +151,9 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 		return
 	}
 	r.lim = l
+	if r.Unmatched {
+		r.Route = "" // no route serves it: no PerRoute bucket, no handler label
+	}
 	bucket := l.bucket(r)
 	id := l.identify(r, bucket.name)
 	cost := l.cost(r)

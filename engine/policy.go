@@ -170,6 +170,15 @@ type Policy struct {
 	// A skipped request is not counted, emits no event, calls no hook and
 	// gets no header: Check returns a Response with Outcome OutcomeSkipped.
 	SkipPaths []string
+	// LimitPreflights makes CORS preflight requests (OPTIONS carrying
+	// Access-Control-Request-Method) count and be limited like any other
+	// request. By default they pass untouched, as a skipped request does
+	// (not counted, no event, no header): a browser sends one before a
+	// cross-origin request, which is counted itself, and a limited
+	// preflight surfaces as an opaque CORS failure rather than a 429. A
+	// preflight reaches the next handler unlimited, so set LimitPreflights
+	// when a handler does real work for OPTIONS.
+	LimitPreflights bool
 	// Skip, when set, is asked about every request not in SkipPaths; true
 	// skips it (as SkipPaths). It runs synchronously on the request path and
 	// must be safe for concurrent use. A panic counts as false (the request
