@@ -32,8 +32,22 @@ type Decision struct {
 	ResetAfter time.Duration
 	// RetryAfter is, when limited, the earliest time after which the same
 	// request will be admitted with no further traffic (1 s under
-	// FailClosed); 0 when allowed.
+	// FailClosed); 0 when allowed, and 0 when OverCapacity (no wait admits
+	// it).
 	RetryAfter time.Duration
+	// OverCapacity reports a request whose cost exceeds the quota's
+	// capacity (Limit, or Burst for TokenBucket; for requests without an
+	// identity, the fallback bucket's reduced capacity), so that no wait
+	// would ever admit it: a CostFunc or ConsumeN cost above it. The engine
+	// answers it without asking the store, takes nothing from the quota,
+	// and the Decision is limited (Outcome limited) with RetryAfter 0 and
+	// no numbers (Remaining, ResetAfter and ResetAt zero). Check answers 429
+	// with its own RFC 9457 problem type,
+	// https://github.com/quotagate/quotagate/blob/main/docs/response-contract.md#cost-exceeds-quota,
+	// and neither Retry-After nor RateLimit fields, so that no client is
+	// told to retry a request that cannot succeed; OnLimited and
+	// LimitedResponse run as for any limited request.
+	OverCapacity bool
 	// ResetAt is the store's clock reading plus ResetAfter; the zero Time
 	// when no store decided.
 	ResetAt time.Time

@@ -179,9 +179,16 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 // error it returns.
 func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost int64, d *Decision) error {
 	sc := l.scratch.Get().(*scratch)
-	op, limit := l.op(sc, bucket, id, cost)
+	op, limit, over := l.op(sc, bucket, id, cost)
 	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
-	err := l.store.decide(ctx, op, bucket.name, d)
+	var err error
+	if over {
+		// Never admissible: answered here, without the store (nothing
+		// to count, and no delay to promise).
+		d.Outcome, d.OverCapacity = OutcomeLimited, true
+	} else {
+		err = l.store.decide(ctx, op, bucket.name, d)
+	}
 	l.scratch.Put(sc)
 	return err
 }

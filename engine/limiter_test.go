@@ -172,9 +172,10 @@ func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
 			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.Remaining != 2 {
 				t.Fatalf("cost 3 with 2 remaining: denied=%v remaining=%d", r.Denied(), r.Decision.Remaining)
 			}
-			cost = 1_000_000 // far above the capacity: denied, never an overflow
-			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.RetryAfter <= 0 {
-				t.Fatalf("huge cost: denied=%v retry=%v", r.Denied(), r.Decision.RetryAfter)
+			cost = 1_000_000 // far above the capacity: never admissible, answered without the store
+			calls := store.Calls()
+			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || !r.Decision.OverCapacity || r.Decision.RetryAfter != 0 || store.Calls() != calls {
+				t.Fatalf("huge cost: denied=%v over=%v retry=%v store calls %d", r.Denied(), r.Decision.OverCapacity, r.Decision.RetryAfter, store.Calls()-calls)
 			}
 			cost = 2 // the denied requests consumed nothing
 			if r := checkPeer(l, "192.0.2.1:9"); r.Denied() || r.Decision.Remaining != 0 {

@@ -3,8 +3,10 @@ package limit
 // op builds the Op of one decision in sc: the store key of (bucket, id) and
 // the policy's numbers for cost. It is the one function that knows the
 // shape of Op. limit is the quota per window the decision reports (the
-// fallback bucket's is tightened).
-func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64) {
+// fallback bucket's is tightened); over reports a cost above the capacity,
+// which no wait admits: the engine answers it without the store, and op
+// then has no key.
+func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64, over bool) {
 	op = &sc.op
 	*op = Op{
 		Algorithm:  l.policy.Algorithm,
@@ -27,8 +29,10 @@ func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *O
 	if op.Algorithm == TokenBucket {
 		capacity = op.Burst
 	}
-	op.Cost = min(op.Cost, capacity+1) // above capacity: limited; keeps products exact
+	if op.Cost > capacity {
+		return op, op.Limit, true
+	}
 	sc.key, op.Hash, op.PhaseMS = l.keys.appendKey(sc.key[:0], bucket, id)
 	op.Key = sc.key
-	return op, op.Limit
+	return op, op.Limit, false
 }
