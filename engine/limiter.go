@@ -19,8 +19,9 @@ import (
 type Limiter struct {
 	policy     Policy
 	res        resolved
-	cfg        *config   // process-wide settings, shared with the Limiters from With
-	shared     bucketRef // the Shared-scope bucket: Name or signature
+	cfg        *config                      // process-wide settings, shared with the Limiters from With
+	shared     bucketRef                    // the Shared-scope bucket: Name or signature
+	fallback   struct{ limit, burst int64 } // the fallback bucket's quota (see newLimiter)
 	routes     routeCache
 	keys       keyer
 	store      storeCall
@@ -89,7 +90,19 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		name = p.Name
 	}
 	l.shared = newBucketRef(name)
-	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys, letter: p.Algorithm.letter()}
+	// The fallback bucket (requests with no identity) is tightened, but
+	// never below the policy's Cost: a capacity under it would limit every
+	// request without a client address for ever. A TokenBucket keeps its
+	// rate and divides Burst.
+	l.fallback.limit, l.fallback.burst = res.limit, res.burst
+	if p.Algorithm == TokenBucket {
+		l.fallback.burst = max(res.cost, res.burst/cfg.fallbackDivisor)
+	} else {
+		l.fallback.limit = max(res.cost, res.limit/cfg.fallbackDivisor)
+	}
+	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys,
+		state:    stateSignature(p.Algorithm, res.limit, res.windowMS, res.burst, p.AlignWindows),
+		fallback: stateSignature(p.Algorithm, l.fallback.limit, res.windowMS, l.fallback.burst, p.AlignWindows)}
 	if !p.AlignWindows && p.Algorithm != TokenBucket {
 		l.keys.phaseMS = res.windowMS
 	}
@@ -109,6 +122,9 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		}
 	}
 	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128)} }
+	if err := register(l, s); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 

@@ -249,9 +249,9 @@ func TestStoreKeyLayout(t *testing.T) {
 		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.Keys()))
 	}
 	key := store.Keys()[0]
-	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:f:r:192.0.2.1
-	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:f:r:192.0.2.1") {
-		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<alg>:r:<identity>", key)
+	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1
+	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1") {
+		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<state signature>:r:<identity>", key)
 	}
 	hashed := limit.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
 	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})

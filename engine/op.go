@@ -17,13 +17,7 @@ func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *O
 		Cost:       cost,
 	}
 	if id.src == KeySourceFallback {
-		// Tightened, but never below the policy's Cost: a capacity under it
-		// would limit every request without a client address for ever.
-		if op.Algorithm == TokenBucket {
-			op.Burst = max(l.res.cost, op.Burst/l.cfg.fallbackDivisor)
-		} else {
-			op.Limit = max(l.res.cost, op.Limit/l.cfg.fallbackDivisor)
-		}
+		op.Limit, op.Burst = l.fallback.limit, l.fallback.burst
 	}
 	capacity := op.Limit
 	if op.Algorithm == TokenBucket {

@@ -4,8 +4,11 @@ package chilimit_test
 // failed before its fix.
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -222,4 +225,38 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 			t.Cleanup(srv.Close)
 			return srv.URL
 		})
+}
+
+// Case C-04 (issue 12): a global r.Use(a) and r.With(b) on /double, a and
+// b built separately from one FixedWindow 5 per minute policy with no Name.
+// Both counted each request in one record (the default bucket is the
+// signature): 6 GETs admitted 2, with two identical "5p60f" members in
+// RateLimit. New now refuses b, saying to set distinct Names or reuse a;
+// with distinct Names each mount has its own allowance: 5 of 6 admitted.
+func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
+	store := newStore()
+	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
+	a := limit.MustNew(store, p)
+	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "distinct Names") {
+		t.Fatalf("b built separately from a's policy: %v, want New to refuse it", err)
+	}
+	runtime.KeepAlive(a)
+	run := func(a, b *limit.Limiter) int {
+		var c counter
+		r := chi.NewRouter()
+		r.Use(chilimit.Middleware(a))
+		r.With(chilimit.Middleware(b)).Get("/double", c.handler(200, "ok"))
+		admitted := 0
+		for i := 0; i < 6; i++ {
+			if serve(r, "GET", "/double", "192.0.2.40:1234").Code == 200 {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	outer, inner := p, p
+	outer.Name, inner.Name = "outer", "inner"
+	if n := run(limit.MustNew(newStore(), outer), limit.MustNew(newStore(), inner)); n != 5 {
+		t.Fatalf("distinct Names: %d of 6 admitted, want 5", n)
+	}
 }
