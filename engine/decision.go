@@ -100,16 +100,25 @@ const (
 	KeySourceConsume KeySource = "consume"
 )
 
-// fill writes a store's Result into d.
+// maxDelayMS bounds every delay a Decision reports, in ms: 400 days, above
+// the longest any accepted policy produces (two 24 h windows; a TokenBucket's
+// refill time), so that only a Store outside the contract reaches it, and
+// even then the Durations (which overflow past ~292 years), the header
+// values and X-RateLimit-Reset stay in range.
+const maxDelayMS = 400 * 24 * 3600 * 1000
+
+// fill writes a store's Result into d, every delay clamped to
+// [0, maxDelayMS] and Remaining to [0, maxHeaderInt].
 func (d *Decision) fill(res Result) {
 	d.Allowed = res.Allowed
 	d.Outcome = OutcomeLimited
 	if res.Allowed {
 		d.Outcome = OutcomeAllowed
 	}
-	d.Remaining = max(res.Remaining, 0)
-	d.ResetAfter = time.Duration(res.ResetAfterMS) * time.Millisecond
-	d.RetryAfter = time.Duration(res.RetryAfterMS) * time.Millisecond
-	d.ResetAt = time.UnixMilli(res.NowMS + res.ResetAfterMS)
+	reset, retry := min(max(res.ResetAfterMS, 0), maxDelayMS), min(max(res.RetryAfterMS, 0), maxDelayMS)
+	d.Remaining = min(max(res.Remaining, 0), maxHeaderInt)
+	d.ResetAfter = time.Duration(reset) * time.Millisecond
+	d.RetryAfter = time.Duration(retry) * time.Millisecond
+	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
 }

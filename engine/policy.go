@@ -15,7 +15,15 @@ const (
 	defaultWindow = 60 * time.Second
 	defaultCost   = 1
 	maxWindow     = 24 * time.Hour
+	// maxRefill is the longest TokenBucket refill time (Burst tokens at
+	// Limit per Window): 365 days.
+	maxRefill = 365 * 24 * time.Hour
 )
+
+// maxHeaderInt is the largest integer a Structured Field carries (RFC 9651
+// Integer: at most 15 digits); Limit and Burst above it are rejected, so
+// every count a header field reports fits.
+const maxHeaderInt = 999_999_999_999_999
 
 // maxExact is 2^53: every integer below it is exact in a float64, which is
 // what a Redis Lua script computes with. Policies whose arithmetic could reach
@@ -124,13 +132,18 @@ type Policy struct {
 	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
 	Algorithm Algorithm
 	// Limit is the quota per Window (requests, or cost units). 0 means the
-	// default, 100, never unlimited; negative is an error.
+	// default, 100, never unlimited; negative is an error, and so is more
+	// than 15 digits (header fields carry it as an RFC 9651 Integer) or a
+	// product 4*Limit*Window (ms) of 2^53 or more (SlidingWindow and
+	// FixedWindow: exact arithmetic in Lua doubles).
 	Limit int64
 	// Window is the period of the quota, a whole number of milliseconds from
 	// 1 ms to 24 h. 0 means the default, 60 s.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
-	// reject a non-zero Burst.
+	// reject a non-zero Burst. At most 15 digits, and an empty bucket must
+	// refill within 365 days (Burst tokens at Limit per Window), so that
+	// every delay, header value and store TTL stays in range.
 	Burst int64
 	// Cost is what one request takes from the quota (default 1, at most the
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
@@ -239,6 +252,14 @@ func (p *Policy) resolve() (resolved, error) {
 	if p.Burst < 0 {
 		return r, fmt.Errorf("%w: Burst %d is negative", ErrInvalidPolicy, p.Burst)
 	}
+	// Limit and Burst reach clients as header integers (q=, r=,
+	// RateLimit-Limit, ...): RFC 9651 Integers have at most 15 digits.
+	if p.Limit > maxHeaderInt {
+		return r, fmt.Errorf("%w: Limit %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Limit (or Window with it)", ErrInvalidPolicy, p.Limit)
+	}
+	if p.Burst > maxHeaderInt {
+		return r, fmt.Errorf("%w: Burst %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Burst", ErrInvalidPolicy, p.Burst)
+	}
 	if p.Cost < 0 {
 		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)
 	}
@@ -298,6 +319,13 @@ func (p *Policy) resolve() (resolved, error) {
 		// well below 2^53 (2^51 leaves ~70 000 years for the epoch part).
 		if r.burst > (1<<51)/r.intervalMS {
 			return r, fmt.Errorf("%w: Burst %d times the emission interval %d ms exceeds 2^51 ms; lower Burst", ErrInvalidPolicy, r.burst, r.intervalMS)
+		}
+		// The refill time bounds every delay and TTL of the bucket: keep it
+		// within maxRefill, so that Durations (which overflow past ~292
+		// years), header values and store TTLs stay in range.
+		if refill := r.burst * r.intervalMS; refill > maxRefill.Milliseconds() {
+			return r, fmt.Errorf("%w: TokenBucket Burst %d at one token per %d ms takes %v to refill, over the maximum %v; lower Burst or raise Limit",
+				ErrInvalidPolicy, r.burst, r.intervalMS, time.Duration(refill)*time.Millisecond, maxRefill)
 		}
 	default:
 		if p.Burst != 0 {

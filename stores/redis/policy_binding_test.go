@@ -3,12 +3,15 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // Case C-03 (issue 12) on Redis: one Name, two policies (FixedWindow 5 per
@@ -76,5 +79,40 @@ func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
 			t.Fatalf("keys %q, want the one shared key", keys)
 		}
 		runtime.KeepAlive(a)
+	})
+}
+
+// Every policy on the boundary of what limit.New accepts writes keys whose
+// TTL is within its own bound (a window plus 1 s, two windows, the refill
+// time): no key outlives its policy, none lacks a TTL (issue 16: in-range
+// TTLs on both stores; the memory store's are checked through
+// conformance.RunStore's numbers).
+func TestBoundaryPoliciesKeepTTLsInRange(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		s := newStore(t, be)
+		c := be.newClient(t)
+		base := testPrefix(t)
+		ctx := context.Background()
+		for i, p := range limittest.BoundaryPolicies(t, rand.New(rand.NewPCG(5, 12))) {
+			prefix := base + "b" + strconv.Itoa(i)
+			l := limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+			capacity := p.Limit
+			if p.Algorithm == limit.TokenBucket {
+				capacity = p.Burst
+			}
+			for _, cost := range []int64{capacity, 1, 1} {
+				if _, err := l.ConsumeN(ctx, "id", cost); err != nil {
+					t.Fatalf("%+v: %v", p, err)
+				}
+			}
+			bounds := map[string]int64{}
+			for _, k := range scanKeys(t, c, prefix) {
+				bounds[k] = limittest.MaxDelayMS(p)
+			}
+			if len(bounds) == 0 && limittest.MaxDelayMS(p) >= 10_000 {
+				t.Fatalf("%+v wrote no key", p) // (keys of millisecond windows may be gone already)
+			}
+			checkTTLs(t, c, prefix, bounds, true)
+		}
 	})
 }
