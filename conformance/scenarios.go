@@ -14,6 +14,8 @@ import (
 // data: the policies, the app layout, and the requests with their expected
 // responses.
 type Scenario struct {
+	// Name names the subtest: a number and what the scenario shows
+	// ("21-unmatched-requests-count-against-the-global-mount").
 	Name string
 	// Policies by name; App mounts refer to these names.
 	Policies map[string]limit.Policy
@@ -21,8 +23,11 @@ type Scenario struct {
 	Options []limit.Option
 	// Failure wraps the store in a Flaky store that steps can break.
 	Failure bool
-	App     AppSpec
-	Steps   []Step
+	// App is the router the harness serves: which routes, and which
+	// policies are mounted where.
+	App AppSpec
+	// Steps are the requests, in order, each with its expected response.
+	Steps []Step
 	// Concurrent, when set, runs after Steps: many clients at once.
 	Concurrent *Concurrent
 	// Events checks the engine's decision events against the responses.
@@ -40,24 +45,37 @@ type Scenario struct {
 
 // AppSpec lays out the routes and mounts by policy name.
 type AppSpec struct {
+	// Global names the policies mounted on the whole router, in order
+	// (App.Global).
 	Global []string
+	// Groups are the route groups with their own mounts (App.Groups).
 	Groups []GroupSpec
+	// Routes are the routes outside any group (App.Routes).
 	Routes []RouteSpec
 }
 
 // GroupSpec is a Group by policy name.
 type GroupSpec struct {
+	// Prefix is the group's path prefix ("/v1"); see Group.Prefix.
 	Prefix string
+	// Mounts names the policies mounted on the group, in order.
 	Mounts []string
+	// Routes are the group's routes, with full paths.
 	Routes []RouteSpec
 }
 
 // RouteSpec is a Route by policy name.
 type RouteSpec struct {
-	Method, Path string
-	Mounts       []string
-	Status       int
-	Body         string
+	// Method is the route's HTTP method.
+	Method string
+	// Path is the full route template in {param} form ("/v1/notes/{id}").
+	Path string
+	// Mounts names the policies mounted on this route alone, in order.
+	Mounts []string
+	// Status is what the handler answers (0: 200).
+	Status int
+	// Body is what the handler writes ("" for none).
+	Body string
 }
 
 // Step is one or more identical requests.
@@ -65,8 +83,12 @@ type Step struct {
 	// Client is the loopback address the request dials from ("127.0.0.2"),
 	// or "unix" for a connection over a Unix socket (no client address).
 	Client string
+	// Method is the request method, any token (an unknown one like "FOO"
+	// included).
 	Method string
-	Path   string
+	// Path is the request target: path and query, sent as is
+	// ("/v1/notes/1?x=1", "/v1//login").
+	Path string
 	// Header lines to send; several lines of one field are separate entries.
 	Header [][2]string
 	// Advance moves the fake clock before the request(s).
@@ -75,7 +97,8 @@ type Step struct {
 	Store string
 	// Times sends the request this many times (default 1), each expecting Want.
 	Times int
-	Want  Want
+	// Want is the response every request of the step must get.
+	Want Want
 }
 
 // Want is the expected response.
@@ -103,9 +126,14 @@ type Want struct {
 // Concurrent sends Clients requests at once from one client address and
 // expects exactly Allowed of them to be admitted.
 type Concurrent struct {
-	Client  string
-	Path    string
+	// Client is the loopback address every request dials from.
+	Client string
+	// Path is the GET request's path.
+	Path string
+	// Clients is how many requests are sent at once.
 	Clients int
+	// Allowed is exactly how many must be admitted (200); the rest must
+	// be 429.
 	Allowed int
 }
 

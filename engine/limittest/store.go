@@ -116,8 +116,11 @@ var ErrDown = errors.New("limittest: store down")
 // itself as doing I/O unless InProcess is set (then the engine calls it
 // without a store timeout, as it does the memory store).
 type FailingStore struct {
-	Err       error
-	Panic     bool
+	// Err is the error every call returns (nil: ErrDown).
+	Err error
+	// Panic makes every call panic instead.
+	Panic bool
+	// InProcess makes it describe itself as in-process (no store timeout).
 	InProcess bool
 }
 
@@ -141,7 +144,9 @@ func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
 // returns the context's error, as the Store contract requires. It does not
 // describe itself: the engine arms its store timeout.
 type SlowStore struct {
+	// Store answers the calls once Delay has passed.
 	Store limit.Store
+	// Delay is how late each call is answered; 0: never.
 	Delay time.Duration
 }
 
@@ -171,6 +176,7 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 // but never as in-process, so that the engine arms its timeout. Safe for
 // concurrent use.
 type FlakyStore struct {
+	// Store answers the calls while the FlakyStore is healthy.
 	Store        limit.Store
 	mode         atomic.Int32
 	calls, fails atomic.Int64
