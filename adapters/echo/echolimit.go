@@ -63,10 +63,14 @@ func (rt *routeTable) unmatched(c echo.Context, path string) bool {
 	}
 	e := c.Echo()
 	t := rt.t.Load()
-	if t == nil || t.e != e || !t.has(path) {
-		t = rt.rebuild(e, path)
+	var ms []string
+	ok := false
+	if t != nil && t.e == e {
+		ms, ok = t.methods[path]
 	}
-	ms := t.methods[path]
+	if !ok {
+		ms = rt.rebuild(e, path).methods[path]
+	}
 	if ms == nil {
 		return false
 	}
