@@ -282,6 +282,9 @@ func check(t *testing.T, where string, want Want, got response) {
 	if want.Status != 0 && got.status != want.Status {
 		t.Errorf("%s: status %d, want %d (body %q)", where, got.status, want.Status, got.body)
 	}
+	if want.NotLimited && (got.status == http.StatusTooManyRequests || got.status == http.StatusServiceUnavailable || got.header.Get("Retry-After") != "") {
+		t.Errorf("%s: status %d (Retry-After %q), want the router's own answer: not limited", where, got.status, got.header.Get("Retry-After"))
+	}
 	for name, v := range want.Header {
 		vals := got.header.Values(name)
 		switch {

@@ -137,8 +137,11 @@ var ErrDown = errors.New("limittest: store down")
 // itself as doing I/O unless InProcess is set (then the engine calls it
 // without a store timeout, as it does the memory store).
 type FailingStore struct {
-	Err       error
-	Panic     bool
+	// Err is the error every call returns (nil: ErrDown).
+	Err error
+	// Panic makes every call panic instead.
+	Panic bool
+	// InProcess makes it describe itself as in-process (no store timeout).
 	InProcess bool
 }
 
@@ -162,7 +165,9 @@ func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
 // returns the context's error, as the Store contract requires. It does not
 // describe itself: the engine arms its store timeout.
 type SlowStore struct {
+	// Store answers the calls once Delay has passed.
 	Store limit.Store
+	// Delay is how late each call is answered; 0: never.
 	Delay time.Duration
 }
 
@@ -194,6 +199,7 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 // deny cache, so that a test may advance the clock of the store it wraps
 // and meet the store's new answers at once). Safe for concurrent use.
 type FlakyStore struct {
+	// Store answers the calls while the FlakyStore is healthy.
 	Store        limit.Store
 	mode         atomic.Int32
 	calls, fails atomic.Int64
