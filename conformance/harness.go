@@ -89,9 +89,10 @@ type Route struct {
 	Path string
 	// Limiters mounted on this route alone, in order.
 	Limiters []*limit.Limiter
-	// Status and Body are what the handler writes (Status 0: 200).
+	// Status is the status the handler writes (0: 200).
 	Status int
-	Body   string
+	// Body is the body the handler writes ("" for none).
+	Body string
 
 	hits atomic.Int64
 }

@@ -13,8 +13,11 @@ import (
 // Row is one store of the adapter x store matrix: its name in the matrix
 // and how to make a fresh one.
 type Row struct {
+	// Store is the store's name in the matrix and in subtest names
+	// ("memory", "redis", "redis-cluster").
 	Store string
-	New   NewStoreFunc
+	// New makes a fresh, empty store of this row for each scenario.
+	New NewStoreFunc
 }
 
 // StoreOf makes a NewStoreFunc of a store constructor that takes a clock,

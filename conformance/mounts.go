@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,5 +51,49 @@ func CheckMounts(t *testing.T, handler string, mounts []string, serve func(t *te
 				t.Fatalf("other client: %d, want 200 (its own bucket)", r.Status)
 			}
 		})
+	}
+}
+
+// CheckSpellings checks that a PerRoute limiter counts a request in the
+// bucket of the route the router finally serves, whatever spelling of the
+// path the client sent: for each spelling in served (a trailing slash,
+// doubled slashes, dot segments, an escaped slash, another letter case: the
+// ones the router, or path-rewriting middleware mounted where the adapter's
+// documentation says, serves as POST /v1/login), the decision is in the
+// route's bucket ("/v1/login Np60f") with its handler label, and the route's
+// allowance is shared by all of them. serve must serve POST /v1/login (200)
+// with l mounted the way the adapter documents, and return the base URL.
+// The route's limit is one more than the spellings: after POST /v1/login and
+// one request per spelling (each not limited: 200, or the router's
+// redirect), the next POST /v1/login is limited.
+func CheckSpellings(t *testing.T, served []string, serve func(t *testing.T, l *limit.Limiter) string) {
+	t.Helper()
+	rec := &limittest.Recorder{}
+	n := int64(len(served) + 1)
+	l := limit.MustNew(limittest.NewStore(limittest.NewClock(epoch).Now),
+		limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: n, Window: time.Minute}, limit.WithObserver(rec))
+	url := serve(t, l)
+	c := limittest.ClientFrom("127.0.0.5")
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	t.Cleanup(c.CloseIdleConnections)
+	bucket := "/v1/login " + strconv.FormatInt(n, 10) + "p60f"
+	if r := limittest.Do(t, c, "POST", url+"/v1/login"); r.Status != http.StatusOK {
+		t.Fatalf("POST /v1/login: %d, want 200", r.Status)
+	}
+	handler := rec.Last().Handler
+	for _, p := range served {
+		r := limittest.Do(t, c, "POST", url+p)
+		if r.Status == http.StatusTooManyRequests || r.Status == http.StatusNotFound || r.Status == http.StatusMethodNotAllowed {
+			t.Fatalf("POST %s: %d, want the route served (or the router's redirect to it)", p, r.Status)
+		}
+		if e := rec.Last(); e.Bucket != bucket || e.Handler != handler {
+			t.Fatalf("POST %s: event %+v, want the route's bucket %q and handler %q", p, e, bucket, handler)
+		}
+	}
+	if r := limittest.Do(t, c, "POST", url+"/v1/login"); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("POST /v1/login after %d spellings: %d, want 429: every spelling counts in the route's allowance of %d", len(served), r.Status, n)
+	}
+	if k := rec.Issues(limit.IssueRouteUnknown); k != 0 {
+		t.Fatalf("%d route-unknown issues, want 0", k)
 	}
 }

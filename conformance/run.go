@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,7 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))
 	}
-	opts = append(opts, limit.WithLocalStore(newStore(t, clock.Now)))
+	local := limit.WithLocalStore(newStore(t, clock.Now)) // for the FailLocal policies (New refuses it for others)
 	var onLimited atomic.Int64
 	limiters := map[string]*limit.Limiter{}
 	for name, p := range sc.Policies {
@@ -90,7 +91,11 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 				}
 			}
 		}
-		l, err := limit.New(store, p, opts...)
+		popts := opts
+		if p.FailureMode == limit.FailLocal {
+			popts = append(slices.Clip(opts), local)
+		}
+		l, err := limit.New(store, p, popts...)
 		if err != nil {
 			t.Fatalf("policy %s: %v", name, err)
 		}
@@ -276,6 +281,9 @@ func check(t *testing.T, where string, want Want, got response) {
 	t.Helper()
 	if want.Status != 0 && got.status != want.Status {
 		t.Errorf("%s: status %d, want %d (body %q)", where, got.status, want.Status, got.body)
+	}
+	if want.NotLimited && (got.status == http.StatusTooManyRequests || got.status == http.StatusServiceUnavailable || got.header.Get("Retry-After") != "") {
+		t.Errorf("%s: status %d (Retry-After %q), want the router's own answer: not limited", where, got.status, got.header.Get("Retry-After"))
 	}
 	for name, v := range want.Header {
 		vals := got.header.Values(name)

@@ -14,6 +14,8 @@ import (
 // data: the policies, the app layout, and the requests with their expected
 // responses.
 type Scenario struct {
+	// Name names the subtest: a number and what the scenario shows
+	// ("21-unmatched-requests-count-against-the-global-mount").
 	Name string
 	// Policies by name; App mounts refer to these names.
 	Policies map[string]limit.Policy
@@ -21,8 +23,11 @@ type Scenario struct {
 	Options []limit.Option
 	// Failure wraps the store in a Flaky store that steps can break.
 	Failure bool
-	App     AppSpec
-	Steps   []Step
+	// App is the router the harness serves: which routes, and which
+	// policies are mounted where.
+	App AppSpec
+	// Steps are the requests, in order, each with its expected response.
+	Steps []Step
 	// Concurrent, when set, runs after Steps: many clients at once.
 	Concurrent *Concurrent
 	// Events checks the engine's decision events against the responses.
@@ -40,24 +45,37 @@ type Scenario struct {
 
 // AppSpec lays out the routes and mounts by policy name.
 type AppSpec struct {
+	// Global names the policies mounted on the whole router, in order
+	// (App.Global).
 	Global []string
+	// Groups are the route groups with their own mounts (App.Groups).
 	Groups []GroupSpec
+	// Routes are the routes outside any group (App.Routes).
 	Routes []RouteSpec
 }
 
 // GroupSpec is a Group by policy name.
 type GroupSpec struct {
+	// Prefix is the group's path prefix ("/v1"); see Group.Prefix.
 	Prefix string
+	// Mounts names the policies mounted on the group, in order.
 	Mounts []string
+	// Routes are the group's routes, with full paths.
 	Routes []RouteSpec
 }
 
 // RouteSpec is a Route by policy name.
 type RouteSpec struct {
-	Method, Path string
-	Mounts       []string
-	Status       int
-	Body         string
+	// Method is the route's HTTP method.
+	Method string
+	// Path is the full route template in {param} form ("/v1/notes/{id}").
+	Path string
+	// Mounts names the policies mounted on this route alone, in order.
+	Mounts []string
+	// Status is what the handler answers (0: 200).
+	Status int
+	// Body is what the handler writes ("" for none).
+	Body string
 }
 
 // Step is one or more identical requests.
@@ -65,8 +83,12 @@ type Step struct {
 	// Client is the loopback address the request dials from ("127.0.0.2"),
 	// or "unix" for a connection over a Unix socket (no client address).
 	Client string
+	// Method is the request method, any token (an unknown one like "FOO"
+	// included).
 	Method string
-	Path   string
+	// Path is the request target: path and query, sent as is
+	// ("/v1/notes/1?x=1", "/v1//login").
+	Path string
 	// Header lines to send; several lines of one field are separate entries.
 	Header [][2]string
 	// Advance moves the fake clock before the request(s).
@@ -75,12 +97,19 @@ type Step struct {
 	Store string
 	// Times sends the request this many times (default 1), each expecting Want.
 	Times int
-	Want  Want
+	// Want is the response every request of the step must get.
+	Want Want
 }
 
 // Want is the expected response.
 type Want struct {
+	// Status is the exact status; 0 leaves it unchecked.
 	Status int
+	// NotLimited requires a response the limiter did not write: any status
+	// but 429 and 503, with no Retry-After. It is for requests whose answer
+	// is the router's own and differs between routers (a CORS preflight to
+	// a path without an OPTIONS route: 404, 405, or echo's automatic 204).
+	NotLimited bool
 	// Header values that must match exactly; the value "-" means absent.
 	Header map[string]string
 	// Body, when not "", must match exactly.
@@ -97,9 +126,14 @@ type Want struct {
 // Concurrent sends Clients requests at once from one client address and
 // expects exactly Allowed of them to be admitted.
 type Concurrent struct {
-	Client  string
-	Path    string
+	// Client is the loopback address every request dials from.
+	Client string
+	// Path is the GET request's path.
+	Path string
+	// Clients is how many requests are sent at once.
 	Clients int
+	// Allowed is exactly how many must be admitted (200); the rest must
+	// be 429.
 	Allowed int
 }
 
@@ -119,6 +153,13 @@ func get(client, path string, want int) Step {
 }
 
 func times(s Step, n int) Step { s.Times = n; return s }
+
+// preflight is a CORS preflight request (Fetch standard): OPTIONS with
+// Origin and Access-Control-Request-Method.
+func preflight(client, path string, want Want) Step {
+	return Step{Client: client, Method: "OPTIONS", Path: path, Want: want,
+		Header: [][2]string{{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "GET"}}}
+}
 
 func after(d time.Duration, s Step) Step { s.Advance = d; return s }
 
@@ -461,8 +502,11 @@ func Scenarios() []Scenario {
 			Steps: []Step{
 				get("127.0.0.2", "/a", ok),
 				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Times: 2, Want: Want{Status: ok, Handler: "ran"}},
-				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Handler: "ran"}},
 				{Store: "ok", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited}},
+				// Last: a silent store opens the circuit breaker, after which
+				// the failure mode decides for a cool-down without calling
+				// the store (the engine's breaker tests pin that).
+				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Handler: "ran"}},
 			},
 		},
 		{
@@ -474,8 +518,9 @@ func Scenarios() []Scenario {
 			Steps: []Step{
 				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run",
 					Header: map[string]string{"Retry-After": "1", "Cache-Control": "no-store"}}},
-				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run"}},
 				{Store: "ok", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok}},
+				// Last, as in 15a: a silent store opens the circuit breaker.
+				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run"}},
 			},
 		},
 		{
@@ -562,6 +607,56 @@ func Scenarios() []Scenario {
 					"RateLimit":        `"global";r=94;t=60, "login";r=0;t=10`,
 					"RateLimit-Limit":  "5", "RateLimit-Remaining": "0", "RateLimit-Reset": "10",
 					"Retry-After": "10", "Cache-Control": "no-store", "Content-Type": problemJSON}}},
+			},
+		},
+		{
+			// Requests no route serves (404, 405) pass through a global
+			// mount and count in its Shared bucket on every router, so a
+			// scanner is limited like any client; once the allowance is
+			// spent they get 429 like any request.
+			Name:     "21-unmatched-requests-count-against-the-global-mount",
+			Events:   true,
+			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/nope", Want: Want{Status: 404, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "DELETE", Path: "/v1/notes/1", Want: Want{Status: 405, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/notes/1", Want: Want{Status: ok, Handler: "ran"}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/nope", Want: Want{Status: limited, Header: map[string]string{"Retry-After": "60"}}},
+				{Client: "127.0.0.2", Method: "DELETE", Path: "/v1/notes/1", Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/notes/1", Want: Want{Status: limited, Handler: "not-run"}},
+				// another client has its own allowance
+				{Client: "127.0.0.3", Method: "GET", Path: "/v1/nope", Want: Want{Status: 404}},
+			},
+		},
+		{
+			// CORS preflights (OPTIONS with Access-Control-Request-Method)
+			// are not limited and not counted by default, even once the
+			// client's allowance is spent; an OPTIONS request without that
+			// header is an ordinary request.
+			Name:     "22-cors-preflights-pass-unless-the-policy-opts-in",
+			Events:   true,
+			Policies: map[string]limit.Policy{"g": fixed(2, time.Minute)},
+			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				times(preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run", Skipped: true}), 3),
+				times(get("127.0.0.2", "/v1/notes/1", ok), 2),
+				get("127.0.0.2", "/v1/notes/1", limited),
+				preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run", Skipped: true}),
+				{Client: "127.0.0.2", Method: "OPTIONS", Path: "/v1/notes/1", Want: Want{Status: limited}},
+			},
+		},
+		{
+			// Policy.LimitPreflights: preflights count and are limited.
+			Name:   "23-cors-preflights-limited-when-the-policy-opts-in",
+			Events: true,
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute,
+				AlignWindows: true, LimitPreflights: true}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/v1/notes/{id}"}}},
+			Steps: []Step{
+				times(preflight("127.0.0.2", "/v1/notes/1", Want{NotLimited: true, Handler: "not-run"}), 2),
+				preflight("127.0.0.2", "/v1/notes/1", Want{Status: limited}),
+				get("127.0.0.2", "/v1/notes/1", limited),
 			},
 		},
 		{

@@ -8,10 +8,11 @@ import (
 
 // bucket returns the bucket of a request: the policy Name, or the Shared
 // signature, or for PerRoute the normalised route template plus the signature
-// ("/v1/notes/{id} 100p60"). A PerRoute request with no matched route falls
-// back to Shared and reports IssueRouteUnknown.
+// ("/v1/notes/{id} 100p60"). A request no route matches (Request.Unmatched)
+// draws on the Shared bucket; a PerRoute request whose route the mount cannot
+// see falls back to Shared too and reports IssueRouteUnknown.
 func (l *Limiter) bucket(r *Request) bucketRef {
-	if l.policy.Name != "" || l.policy.Scope != PerRoute {
+	if l.policy.Name != "" || l.policy.Scope != PerRoute || r.Unmatched {
 		return l.shared
 	}
 	if r.Route == "" {

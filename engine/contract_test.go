@@ -35,6 +35,9 @@ var updateDoc = flag.Bool("update-doc", false, "rewrite the golden section of do
 //     Legacy epoch 1767225680).
 //   - fail-open / fail-closed: the store fails; FailOpen admits with no
 //     numbers, FailClosed answers 503 with Retry-After 1.
+//   - over-capacity: the request costs 4 (CostFunc), more than the quota of
+//     3 could ever admit: 429 with its own problem type, no Retry-After and
+//     no RateLimit field, without asking the store.
 var golden = []contractRow{
 	// DiscloseNone
 	{"none", "ietf", "allowed", 200, `
@@ -47,6 +50,9 @@ Content-Length: 0`, ""},
 	{"none", "ietf", "fail-closed", 503, `
 Cache-Control: no-store
 Content-Length: 0`, ""},
+	{"none", "ietf", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 0`, ""},
 	{"none", "triplet", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"none", "triplet", "denied", 429, `
@@ -55,6 +61,9 @@ Content-Length: 0`, ""},
 	{"none", "triplet", "fail-open", 200, `
 Content-Length: 0`, ""},
 	{"none", "triplet", "fail-closed", 503, `
+Cache-Control: no-store
+Content-Length: 0`, ""},
+	{"none", "triplet", "over-capacity", 429, `
 Cache-Control: no-store
 Content-Length: 0`, ""},
 	{"none", "legacy", "allowed", 200, `
@@ -67,6 +76,9 @@ Content-Length: 0`, ""},
 	{"none", "legacy", "fail-closed", 503, `
 Cache-Control: no-store
 Content-Length: 0`, ""},
+	{"none", "legacy", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 0`, ""},
 	{"none", "all", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"none", "all", "denied", 429, `
@@ -75,6 +87,9 @@ Content-Length: 0`, ""},
 	{"none", "all", "fail-open", 200, `
 Content-Length: 0`, ""},
 	{"none", "all", "fail-closed", 503, `
+Cache-Control: no-store
+Content-Length: 0`, ""},
+	{"none", "all", "over-capacity", 429, `
 Cache-Control: no-store
 Content-Length: 0`, ""},
 	// DiscloseRetryAfter (the default)
@@ -92,6 +107,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"retry-after", "ietf", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"retry-after", "triplet", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"retry-after", "triplet", "denied", 429, `
@@ -106,6 +125,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"retry-after", "triplet", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"retry-after", "legacy", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"retry-after", "legacy", "denied", 429, `
@@ -120,6 +143,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"retry-after", "legacy", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"retry-after", "all", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"retry-after", "all", "denied", 429, `
@@ -134,6 +161,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"retry-after", "all", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	// DiscloseOnLimit
 	{"on-limit", "ietf", "allowed", 200, `
 Content-Length: 0`, ""},
@@ -151,6 +182,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"on-limit", "ietf", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"on-limit", "triplet", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"on-limit", "triplet", "denied", 429, `
@@ -169,6 +204,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"on-limit", "triplet", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"on-limit", "legacy", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"on-limit", "legacy", "denied", 429, `
@@ -186,6 +225,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"on-limit", "legacy", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"on-limit", "all", "allowed", 200, `
 Content-Length: 0`, ""},
 	{"on-limit", "all", "denied", 429, `
@@ -208,6 +251,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"on-limit", "all", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	// DiscloseAlways
 	{"always", "ietf", "allowed", 200, `
 Content-Length: 0
@@ -227,6 +274,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"always", "ietf", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"always", "triplet", "allowed", 200, `
 Content-Length: 0
 Ratelimit-Limit: 3
@@ -249,6 +300,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"always", "triplet", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"always", "legacy", "allowed", 200, `
 Content-Length: 0
 X-Ratelimit-Limit: 3
@@ -269,6 +324,10 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"always", "legacy", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 	{"always", "all", "allowed", 200, `
 Content-Length: 0
 Ratelimit: "3p60";r=2;t=110
@@ -299,9 +358,16 @@ Cache-Control: no-store
 Content-Length: 65
 Content-Type: application/problem+json
 Retry-After: 1`, body503},
+	{"always", "all", "over-capacity", 429, `
+Cache-Control: no-store
+Content-Length: 158
+Content-Type: application/problem+json`, bodyOverCapacity},
 }
 
-const body429 = body429Default
+const (
+	body429          = body429Default
+	bodyOverCapacity = `{"type":"https://github.com/quotagate/quotagate/blob/main/docs/response-contract.md#cost-exceeds-quota","title":"Request cost exceeds the quota","status":429}`
+)
 
 type contractRow struct {
 	disclosure, style, outcome string
@@ -333,6 +399,9 @@ func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	switch row.outcome {
 	case "allowed", "denied":
 		store = limittest.NewStore(limittest.NewClock(contractClock).Now)
+	case "over-capacity":
+		store = limittest.FailingStore{Panic: true} // never asked
+		p.CostFunc = func(limit.Request) int64 { return 4 }
 	case "fail-open":
 		store, p.FailureMode = errStore, limit.FailOpen
 	case "fail-closed":
@@ -387,8 +456,8 @@ func headerLines(h http.Header) string {
 }
 
 func TestResponseContractGolden(t *testing.T) {
-	if len(golden) != len(disclosures)*len(styles)*4 {
-		t.Errorf("golden table has %d rows, want every disclosure x style x outcome (%d)", len(golden), len(disclosures)*len(styles)*4)
+	if len(golden) != len(disclosures)*len(styles)*len(outcomeOrder) {
+		t.Errorf("golden table has %d rows, want every disclosure x style x outcome (%d)", len(golden), len(disclosures)*len(styles)*len(outcomeOrder))
 	}
 	for _, row := range golden {
 		t.Run(row.disclosure+"/"+row.style+"/"+row.outcome, func(t *testing.T) {
@@ -441,10 +510,10 @@ func TestResponseContractDoc(t *testing.T) {
 var (
 	disclosureOrder = []string{"none", "retry-after", "on-limit", "always"}
 	styleOrder      = []string{"ietf", "triplet", "legacy", "all"}
-	outcomeOrder    = []string{"allowed", "denied", "fail-open", "fail-closed"}
+	outcomeOrder    = []string{"allowed", "denied", "fail-open", "fail-closed", "over-capacity"}
 	disclosureDoc   = map[string]string{"none": "`DiscloseNone`", "retry-after": "`DiscloseRetryAfter` (default)", "on-limit": "`DiscloseOnLimit`", "always": "`DiscloseAlways`"}
 	styleDoc        = map[string]string{"ietf": "`HeadersIETF` (default)", "triplet": "`HeadersTriplet`", "legacy": "`HeadersLegacy`", "all": "all three combined"}
-	outcomeDoc      = map[string]string{"allowed": "allowed", "denied": "denied (429)", "fail-open": "store down, `FailOpen`", "fail-closed": "store down, `FailClosed` (503)"}
+	outcomeDoc      = map[string]string{"allowed": "allowed", "denied": "denied (429)", "fail-open": "store down, `FailOpen`", "fail-closed": "store down, `FailClosed` (503)", "over-capacity": "cost above the quota (429)"}
 )
 
 func findRow(d, s, o string) contractRow {
@@ -491,7 +560,7 @@ func renderContract(full bool) string {
 	for _, o := range outcomeOrder {
 		b.WriteString(" " + outcomeDoc[o] + " |")
 	}
-	b.WriteString("\n|---|---|---|---|---|\n")
+	b.WriteString("\n|---|---|---|---|---|---|\n")
 	for _, d := range disclosureOrder {
 		b.WriteString("| " + disclosureDoc[d] + " |")
 		for _, o := range outcomeOrder {
@@ -509,7 +578,7 @@ func renderContract(full bool) string {
 		return b.String()
 	}
 	b.WriteString("\n### The full golden table\n\n")
-	b.WriteString("Every header field the server sends except `Date`, with its value; bodies: `429` =\n`" + body429 + "`, `503` = `" + body503 + "`.\n\n")
+	b.WriteString("Every header field the server sends except `Date`, with its value; bodies: `429` =\n`" + body429 + "`, `503` = `" + body503 + "`,\n`429c` = `" + bodyOverCapacity + "`.\n\n")
 	b.WriteString("| Disclosure | Style | Outcome | Status | Header fields | Body |\n|---|---|---|---|---|---|\n")
 	for _, r := range golden {
 		body := "—"
@@ -518,6 +587,8 @@ func renderContract(full bool) string {
 			body = "429"
 		case body503:
 			body = "503"
+		case bodyOverCapacity:
+			body = "429c"
 		}
 		fields := strings.ReplaceAll(strings.TrimPrefix(r.headers, "\n"), "\n", "<br>")
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | `%s` | %s |\n", r.disclosure, r.style, r.outcome, r.status, strings.ReplaceAll(fields, "<br>", "`<br>`"), body)

@@ -34,8 +34,22 @@ type Decision struct {
 	ResetAfter time.Duration
 	// RetryAfter is, when limited, the earliest time after which the same
 	// request will be admitted with no further traffic (1 s under
-	// FailClosed); 0 when allowed.
+	// FailClosed); 0 when allowed, and 0 when OverCapacity (no wait admits
+	// it).
 	RetryAfter time.Duration
+	// OverCapacity reports a request whose cost exceeds the quota's
+	// capacity (Limit, or Burst for TokenBucket; for requests without an
+	// identity, the fallback bucket's reduced capacity), so that no wait
+	// would ever admit it: a CostFunc or ConsumeN cost above it. The engine
+	// answers it without asking the store, takes nothing from the quota,
+	// and the Decision is limited (Outcome limited) with RetryAfter 0 and
+	// no numbers (Remaining, ResetAfter and ResetAt zero). Check answers 429
+	// with its own RFC 9457 problem type,
+	// https://github.com/quotagate/quotagate/blob/main/docs/response-contract.md#cost-exceeds-quota,
+	// and neither Retry-After nor RateLimit fields, so that no client is
+	// told to retry a request that cannot succeed; OnLimited and
+	// LimitedResponse run as for any limited request.
+	OverCapacity bool
 	// ResetAt is the store's clock reading plus ResetAfter; the zero Time
 	// when no store decided.
 	ResetAt time.Time
@@ -84,9 +98,17 @@ const (
 	KeySourceConsume KeySource = "consume"
 )
 
+// maxDelayMS bounds every delay a Decision reports, in ms: 400 days, above
+// the longest any accepted policy produces (two 24 h windows; a TokenBucket's
+// refill time), so that only a Store outside the contract reaches it, and
+// even then the Durations (which overflow past ~292 years), the header
+// values and X-RateLimit-Reset stay in range.
+const maxDelayMS = 400 * 24 * 3600 * 1000
+
 // fill writes a store's Result into d: the numbers of the quota closest to
 // exhaustion (the least Remaining), and for a limited request the latest
-// Retry-After of the quotas that limit it.
+// Retry-After of the quotas that limit it; every delay clamped to
+// [0, maxDelayMS] and Remaining to [0, maxHeaderInt].
 func (d *Decision) fill(res *Result) {
 	d.Allowed = res.Allowed
 	d.Outcome = OutcomeLimited
@@ -107,9 +129,10 @@ func (d *Decision) fill(res *Result) {
 	if res.Allowed {
 		retry = 0
 	}
-	d.Remaining = max(q.Remaining, 0)
-	d.ResetAfter = time.Duration(q.ResetAfterMS) * time.Millisecond
+	reset, retry := min(max(q.ResetAfterMS, 0), maxDelayMS), min(max(retry, 0), maxDelayMS)
+	d.Remaining = min(max(q.Remaining, 0), maxHeaderInt)
+	d.ResetAfter = time.Duration(reset) * time.Millisecond
 	d.RetryAfter = time.Duration(retry) * time.Millisecond
-	d.ResetAt = time.UnixMilli(res.NowMS + q.ResetAfterMS)
+	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
 }

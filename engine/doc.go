@@ -37,6 +37,16 @@
 // the caller's; the fields of several limiters on one request merge.
 // Policy.Skip and Policy.SkipPaths exempt requests; Policy.OnLimited and
 // Policy.OnStoreError observe limited requests and store failures.
+//
+// One rule holds on every router: a request no route matches (the router's
+// 404 or 405; the adapter sets [Request].Unmatched) counts in the mount's
+// Shared bucket, so that scanners are limited; a CORS preflight passes
+// uncounted unless Policy.LimitPreflights. A cost no wait could admit (above
+// Limit, or Burst) is answered without the store: 429 with its own problem
+// type and no Retry-After ([Decision].OverCapacity). Every policy [New]
+// accepts gives in-range delays, header values and store TTLs; two Limiters
+// built separately with the same numbers and no Name are refused rather
+// than left to share one allowance silently.
 // docs/response-contract.md in the repository shows every level and style.
 //
 // Non-HTTP call sites use [Limiter.Consume] with an identity string.

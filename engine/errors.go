@@ -12,4 +12,10 @@ var (
 	// ErrStorePanic means a Store's Take panicked; the engine recovered and
 	// treated it as a store failure.
 	ErrStorePanic = errors.New("limit: store panicked")
+	// ErrCircuitOpen means the store was not called: its circuit breaker
+	// is open after the store answered nothing for a whole store timeout
+	// or failed several calls in a row, and the policy's FailureMode
+	// decided. The error wraps the failure that opened it. One probe call
+	// every 250 ms finds out whether the store is back.
+	ErrCircuitOpen = errors.New("limit: store not called, its circuit breaker is open")
 )

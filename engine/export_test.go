@@ -49,3 +49,8 @@ func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
 	res := op.Apply(&sts, now)
 	return sts[0], res.Quotas[0]
 }
+
+// SilenceGrace is how long a silent store is confirmed before its calls
+// fail: a call to a store that answers nothing fails at the store timeout +
+// the 1 ms tick + SilenceGrace.
+const SilenceGrace = silenceGrace

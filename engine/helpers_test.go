@@ -105,7 +105,7 @@ func checkHTTP(l *limit.Limiter, r limit.Request) *httptest.ResponseRecorder {
 		hr.Header = h
 	}
 	w := httptest.NewRecorder()
-	l.CheckHTTP(w, hr, r.Route, nil)
+	l.CheckHTTP(w, hr, limit.Request{Route: r.Route, Unmatched: r.Unmatched})
 	return w
 }
 

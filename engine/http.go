@@ -14,17 +14,19 @@ import "net/http"
 // body). The adapter calls its next handler when the Decision is Allowed and
 // stops its chain otherwise.
 //
-// route is the matched route template ("" when unknown); native is the
-// framework's own context for typed key and cost functions (nil: r itself).
-// The Request view has Path r.URL.RawPath when the client escaped the path,
-// else r.URL.Path (the form chi and echo route on, so that SkipPaths never
-// exempts "/%68ealth" while the router serves it with another, limited
-// handler), Peer r.RemoteAddr (the socket peer: never a forwarding header)
-// and Header r.Header. It is safe for concurrent use and allocates nothing
-// on an allowed request at the default disclosure.
-func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, route string, native any) Decision {
-	req := Request{Route: route, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: native}
-	if native == nil {
+// known holds what the adapter knows that r does not say: Route (the
+// matched route template, "" when unknown), Unmatched (the router has no
+// route for r: it answers 404 or 405) and Native (the framework's own
+// context for typed key and cost functions; nil: r itself). Method, Path,
+// Peer and Header come from r: Path is r.URL.RawPath when the client
+// escaped the path, else r.URL.Path (the form chi and echo route on, so that
+// SkipPaths never exempts "/%68ealth" while the router serves it with
+// another, limited handler), Peer is r.RemoteAddr (the socket peer: never a
+// forwarding header) and Header is r.Header. It is safe for concurrent use
+// and allocates nothing on an allowed request at the default disclosure.
+func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Request) Decision {
+	req := Request{Route: known.Route, Unmatched: known.Unmatched, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: known.Native}
+	if req.Native == nil {
 		req.Native = r
 	}
 	if r.URL != nil {
@@ -47,21 +49,23 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, route string
 // response and next is not called; a request the policy skips reaches next
 // untouched.
 //
-// route returns the matched route template of a request ("" when unknown);
-// the handler calls it only when something reads the route (a PerRoute
-// bucket, the handler label of an Observer, a policy function that receives
-// the Request), and a nil route means the route is never known. The handler
-// is safe for concurrent use and adds no allocation of its own.
-func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) string) http.Handler {
+// route returns the matched route template of a request ("" when unknown)
+// and whether the router has no route for it at all (unmatched: 404 or
+// 405; see Request.Unmatched); the handler calls it only when something
+// reads the route (a PerRoute bucket, the handler label of an Observer, a
+// policy function that receives the Request), and a nil route means the
+// route is never known. The handler is safe for concurrent use and adds no
+// allocation of its own.
+func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool)) http.Handler {
 	if !l.needsRoute {
 		route = nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var tmpl string
+		var known Request
 		if route != nil {
-			tmpl = route(r)
+			known.Route, known.Unmatched = route(r)
 		}
-		if l.CheckHTTP(w, r, tmpl, nil).Allowed {
+		if l.CheckHTTP(w, r, known).Allowed {
 			next.ServeHTTP(w, r)
 		}
 	})

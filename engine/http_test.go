@@ -22,7 +22,7 @@ func TestCheckHTTPRequestView(t *testing.T) {
 	r.RemoteAddr = "[2001:db8::1%eth0]:4711"
 	r.Header.Add("X-Forwarded-For", "192.0.2.1")
 	r.Header.Add("X-Forwarded-For", "192.0.2.2")
-	l.CheckHTTP(httptest.NewRecorder(), r, "/v1/notes/{id}", nil)
+	l.CheckHTTP(httptest.NewRecorder(), r, limit.Request{Route: "/v1/notes/{id}"})
 	if got.Route != "/v1/notes/{id}" || got.Method != "HEAD" || got.Path != "/v1/notes/%37" || got.Peer != r.RemoteAddr {
 		t.Fatalf("view %+v", got)
 	}
@@ -33,7 +33,7 @@ func TestCheckHTTPRequestView(t *testing.T) {
 		t.Fatalf("Header.Values = %q, want both lines", v)
 	}
 	native := struct{ name string }{"a framework's context"}
-	l.CheckHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/plain", nil), "", native)
+	l.CheckHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/plain", nil), limit.Request{Native: native})
 	if got.Native != native || got.Path != "/plain" {
 		t.Fatalf("native %v path %q", got.Native, got.Path)
 	}
@@ -65,7 +65,7 @@ func TestHTTPHandler(t *testing.T) {
 				hits++
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "made")
-			}), func(*http.Request) string { calls++; return "/a/:id" })
+			}), func(*http.Request) (string, bool) { calls++; return "/a/:id", false })
 			var last *httptest.ResponseRecorder
 			for i := 0; i < 3; i++ {
 				last = httptest.NewRecorder()
@@ -116,7 +116,7 @@ func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
-			h := mustNew(t, limittest.NewStore(nil), tc.p, tc.opts...).HTTPHandler(http.NotFoundHandler(), func(*http.Request) string { asked = true; return "/x" })
+			h := mustNew(t, limittest.NewStore(nil), tc.p, tc.opts...).HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { asked = true; return "/x", false })
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
 			if asked != tc.want {
 				t.Fatalf("route asked: %v, want %v", asked, tc.want)
@@ -133,7 +133,7 @@ func TestCheckHTTPAllowedDoesNotAllocate(t *testing.T) {
 	r.RemoteAddr = "192.0.2.1:4711"
 	w := httptest.NewRecorder()
 	assertNoAllocs(t, l, func() {
-		if !l.CheckHTTP(w, r, "/v1/notes/{id}", nil).Allowed {
+		if !l.CheckHTTP(w, r, limit.Request{Route: "/v1/notes/{id}"}).Allowed {
 			t.Fatal("limited")
 		}
 	})

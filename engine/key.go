@@ -11,8 +11,25 @@ import (
 type keyer struct {
 	prefix   string
 	hashKeys bool
-	letter   byte  // the algorithm letter
-	phaseMS  int64 // window length for the per-identity phase; 0: no phase (AlignWindows, TokenBucket)
+	state    string // the state signature of the policy's quota (stateSignature)
+	fallback string // the state signature of the fallback bucket's tightened quota
+	phaseMS  int64  // window length for the per-identity phase; 0: no phase (AlignWindows, TokenBucket)
+}
+
+// stateSignature spells everything that decides how a stored state is read:
+// the signature (limit, window, algorithm letter, token-bucket burst), plus
+// "a" for a window algorithm with AlignWindows (its windows start at other
+// instants than the per-identity phase's). Two quotas whose states would not
+// be interchangeable never have the same state signature, so, being part of
+// every key, it keeps them from ever reading or writing one record, whatever
+// their Name. It depends on the policy alone, so every process of a fleet
+// spells the same key.
+func stateSignature(a Algorithm, limit, windowMS, burst int64, aligned bool) string {
+	s := signature(a, limit, windowMS, burst)
+	if aligned && a != TokenBucket {
+		s += "a"
+	}
+	return s
 }
 
 // maxRawIdentity is the longest identity stored as is; longer ones (and all
@@ -21,8 +38,10 @@ const maxRawIdentity = 128
 
 // appendKey appends the store key of (bucket, id) to buf:
 //
-//	<prefix>:{<tag>}:<bucket>:<algorithm letter>:<identity>
+//	<prefix>:{<tag>}:<bucket>:<state signature>:<identity>
 //
+// where the state signature is the quota's (the fallback bucket's for the
+// fallback identity), e.g. "quotagate:{1a2b3c4d}:login:5p60f:r:192.0.2.1";
 // where <identity> is the identity's key form (appendIdentity). The tag is 8
 // hex digits of a 64-bit hash of (bucket, identity): the bucket's FNV-1a hash
 // (computed once per bucket) mixed with the identity's. The braces make it
@@ -39,7 +58,13 @@ func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, int64
 	tagAt := len(buf)
 	buf = append(buf, "00000000}:"...)
 	buf = append(buf, bucket.name...)
-	buf = append(buf, ':', k.letter, ':')
+	buf = append(buf, ':')
+	if id.src == KeySourceFallback {
+		buf = append(buf, k.fallback...)
+	} else {
+		buf = append(buf, k.state...)
+	}
+	buf = append(buf, ':')
 	idAt := len(buf)
 	buf = k.appendIdentity(buf, id)
 	ih := fnvAdd(fnvOffset, buf[idAt:])

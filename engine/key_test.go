@@ -8,7 +8,7 @@ import (
 // The window phase is stable for one identity, spread over the window
 // between identities, and 0 with AlignWindows (phaseMS 0).
 func TestFixedWindowPhasePerIdentity(t *testing.T) {
-	k := keyer{prefix: "quotagate", letter: 'f', phaseMS: 60_000}
+	k := keyer{prefix: "quotagate", state: "1p60f", phaseMS: 60_000}
 	bucket := newBucketRef("1p60f")
 	phase := func(k *keyer, id string) int64 {
 		_, ph := k.appendKey(nil, &bucket, &who{src: KeySourceKeyFunc, text: id})
@@ -28,7 +28,7 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 	if len(seen) < 4 {
 		t.Fatalf("phases barely differ between identities: %v", seen)
 	}
-	aligned := keyer{prefix: "quotagate", letter: 'f'}
+	aligned := keyer{prefix: "quotagate", state: "1p60fa"}
 	if ph := phase(&aligned, "198.51.100.1"); ph != 0 {
 		t.Fatalf("AlignWindows phase %d, want 0", ph)
 	}
@@ -38,12 +38,12 @@ func TestFixedWindowPhasePerIdentity(t *testing.T) {
 // braces, the same for one (bucket, identity), and the key ends in the
 // identity's key form.
 func TestKeyTag(t *testing.T) {
-	k := keyer{prefix: "app", letter: 's'}
+	k := keyer{prefix: "app", state: "5p60"}
 	b := newBucketRef("/v1/{a} 5p60")
 	key, _ := k.appendKey(nil, &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
 	again, _ := k.appendKey(make([]byte, 0, 8), &b, &who{src: KeySourceSocket, text: "192.0.2.1"})
 	s := string(key)
-	if s != string(again) || !strings.HasPrefix(s, "app:{") || s[13] != '}' || !strings.HasSuffix(s, ":/v1/{a} 5p60:s:r:192.0.2.1") {
+	if s != string(again) || !strings.HasPrefix(s, "app:{") || s[13] != '}' || !strings.HasSuffix(s, ":/v1/{a} 5p60:5p60:r:192.0.2.1") {
 		t.Fatalf("key %q (again %q)", key, again)
 	}
 	for _, c := range s[5:13] {

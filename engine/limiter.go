@@ -19,8 +19,9 @@ import (
 type Limiter struct {
 	policy     Policy
 	res        resolved
-	cfg        *config   // process-wide settings, shared with the Limiters from With
-	shared     bucketRef // the Shared-scope bucket: Name or signature
+	cfg        *config                      // process-wide settings, shared with the Limiters from With
+	shared     bucketRef                    // the Shared-scope bucket: Name or signature
+	fallback   struct{ limit, burst int64 } // the fallback bucket's quota (see newLimiter)
 	routes     routeCache
 	keys       keyer
 	store      storeCall
@@ -32,13 +33,12 @@ type Limiter struct {
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
-// not allocate: the Op handed to the store lives here, with its key bytes,
-// and the Result the store returns.
+// not allocate: the Op handed to the store lives here, with its key bytes.
 // (The Op must be on the heap: the store is called through an interface.)
 type scratch struct {
 	op  Op
-	res Result
 	key []byte
+	ctx storeCtx // the store call's context (deadline.go)
 }
 
 // New returns a Limiter for policy p on store s. Zero Policy fields take
@@ -58,6 +58,12 @@ func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
 		}
 	}
 	cfg.rep = newReporter(cfg)
+	if cfg.localStore != nil && p.FailureMode != FailLocal {
+		// Case C-09: the README's recipe without FailLocal used to fail open
+		// silently, the local store ignored.
+		return nil, fmt.Errorf("%w: WithLocalStore is used only by FailureMode FailLocal, and Policy.FailureMode is %s: "+
+			"set FailureMode: limit.FailLocal, or drop WithLocalStore", ErrInvalidOption, failureModeName(p.FailureMode))
+	}
 	return newLimiter(s, p, cfg)
 }
 
@@ -91,14 +97,23 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		name = p.Name
 	}
 	l.shared = newBucketRef(name)
-	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys, letter: p.Algorithm.letter()}
+	// The fallback bucket (requests with no identity) is tightened, but
+	// never below the policy's Cost: a capacity under it would limit every
+	// request without a client address for ever. A TokenBucket keeps its
+	// rate and divides Burst.
+	l.fallback.limit, l.fallback.burst = res.limit, res.burst
+	if p.Algorithm == TokenBucket {
+		l.fallback.burst = max(res.cost, res.burst/cfg.fallbackDivisor)
+	} else {
+		l.fallback.limit = max(res.cost, res.limit/cfg.fallbackDivisor)
+	}
+	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys,
+		state:    stateSignature(p.Algorithm, res.limit, res.windowMS, res.burst, p.AlignWindows),
+		fallback: stateSignature(p.Algorithm, l.fallback.limit, res.windowMS, l.fallback.burst, p.AlignWindows)}
 	if !p.AlignWindows && p.Algorithm != TokenBucket {
 		l.keys.phaseMS = res.windowMS
 	}
-	l.store = storeCall{primary: newStoreRef(s), timeout: cfg.storeTimeout, mode: p.FailureMode, observing: cfg.rep.observing, rep: cfg.rep}
-	if cfg.localStore != nil {
-		l.store.local = newStoreRef(cfg.localStore)
-	}
+	l.store = newStoreCall(s, cfg, p.FailureMode)
 	l.resp = newResponder(&p, name, res)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
@@ -111,6 +126,9 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		}
 	}
 	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128)} }
+	if err := register(l, s); err != nil {
+		return nil, err
+	}
 	return l, nil
 }
 
@@ -124,8 +142,9 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 // otherwise; that and translating its framework's request into r is all an
 // adapter does. Frameworks built on net/http use CheckHTTP instead.
 //
-// In order: SkipPaths and Skip (a skipped request returns at once, Allowed
-// with Outcome "", nothing counted, reported or written); bucket, identity
+// In order: CORS preflights (unless Policy.LimitPreflights), SkipPaths and
+// Skip (a skipped request returns at once, Allowed with Outcome "", nothing
+// counted, reported or written); bucket, identity
 // and cost; the store call under the store timeout; on a store failure the
 // FailureMode, the count, the rate-limited log line and OnStoreError; the
 // Decision event; the response; when limited, OnLimited and then
@@ -152,6 +171,9 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 		return
 	}
 	r.lim = l
+	if r.Unmatched {
+		r.Route = "" // no route serves it: no PerRoute bucket, no handler label
+	}
 	bucket := l.bucket(r)
 	id := l.identify(r, bucket.name)
 	cost := l.cost(r)
@@ -177,9 +199,16 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 // error it returns.
 func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost int64, d *Decision) error {
 	sc := l.scratch.Get().(*scratch)
-	op, limit := l.op(sc, bucket, id, cost)
+	op, limit, over := l.op(sc, bucket, id, cost)
 	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
-	err := l.store.decide(ctx, op, &sc.res, bucket.name, d)
+	var err error
+	if over {
+		// Never admissible: answered here, without the store (nothing
+		// to count, and no delay to promise).
+		d.Outcome, d.OverCapacity = OutcomeLimited, true
+	} else {
+		err = l.store.decide(ctx, &sc.ctx, op, bucket.name, d)
+	}
 	l.scratch.Put(sc)
 	return err
 }

@@ -178,9 +178,10 @@ func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
 			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.Remaining != 2 {
 				t.Fatalf("cost 3 with 2 remaining: denied=%v remaining=%d", r.Denied(), r.Decision.Remaining)
 			}
-			cost = 1_000_000 // far above the capacity: denied, never an overflow
-			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || r.Decision.RetryAfter <= 0 {
-				t.Fatalf("huge cost: denied=%v retry=%v", r.Denied(), r.Decision.RetryAfter)
+			cost = 1_000_000 // far above the capacity: never admissible, answered without the store
+			calls := store.Calls()
+			if r := checkPeer(l, "192.0.2.1:9"); !r.Denied() || !r.Decision.OverCapacity || r.Decision.RetryAfter != 0 || store.Calls() != calls {
+				t.Fatalf("huge cost: denied=%v over=%v retry=%v store calls %d", r.Denied(), r.Decision.OverCapacity, r.Decision.RetryAfter, store.Calls()-calls)
 			}
 			cost = 2 // the denied requests consumed nothing
 			if r := checkPeer(l, "192.0.2.1:9"); r.Denied() || r.Decision.Remaining != 0 {
@@ -254,9 +255,9 @@ func TestStoreKeyLayout(t *testing.T) {
 		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.Keys()))
 	}
 	key := store.Keys()[0]
-	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:f:r:192.0.2.1
-	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:f:r:192.0.2.1") {
-		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<alg>:r:<identity>", key)
+	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1
+	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1") {
+		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<state signature>:r:<identity>", key)
 	}
 	hashed := limit.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
 	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
@@ -340,7 +341,11 @@ func TestStoreFailureModes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, limit.WithLocalStore(local))
+			var opts []limit.Option
+			if tt.mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(local))
+			}
+			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
 			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
 			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
 				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)

@@ -95,13 +95,28 @@ type Observer interface {
 	// ClientAddressIssue is called once per request that met the issue.
 	ClientAddressIssue(bucket string, issue Issue)
 	// StoreError is called once per failed store call (an error, a timeout
-	// or a panic), with the failing policy's FailureMode: under FailLocal a
-	// request whose local store fails too reports two.
+	// or a panic) and once per call not made because the store's circuit
+	// breaker is open (the FailureMode decided either way), with the
+	// failing policy's FailureMode: under FailLocal a request whose local
+	// store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
 	// StoreDuration is called after every store call, failed ones included,
 	// with the store's name (StoreInfo.Name; "custom" when the store does not
 	// describe itself) and the operation ("take").
 	StoreDuration(store, op string, d time.Duration)
+	// StoreSkipped is called once per decision that a store doing I/O
+	// would have made but was not asked, with the store's name and the
+	// reason: "deny-cache" (the local deny cache answered with the store's
+	// own earlier denial: a limited decision) or "breaker-open" (the
+	// store's circuit breaker is open: the FailureMode decided).
+	StoreSkipped(store, reason string)
+	// StoreBreaker is called once per transition of a store's circuit
+	// breaker: open true when it opens (the store answered nothing for a
+	// whole store timeout, or failed 5 calls in a row), false when it
+	// closes again (a call succeeded). Every Limiter on one Store shares
+	// its breaker; the transition is reported through the Observer of the
+	// Limiter whose call saw it.
+	StoreBreaker(store string, open bool)
 }
 
 // nopObserver is the default Observer.
@@ -111,6 +126,8 @@ func (nopObserver) Decision(DecisionEvent)                      {}
 func (nopObserver) ClientAddressIssue(string, Issue)            {}
 func (nopObserver) StoreError(string, FailureMode)              {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
+func (nopObserver) StoreSkipped(string, string)                 {}
+func (nopObserver) StoreBreaker(string, bool)                   {}
 
 // guardedObserver recovers a panic of the wrapped Observer (an event is lost,
 // the request is not); a deferred call costs no allocation.
@@ -136,4 +153,14 @@ func (g guardedObserver) StoreError(bucket string, mode FailureMode) {
 func (g guardedObserver) StoreDuration(store, op string, d time.Duration) {
 	defer dropPanic()
 	g.o.StoreDuration(store, op, d)
+}
+
+func (g guardedObserver) StoreSkipped(store, reason string) {
+	defer dropPanic()
+	g.o.StoreSkipped(store, reason)
+}
+
+func (g guardedObserver) StoreBreaker(store string, open bool) {
+	defer dropPanic()
+	g.o.StoreBreaker(store, open)
 }

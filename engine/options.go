@@ -26,6 +26,9 @@ type config struct {
 	ipv6Bits        int
 	trust           trustConfig
 	rep             *reporter // built by New from logger and observer
+	// The stores, described and bound to what every Limiter on them shares
+	// (breaker, deny cache), once per New (newStoreCall).
+	primary, local storeRef
 }
 
 func defaultConfig() *config {

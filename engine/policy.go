@@ -21,6 +21,11 @@ const (
 	maxRefill = 365 * 24 * time.Hour
 )
 
+// maxHeaderInt is the largest integer a Structured Field carries (RFC 9651
+// Integer: at most 15 digits); Limit and Burst above it are rejected, so
+// every count a header field reports fits.
+const maxHeaderInt = 999_999_999_999_999
+
 // maxExact is 2^53: every integer below it is exact in a float64, which is
 // what a Redis Lua script computes with. Policies whose arithmetic could reach
 // it are rejected by New so that the Go and Lua implementations agree.
@@ -152,16 +157,20 @@ type Policy struct {
 	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
 	Algorithm Algorithm
 	// Limit is the quota per Window (requests, or cost units). 0 means the
-	// default, 100, never unlimited; negative is an error.
+	// default, 100, never unlimited; negative is an error, and so is more
+	// than 15 digits (header fields carry it as an RFC 9651 Integer) or a
+	// product 4*Limit*Window (ms) of 2^53 or more (SlidingWindow and
+	// FixedWindow: exact arithmetic in Lua doubles).
 	Limit int64
 	// Window is the period of the quota, a whole number of milliseconds from
 	// 1 ms to 24 h. 0 means the default, 60 s.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
-	// reject a non-zero Burst. A TokenBucket accepts any Limit per Window
-	// (3 per second, 7 per minute: exact, no rounding of the emission
-	// interval) as long as Burst*Window (ms) and Limit stay within 2^50 and
-	// the refill time Burst*Window/Limit within 365 days.
+	// reject a non-zero Burst. At most 15 digits. A TokenBucket accepts any
+	// Limit per Window (3 per second, 7 per minute: exact, no rounding of
+	// the emission interval) as long as Burst*Window (ms) and Limit stay
+	// within 2^50 and the refill time Burst*Window/Limit within 365 days,
+	// so that every delay, header value and store TTL stays in range.
 	Burst int64
 	// Cost is what one request takes from the quota (default 1, at most the
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
@@ -201,6 +210,15 @@ type Policy struct {
 	// A skipped request is not counted, emits no event, calls no hook and
 	// gets no header: Check returns an Allowed Decision with Outcome "".
 	SkipPaths []string
+	// LimitPreflights makes CORS preflight requests (OPTIONS carrying
+	// Access-Control-Request-Method) count and be limited like any other
+	// request. By default they pass untouched, as a skipped request does
+	// (not counted, no event, no header): a browser sends one before a
+	// cross-origin request, which is counted itself, and a limited
+	// preflight surfaces as an opaque CORS failure rather than a 429. A
+	// preflight reaches the next handler unlimited, so set LimitPreflights
+	// when a handler does real work for OPTIONS.
+	LimitPreflights bool
 	// Skip, when set, is asked about every request not in SkipPaths; true
 	// skips it (as SkipPaths). It runs synchronously on the request path and
 	// must be safe for concurrent use. A panic counts as false (the request
@@ -259,6 +277,14 @@ func (p *Policy) resolve() (resolved, error) {
 	}
 	if p.Burst < 0 {
 		return r, fmt.Errorf("%w: Burst %d is negative", ErrInvalidPolicy, p.Burst)
+	}
+	// Limit and Burst reach clients as header integers (q=, r=,
+	// RateLimit-Limit, ...): RFC 9651 Integers have at most 15 digits.
+	if p.Limit > maxHeaderInt {
+		return r, fmt.Errorf("%w: Limit %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Limit (or Window with it)", ErrInvalidPolicy, p.Limit)
+	}
+	if p.Burst > maxHeaderInt {
+		return r, fmt.Errorf("%w: Burst %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Burst", ErrInvalidPolicy, p.Burst)
 	}
 	if p.Cost < 0 {
 		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)

@@ -50,14 +50,48 @@ func (r *reporter) storeDuration(store string, d time.Duration) {
 	r.observer.StoreDuration(store, "take", d)
 }
 
-// storeFailure reports one failed store call: an event every time, a log
-// line at most once per 10 s.
-func (r *reporter) storeFailure(bucket string, mode FailureMode, err error) {
+// storeFailure reports one failed store call (or one not made, the
+// breaker being open): an event every time; when logIt, a log line at most
+// once per 10 s. Failures of a store whose breaker is open are not logged
+// here: its transitions are (storeOpened, storeRecovered), each once, so an
+// outage is logged when it starts whatever was logged before it.
+func (r *reporter) storeFailure(bucket string, mode FailureMode, err error, logIt bool) {
 	r.observer.StoreError(bucket, mode)
-	if r.store.allow(r.clock(), storeLogEvery) {
-		r.logger.Warn("quotagate: store call failed; applying the failure mode (further failures are not logged for 10s)",
+	if logIt && r.store.allow(r.clock(), storeLogEvery) {
+		r.logger.Warn("quotagate: store call failed; applying the failure mode (further isolated failures are not logged for 10s)",
 			slog.String("bucket", bucket), slog.String("failure_mode", mode.String()), slog.String("error", sanitize(err.Error())))
 	}
+}
+
+// Reasons of StoreSkipped.
+const (
+	skipDenyCache   = "deny-cache"
+	skipBreakerOpen = "breaker-open"
+)
+
+// storeSkipped reports a decision that did not call the store.
+func (r *reporter) storeSkipped(store, reason string) {
+	r.observer.StoreSkipped(store, reason)
+}
+
+// storeOpened reports that the store's circuit breaker opened: an event
+// and a log line, once per transition (never gated).
+func (r *reporter) storeOpened(store string, silent bool, err error) {
+	r.observer.StoreBreaker(store, true)
+	why := "it failed 5 calls in a row"
+	if silent {
+		why = "it answered nothing for a whole store timeout"
+	}
+	r.logger.Error("quotagate: store is failing ("+why+"); circuit breaker open: decisions follow each policy's FailureMode without calling it, one probe call every "+breakerCoolDown.String(),
+		slog.String("store", store), slog.String("error", sanitize(err.Error())))
+}
+
+// storeRecovered reports that the store's circuit breaker closed: an event
+// and a log line, once per transition.
+func (r *reporter) storeRecovered(store string, openFor time.Duration) {
+	r.observer.StoreBreaker(store, false)
+	r.logger.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
+		slog.String("store", store), slog.Duration("open_for", openFor.Round(time.Millisecond)))
 }
 
 // issue reports a client-address or route issue: an event every time, a

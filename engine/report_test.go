@@ -250,6 +250,8 @@ func (panicObserver) Decision(limit.DecisionEvent)                { panic("decis
 func (panicObserver) ClientAddressIssue(string, limit.Issue)      { panic("issue") }
 func (panicObserver) StoreError(string, limit.FailureMode)        { panic("store error") }
 func (panicObserver) StoreDuration(string, string, time.Duration) { panic("duration") }
+func (panicObserver) StoreSkipped(string, string)                 { panic("skipped") }
+func (panicObserver) StoreBreaker(string, bool)                   { panic("breaker") }
 
 func TestPanickingObserverDoesNotBreakRequests(t *testing.T) {
 	t.Parallel()
@@ -273,7 +275,9 @@ func TestLogRateLimits(t *testing.T) {
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	advance := func(d time.Duration) { now.Add(int64(d)) }
 
-	l := limit.MustNew(errStore, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
+	// In-process: no circuit breaker, so every call fails and meets the gate.
+	failing := limittest.FailingStore{Err: errBackend, InProcess: true}
+	l := limit.MustNew(failing, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
 	limit.SetLogClock(l, func() time.Time { return time.Unix(0, now.Load()) })
 	ctx := context.Background()
 	lines := func(substr string) int {

@@ -15,6 +15,15 @@ type Request struct {
 	// buckets (NormalizeRoute) and uses it verbatim as the handler metrics
 	// label.
 	Route string
+	// Unmatched reports that the router has no route for this request: it
+	// will answer 404 Not Found or 405 Method Not Allowed (or its own
+	// automatic OPTIONS answer). The engine then ignores Route: the request
+	// counts in the Shared bucket (a PerRoute policy included, without the
+	// route-unknown issue), so that scanners are limited by the mount that
+	// sees them, and the handler label is "". Adapters set it only when the
+	// router says so; false with Route "" means the route is unknown to the
+	// mount (a PerRoute policy then reports IssueRouteUnknown).
+	Unmatched bool
 	// Method is the request method. It never selects a bucket.
 	Method string
 	// Path is the request path in the form the router routes on (net/http

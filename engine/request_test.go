@@ -41,7 +41,7 @@ func TestTypedFunctionsOverTheNativeContext(t *testing.T) {
 	for range 2 {
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest("GET", "/", nil)
-		d = l.CheckHTTP(w, r, "", nil)
+		d = l.CheckHTTP(w, r, limit.Request{})
 		if !d.Allowed || d.KeySource != limit.KeySourceSocket || d.Cost != 1 {
 			t.Fatalf("other context: %+v, want the client address and the policy's cost", d)
 		}

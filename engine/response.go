@@ -106,18 +106,31 @@ const problemJSON = "application/problem+json"
 // The 503 body of FailClosed (RFC 9457). Like the 429 body built by
 // problemBody it restates neither the limit nor the delay and never carries
 // an error string or the client's identity.
-var body503 = problemBody("", http.StatusServiceUnavailable)
+var body503 = problemBody("", "", http.StatusServiceUnavailable)
 
-// problemBody renders an RFC 9457 problem body with members type, title (the
-// status phrase) and status. typ has passed checkURIReference (or is "",
-// which means "about:blank"), so it needs no JSON escaping.
-func problemBody(typ string, status int) []byte {
+// problemTypeCostExceedsQuota is the RFC 9457 problem type of a request whose
+// cost exceeds the quota's capacity, so that no wait would admit it (see
+// Decision.OverCapacity); the document it names describes the problem.
+const problemTypeCostExceedsQuota = "https://github.com/quotagate/quotagate/blob/main/docs/response-contract.md#cost-exceeds-quota"
+
+// bodyOverCapacity is the 429 body of such a request: its own type and
+// title, and, like the other bodies, neither the limit nor the cost.
+var bodyOverCapacity = problemBody(problemTypeCostExceedsQuota, "Request cost exceeds the quota", http.StatusTooManyRequests)
+
+// problemBody renders an RFC 9457 problem body with members type, title
+// ("": the status phrase, as about:blank asks) and status. typ has passed
+// checkURIReference (or is "", which means "about:blank") and title is
+// plain ASCII without quotes, so neither needs JSON escaping.
+func problemBody(typ, title string, status int) []byte {
 	if typ == "" {
 		typ = "about:blank"
 	}
+	if title == "" {
+		title = http.StatusText(status)
+	}
 	b := append([]byte(`{"type":"`), typ...)
 	b = append(b, `","title":"`...)
-	b = append(b, http.StatusText(status)...)
+	b = append(b, title...)
 	b = append(b, `","status":`...)
 	b = strconv.AppendInt(b, int64(status), 10)
 	return append(b, '}')
@@ -199,7 +212,7 @@ type responder struct {
 
 func newResponder(p *Policy, name string, res resolved) responder {
 	r := responder{level: p.Disclosure.level(), style: p.HeaderStyle, limit: res.limit,
-		quoted: quoteSF(name), windowS: ceilDiv(res.windowMS, 1000), body429: problemBody(p.ProblemType, http.StatusTooManyRequests)}
+		quoted: quoteSF(name), windowS: ceilDiv(res.windowMS, 1000), body429: problemBody(p.ProblemType, "", http.StatusTooManyRequests)}
 	if r.style == 0 {
 		r.style = HeadersIETF
 	}
@@ -222,7 +235,9 @@ func (r *responder) policyValue(limit int64) string {
 //	Always      RateLimit fields  as OnLimit
 //
 // RateLimit fields are sent only when a store produced the numbers: never
-// under FailOpen (nothing is known) nor on FailClosed's 503.
+// under FailOpen (nothing is known) nor on FailClosed's 503. A cost above
+// the quota's capacity (Decision.OverCapacity) gets 429 with its own
+// problem body, Content-Type and Cache-Control only: no Retry-After.
 func (r *responder) fill(resp *response) {
 	d := &resp.Decision
 	if d.Allowed {
@@ -233,6 +248,18 @@ func (r *responder) fill(resp *response) {
 		return
 	}
 	resp.status, resp.body = http.StatusTooManyRequests, r.body429
+	if d.OverCapacity {
+		// No wait admits it: no Retry-After and no RateLimit fields (no
+		// store was asked, and a t would promise success).
+		resp.body = bodyOverCapacity
+		if r.level >= 1 {
+			resp.add(hContentType, problemJSON)
+		} else {
+			resp.body = nil
+		}
+		resp.add(hCacheControl, "no-store")
+		return
+	}
 	if !d.numbers { // FailClosed: no store decided
 		resp.status, resp.body = http.StatusServiceUnavailable, body503
 	}
@@ -303,8 +330,14 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 // Decision, for callers that tell their clients themselves (Consume behind
 // gRPC or a queue): RFC 9110 (10.2.3) delay-seconds, d.RetryAfter in whole
 // seconds rounded up and never below 1, so that a client that obeys it is
-// never early (9.5 s -> 10, 0.3 s -> 1, 0 -> 1).
-func RetryAfterSeconds(d Decision) int64 { return retryAfterSeconds(d.RetryAfter) }
+// never early (9.5 s -> 10, 0.3 s -> 1, 0 -> 1). It is 0 when d is
+// OverCapacity: no wait admits that cost, so send no Retry-After.
+func RetryAfterSeconds(d Decision) int64 {
+	if d.OverCapacity {
+		return 0
+	}
+	return retryAfterSeconds(d.RetryAfter)
+}
 
 func retryAfterSeconds(d time.Duration) int64 {
 	return max(ceilDiv(d.Milliseconds(), 1000), 1)

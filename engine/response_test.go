@@ -266,14 +266,14 @@ func TestCheckHTTPWritesTheLimitedResponse(t *testing.T) {
 	r := httptest.NewRequest("GET", "/", nil)
 	r.RemoteAddr = "192.0.2.1:1"
 	w := httptest.NewRecorder()
-	if !l.CheckHTTP(w, r, "", nil).Allowed {
+	if !l.CheckHTTP(w, r, limit.Request{}).Allowed {
 		t.Fatal("first request limited")
 	}
 	if w.Code != 200 || len(w.Header()) != 0 || w.Body.Len() != 0 || w.Flushed {
 		t.Fatal("CheckHTTP wrote to an allowed response")
 	}
 	w = httptest.NewRecorder()
-	if l.CheckHTTP(w, r, "", nil).Allowed {
+	if l.CheckHTTP(w, r, limit.Request{}).Allowed {
 		t.Fatal("second request allowed")
 	}
 	body := `{"type":"about:blank","title":"Too Many Requests","status":429}`

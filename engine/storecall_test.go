@@ -95,7 +95,9 @@ func TestFailLocalWithFailingLocalStoreFailsOpen(t *testing.T) {
 }
 
 // A store that stops answering is cut off at the store timeout (default
-// 100 ms), measured on synctest's fake clock, and the failure mode applies.
+// 100 ms), rounded up to the 1 ms tick of the shared deadlines, plus the
+// grace that confirms the silence, measured on synctest's fake clock, and
+// the failure mode applies.
 func TestHangingStoreTimesOut(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -111,8 +113,8 @@ func TestHangingStoreTimesOut(t *testing.T) {
 				l := mustNew(t, hangStore, limit.Policy{FailureMode: limit.FailClosed, OnStoreError: func(_ context.Context, _ limit.Request, err error) { seen = err }}, tc.opts...)
 				start := time.Now()
 				resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
-				if took := time.Since(start); took != tc.want {
-					t.Fatalf("Check took %v, want exactly the store timeout %v", took, tc.want)
+				if took, want := time.Since(start), tc.want+time.Millisecond+limit.SilenceGrace; took != want {
+					t.Fatalf("Check took %v, want the store timeout %v + the 1 ms tick + %v", took, tc.want, limit.SilenceGrace)
 				}
 				if resp.Status != 503 || !errors.Is(seen, context.DeadlineExceeded) {
 					t.Fatalf("status %d, error %v", resp.Status, seen)
@@ -136,26 +138,35 @@ func TestInProcessStoreHasNoDeadline(t *testing.T) {
 	}
 }
 
-// Store failures are counted every time and logged at most once per 10 s.
+// Isolated store failures (the store answers other calls, its breaker stays
+// closed) are counted every time and logged at most once per 10 s.
 func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		obs := &limittest.Recorder{}
 		var logs logBuffer
-		l := mustNew(t, errStore, limit.Policy{}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
-		for i := 0; i < 50; i++ {
-			check(l, context.Background(), req("192.0.2.1:1", "/"))
+		flaky := &limittest.FlakyStore{Store: limittest.NewStore(nil)}
+		l := mustNew(t, flaky, limit.Policy{Limit: 1000}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		// failures in a row stay below the breaker's 5, a success between
+		isolated := func(n int) {
+			for i := 0; i < n; i++ {
+				flaky.Fail()
+				check(l, context.Background(), req("192.0.2.1:1", "/"))
+				flaky.Heal()
+				check(l, context.Background(), req("192.0.2.1:1", "/"))
+			}
 		}
+		isolated(50)
 		const line = "store call failed"
-		if obs.StoreErrors() != 50 || logs.count(line) != 1 {
-			t.Fatalf("counted %d, logged %d; want 50 and 1", obs.StoreErrors(), logs.count(line))
+		if obs.StoreErrors() != 50 || logs.count(line) != 1 || len(obs.Breaker()) != 0 {
+			t.Fatalf("counted %d, logged %d, breaker %v; want 50, 1 and no transition", obs.StoreErrors(), logs.count(line), obs.Breaker())
 		}
 		time.Sleep(9 * time.Second)
-		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		isolated(1)
 		if logs.count(line) != 1 {
 			t.Fatal("logged again within 10 s")
 		}
 		time.Sleep(time.Second)
-		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		isolated(1)
 		if logs.count(line) != 2 {
 			t.Fatalf("logged %d times after 10 s, want 2", logs.count(line))
 		}
@@ -171,7 +182,11 @@ func TestClientCancellationIsNotAStoreFailure(t *testing.T) {
 			// A store that does I/O and fails with its context's error once
 			// the context is done, as a real network store does.
 			store := limittest.SlowStore{Store: storeAt(0), Delay: time.Nanosecond}
-			l := limit.MustNew(store, limit.Policy{Limit: 1, FailureMode: mode}, limit.WithLocalStore(storeAt(0)))
+			var opts []limit.Option
+			if mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(storeAt(0)))
+			}
+			l := limit.MustNew(store, limit.Policy{Limit: 1, FailureMode: mode}, opts...)
 			if r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"}); r.Denied() {
 				t.Fatal("first request denied")
 			}

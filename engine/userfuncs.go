@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"net/http"
 	"strconv"
 	"strings"
 )
@@ -12,10 +13,14 @@ import (
 // most its own effect, never a 500 or a crashed server. Every failure is
 // reported as an Issue and logged at most once per 10 minutes per kind.
 
-// skipped reports whether Policy.SkipPaths or Policy.Skip exempt r. A
+// skipped reports whether r is exempt: a CORS preflight (unless the policy
+// limits preflights), a path in Policy.SkipPaths, or Policy.Skip's yes. A
 // panicking Skip counts as false: a broken predicate must not switch the
 // limiter off.
 func (l *Limiter) skipped(r *Request) bool {
+	if r.Method == http.MethodOptions && !l.policy.LimitPreflights && isPreflight(r) {
+		return true
+	}
 	if l.skip != nil {
 		if _, ok := l.skip[r.Path]; ok {
 			return true
@@ -25,6 +30,14 @@ func (l *Limiter) skipped(r *Request) bool {
 		return false
 	}
 	return l.callSkip(r)
+}
+
+// isPreflight reports whether an OPTIONS request is a CORS preflight: it
+// carries Access-Control-Request-Method (Fetch standard, "CORS-preflight
+// request"). Only OPTIONS requests get here, so other requests never read
+// the header.
+func isPreflight(r *Request) bool {
+	return r.Header != nil && len(r.Header.Values("Access-Control-Request-Method")) > 0
 }
 
 func (l *Limiter) callSkip(r *Request) (skip bool) {

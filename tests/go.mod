@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/quotagate/quotagate/engine v0.0.0
+	github.com/quotagate/quotagate/stores/memory v0.0.0
 	github.com/quotagate/quotagate/stores/redis v0.0.0
 	github.com/redis/rueidis v1.0.79
 	go.uber.org/goleak v1.3.0

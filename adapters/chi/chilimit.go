@@ -2,6 +2,7 @@ package chilimit
 
 import (
 	"net/http"
+	"path"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -13,34 +14,95 @@ import (
 // r.With or r.Group middleware) it is chi's RoutePattern; before routing (a
 // root r.Use, or a subrouter's Use, where the pattern is still "" or ends in
 // "/*") it asks the root router's Find, which does not modify r. A HEAD
-// request on a route that only has GET gets the GET template.
+// request on a route that only has GET gets the GET template (as chi's
+// middleware.GetHead routes it).
+//
+// Before routing, the path chi will finally route on may still be rewritten
+// by middleware mounted after the limiter. When the path as it stands
+// matches no route, RoutePattern tries the forms chi's own path-rewriting
+// middleware would route: middleware.CleanPath (path.Clean: doubled
+// slashes, dot segments, a trailing slash), middleware.StripSlashes (one
+// trailing slash) and middleware.URLFormat (a ".ext" suffix), alone and
+// combined; the first that matches a route is the template. So a request
+// that such middleware routes to POST /v1/login counts in that route's
+// bucket wherever the limiter is mounted (a request that only differs from
+// a route by those spellings counts there even when no such middleware is
+// mounted and chi answers 404: the safe direction). Other rewriting (your
+// own, middleware.PathRewrite, http.StripPrefix) must run before the
+// limiter: mount the limiter after it.
 func RoutePattern(r *http.Request) string {
+	p, _ := route(r)
+	return p
+}
+
+// route returns RoutePattern and whether r matches no route at all
+// (limit.Request.Unmatched): chi will answer 404 or 405. It is false when
+// the route cannot be known (r is not routed by chi).
+func route(r *http.Request) (pattern string, unmatched bool) {
 	rctx := chi.RouteContext(r.Context())
 	if rctx == nil {
-		return ""
+		return "", false
 	}
 	if len(rctx.RoutePatterns) > 0 {
 		if p := rctx.RoutePattern(); p != "" && !strings.HasSuffix(p, "*") {
-			return p
+			return p, false
 		}
 	}
 	if rctx.Routes == nil {
-		return ""
+		return "", false
 	}
 	// The path chi routes on: a root middleware such as StripSlashes or
 	// CleanPath may have rewritten it into rctx.RoutePath already. Inside a
 	// subrouter (RoutePatterns set) RoutePath is relative to the mount, so
 	// the root router is asked with the full request path instead.
-	path := r.URL.RawPath
-	if path == "" {
-		path = r.URL.Path
+	p := r.URL.RawPath
+	if p == "" {
+		p = r.URL.Path
 	}
 	if len(rctx.RoutePatterns) == 0 && rctx.RoutePath != "" {
-		path = rctx.RoutePath
+		p = rctx.RoutePath
 	}
-	p := rctx.Routes.Find(chi.NewRouteContext(), r.Method, path)
-	if p == "" && r.Method == http.MethodHead {
-		p = rctx.Routes.Find(chi.NewRouteContext(), http.MethodGet, path)
+	if p == "" {
+		p = "/" // as chi routes it
+	}
+	tctx := chi.NewRouteContext()
+	if t := find(rctx.Routes, tctx, r.Method, p); t != "" {
+		return t, false
+	}
+	cleaned, stripped := path.Clean(p), p
+	if len(p) > 1 && p[len(p)-1] == '/' {
+		stripped = p[:len(p)-1]
+	}
+	for _, c := range [...]string{cleaned, stripped, urlFormat(p), urlFormat(cleaned), urlFormat(stripped)} {
+		if c == p {
+			continue
+		}
+		if t := find(rctx.Routes, tctx, r.Method, c); t != "" {
+			return t, false
+		}
+	}
+	return "", true
+}
+
+// find is Routes.Find for method and path, with a HEAD request that no
+// route serves looked up as GET.
+func find(routes chi.Routes, tctx *chi.Context, method, path string) string {
+	tctx.Reset()
+	p := routes.Find(tctx, method, path)
+	if p == "" && method == http.MethodHead {
+		tctx.Reset()
+		p = routes.Find(tctx, http.MethodGet, path)
+	}
+	return p
+}
+
+// urlFormat is the path middleware.URLFormat routes on: without the ".ext"
+// suffix of its last segment.
+func urlFormat(p string) string {
+	if base := strings.LastIndexByte(p, '/'); base >= 0 && strings.IndexByte(p, '.') > 0 {
+		if idx := strings.LastIndexByte(p[base:], '.'); idx > 0 {
+			return p[:base+idx]
+		}
 	}
 	return p
 }
@@ -55,7 +117,7 @@ func RoutePattern(r *http.Request) string {
 // skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l
 // may be shared by several mounts, which then draw on the same buckets.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, RoutePattern) }
+	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, route) }
 }
 
 // KeyFunc adapts a key function over the *http.Request (chi.URLParam works in

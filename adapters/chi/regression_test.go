@@ -4,15 +4,20 @@ package chilimit_test
 // failed before its fix.
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	chilimit "github.com/quotagate/quotagate/adapters/chi"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 func serve(h http.Handler, method, target, peer string) *httptest.ResponseRecorder {
@@ -92,5 +97,166 @@ func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
 				i, rec.Code, page.n.Load(), health.n.Load())
 			break
 		}
+	}
+}
+
+// Case C-06 (issue 16): the limiter mounted before chi's path-rewriting
+// middleware. chi routes POST /v1/login/ to /v1/login once StripSlashes
+// (mounted after the limiter) has rewritten the path, so the PerRoute
+// bucket must be the route's: 3 logins, then 3 with a trailing slash, all
+// limited. The kind: whatever chi's own rewriting middleware (StripSlashes,
+// CleanPath, URLFormat) runs after a root mount, the request counts in the
+// bucket of the route chi finally serves.
+func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rewrite []func(http.Handler) http.Handler
+		target  string
+	}{
+		{"StripSlashes", []func(http.Handler) http.Handler{middleware.StripSlashes}, "/v1/login/"},
+		{"CleanPath", []func(http.Handler) http.Handler{middleware.CleanPath}, "/v1//login"},
+		{"CleanPath-dot-segments", []func(http.Handler) http.Handler{middleware.CleanPath}, "/v1/x/../login"},
+		{"URLFormat", []func(http.Handler) http.Handler{middleware.URLFormat}, "/v1/login.json"},
+		{"CleanPath+URLFormat", []func(http.Handler) http.Handler{middleware.CleanPath, middleware.URLFormat}, "/v1//login.json"},
+		{"StripSlashes+CleanPath", []func(http.Handler) http.Handler{middleware.StripSlashes, middleware.CleanPath}, "/v1//login/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &limittest.Recorder{}
+			login := limit.MustNew(newStore(), limit.Policy{
+				Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute,
+			}, limit.WithObserver(rec))
+			var c counter
+			r := chi.NewRouter()
+			r.Use(chilimit.Middleware(login))
+			r.Use(tc.rewrite...)
+			r.Post("/v1/login", c.handler(200, "ok"))
+
+			const peer = "192.0.2.21:1234"
+			for i := 0; i < 3; i++ {
+				if rec := serve(r, "POST", "/v1/login", peer); rec.Code != 200 {
+					t.Fatalf("login %d: %d, want 200", i+1, rec.Code)
+				}
+			}
+			for i := 0; i < 3; i++ {
+				if got := serve(r, "POST", tc.target, peer); got.Code != 429 {
+					t.Fatalf("POST %s #%d (chi serves /v1/login): %d, handler calls %d; want 429: the route's limit of 3 is spent",
+						tc.target, i+1, got.Code, c.n.Load())
+				}
+			}
+			if e := rec.Last(); e.Bucket != "/v1/login 3p60f" || e.Handler != "/v1/login" {
+				t.Fatalf("event %+v, want the route's bucket", e)
+			}
+			if n := rec.Issues(limit.IssueRouteUnknown); n != 0 {
+				t.Fatalf("%d route-unknown issues", n)
+			}
+		})
+	}
+}
+
+// Rewriting the router cannot be told about (your own middleware,
+// middleware.PathRewrite, http.StripPrefix) must run before the limiter, as
+// the package documentation says; mounted that way, the rewritten request
+// counts in its route's bucket.
+func TestRewritingBeforeTheLimiterIsSafe(t *testing.T) {
+	rec := &limittest.Recorder{}
+	login := limit.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute},
+		limit.WithObserver(rec))
+	var c counter
+	r := chi.NewRouter()
+	r.Use(middleware.PathRewrite("/api/v1/", "/v1/"))
+	r.Use(chilimit.Middleware(login))
+	r.Post("/v1/login", c.handler(200, "ok"))
+	const peer = "192.0.2.22:1234"
+	if got := serve(r, "POST", "/v1/login", peer); got.Code != 200 {
+		t.Fatalf("first login: %d", got.Code)
+	}
+	if got := serve(r, "POST", "/api/v1/login", peer); got.Code != 429 {
+		t.Fatalf("POST /api/v1/login (rewritten to /v1/login before the limiter): %d, want 429", got.Code)
+	}
+	if e := rec.Last(); e.Bucket != "/v1/login 1p60f" {
+		t.Fatalf("event %+v, want the route's bucket", e)
+	}
+}
+
+// Requests chi serves with no route (404, 405, an unknown method, a path
+// that only differs from a route by an escaped slash, which chi does not
+// route) are unmatched: at a root or subrouter mount they count in the
+// Shared bucket, with no handler label and no route-unknown issue, so a
+// scanner is limited by the global mount.
+func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
+	all := []struct{ method, path string }{
+		{"GET", "/v1/nope"}, {"DELETE", "/v1/notes/1"}, {"FOO", "/v1/notes/1"}, {"GET", "/v1%2Fnotes%2F1"}, {"GET", "/V1/notes/1"},
+	}
+	for _, mount := range []string{"root-use", "route"} {
+		qs := all
+		if mount == "route" {
+			// A subrouter mounted at /v1 runs for paths under /v1/ only: the
+			// root router answers the others (and unknown methods) itself.
+			qs = all[:2]
+		}
+		for _, q := range qs {
+			rec := &limittest.Recorder{}
+			l := limit.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute}, limit.WithObserver(rec))
+			var c counter
+			h := routes(mount, chilimit.Middleware(l), c.handler(200, "note"))
+			got := serve(h, q.method, q.path, "192.0.2.23:1234")
+			if got.Code != http.StatusNotFound && got.Code != http.StatusMethodNotAllowed {
+				t.Fatalf("%s: %s %s: %d, want chi's 404 or 405", mount, q.method, q.path, got.Code)
+			}
+			if e := rec.Last(); e.Bucket != "5p60" || e.Handler != "" {
+				t.Fatalf("%s: %s %s: event %+v, want the Shared bucket and no handler label", mount, q.method, q.path, e)
+			}
+			if n := rec.Issues(limit.IssueRouteUnknown); n != 0 {
+				t.Fatalf("%s: %s %s: %d route-unknown issues, want 0", mount, q.method, q.path, n)
+			}
+		}
+	}
+}
+
+// Every spelling chi's own rewriting middleware serves as POST /v1/login
+// counts in that route's bucket, the limiter mounted first.
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1/login/", "/v1//login", "/v1/./login", "/v1/login.json", "//v1/login/"},
+		func(t *testing.T, l *limit.Limiter) string {
+			r := chi.NewRouter()
+			r.Use(chilimit.Middleware(l), middleware.CleanPath, middleware.URLFormat)
+			r.Post("/v1/login", func(w http.ResponseWriter, _ *http.Request) {})
+			srv := httptest.NewServer(r)
+			t.Cleanup(srv.Close)
+			return srv.URL
+		})
+}
+
+// Case C-04 (issue 12): a global r.Use(a) and r.With(b) on /double, a and
+// b built separately from one FixedWindow 5 per minute policy with no Name.
+// Both counted each request in one record (the default bucket is the
+// signature): 6 GETs admitted 2, with two identical "5p60f" members in
+// RateLimit. New now refuses b, saying to set distinct Names or reuse a;
+// with distinct Names each mount has its own allowance: 5 of 6 admitted.
+func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
+	store := newStore()
+	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
+	a := limit.MustNew(store, p)
+	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "distinct Names") {
+		t.Fatalf("b built separately from a's policy: %v, want New to refuse it", err)
+	}
+	runtime.KeepAlive(a)
+	run := func(a, b *limit.Limiter) int {
+		var c counter
+		r := chi.NewRouter()
+		r.Use(chilimit.Middleware(a))
+		r.With(chilimit.Middleware(b)).Get("/double", c.handler(200, "ok"))
+		admitted := 0
+		for i := 0; i < 6; i++ {
+			if serve(r, "GET", "/double", "192.0.2.40:1234").Code == 200 {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	outer, inner := p, p
+	outer.Name, inner.Name = "outer", "inner"
+	if n := run(limit.MustNew(newStore(), outer), limit.MustNew(newStore(), inner)); n != 5 {
+		t.Fatalf("distinct Names: %d of 6 admitted, want 5", n)
 	}
 }

@@ -9,14 +9,32 @@
 // Group.Use) and per route (e.GET(path, h, mw)). The matched route template
 // is c.Path() ("/v1/notes/:id"), which echo's router sets before any e.Use
 // middleware runs; the engine spells it "/v1/notes/{id}" in bucket names.
-// Under e.Pre, or for a request no route matches, it is empty: a PerRoute
-// policy then falls back to its Shared bucket and reports the route-unknown
-// issue. Under a Group's middleware a path no route of the group matches
-// reads "/prefix/*" (the catch-all echo registers for the group), so such
-// requests share that one bucket.
+// echo routes after its e.Pre middleware, where path rewriting goes
+// (middleware.RemoveTrailingSlash, AddTrailingSlash, Rewrite), so on e.Use,
+// a group or a route the template is the route echo finally serves, whatever
+// spelling the client sent. Do not mount the limiter with e.Pre: echo has not
+// routed yet there, so every request looks unmatched (the Shared bucket, no
+// handler label).
+//
+// # Requests no route matches, and CORS preflights
+//
+// e.Use middleware runs for every request, those echo answers 404 or 405
+// included, and a Group's middleware for the unmatched paths under its
+// prefix (echo registers a RouteNotFound catch-all for the group). The
+// middleware tells those requests from served ones (an empty c.Path(), a
+// RouteNotFound catch-all, or a path registered for other methods only) and
+// passes them to the engine as unmatched (limit.Request.Unmatched): they
+// count in the policy's Shared bucket, a PerRoute policy's included, with an
+// empty handler label. So the global limit belongs on e.Use, where it also
+// limits scanners; put the paths that must stay unlimited (a health check,
+// /metrics) in the policy's SkipPaths. CORS preflights (OPTIONS with
+// Access-Control-Request-Method) pass unlimited and uncounted unless the
+// policy sets LimitPreflights; echo itself answers OPTIONS on a routed path
+// with 204 and Allow.
 //
 // HEAD and GET on one route share a bucket (register both, e.g. with
-// e.Match): neither the method nor the raw path is ever part of a bucket.
+// e.Match; a HEAD on a GET-only route is echo's 405, an unmatched request):
+// neither the method nor the raw path is ever part of a bucket.
 //
 // The client address is the socket peer, c.Request().RemoteAddr. c.RealIP()
 // is never used: without an IPExtractor it trusts the leftmost

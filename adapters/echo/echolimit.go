@@ -1,6 +1,9 @@
 package echolimit
 
 import (
+	"sync"
+	"sync/atomic"
+
 	"github.com/labstack/echo/v4"
 	limit "github.com/quotagate/quotagate/engine"
 )
@@ -14,15 +17,107 @@ import (
 // and nil is returned; requests the policy skips reach next untouched. Safe
 // for concurrent use; l may be shared by several mounts, which then draw on
 // the same buckets.
+//
+// A request no route serves (echo answers 404 or 405, through its own
+// handlers or a RouteNotFound catch-all such as the one a Group with
+// middleware registers) is passed to the engine as unmatched
+// (limit.Request.Unmatched): it counts in the Shared bucket.
 func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
+	rt := &routeTable{}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if !l.CheckHTTP(c.Response(), c.Request(), c.Path(), c).Allowed {
+			p := c.Path()
+			known := limit.Request{Route: p, Unmatched: rt.unmatched(c, p), Native: c}
+			if !l.CheckHTTP(c.Response(), c.Request(), known).Allowed {
 				return nil
 			}
 			return next(c)
 		}
 	}
+}
+
+// routeTable knows, for each route path of an *echo.Echo, the methods
+// registered on it (RouteNotFound catch-alls excluded), so that a request
+// echo routed to a catch-all or answers 405 for is told from a served one.
+// Paths come from the application's routes, never from the request, so the
+// table stays as small as the route list. Reads are lock-free (an immutable
+// map behind an atomic pointer); a path not seen yet rebuilds it from
+// Echo.Routes and Echo.Routers, once.
+type routeTable struct {
+	t  atomic.Pointer[routes]
+	mu sync.Mutex
+}
+
+type routes struct {
+	e       *echo.Echo
+	methods map[string][]string // path -> methods; a nil slice: a path echo did not list (assumed served)
+}
+
+// unmatched reports whether echo serves no route for c: the path is empty
+// (echo found nothing), or no route of the request's method is registered
+// on it (a 405, echo's automatic OPTIONS answer, or a RouteNotFound
+// catch-all).
+func (rt *routeTable) unmatched(c echo.Context, path string) bool {
+	if path == "" {
+		return true
+	}
+	e := c.Echo()
+	t := rt.t.Load()
+	var ms []string
+	ok := false
+	if t != nil && t.e == e {
+		ms, ok = t.methods[path]
+	}
+	if !ok {
+		ms = rt.rebuild(e, path).methods[path]
+	}
+	if ms == nil {
+		return false
+	}
+	method := c.Request().Method
+	for _, m := range ms {
+		if m == method {
+			return false
+		}
+	}
+	return true
+}
+
+func (t *routes) has(path string) bool {
+	_, ok := t.methods[path]
+	return ok
+}
+
+// rebuild lists every route of e again (routes may be added after the
+// middleware was built) and records path, which must be in the result.
+func (rt *routeTable) rebuild(e *echo.Echo, path string) *routes {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if t := rt.t.Load(); t != nil && t.e == e && t.has(path) {
+		return t
+	}
+	t := &routes{e: e, methods: map[string][]string{}}
+	add := func(rs []*echo.Route) {
+		for _, r := range rs {
+			ms, ok := t.methods[r.Path]
+			if !ok {
+				ms = []string{}
+			}
+			if r.Method != echo.RouteNotFound {
+				ms = append(ms, r.Method)
+			}
+			t.methods[r.Path] = ms
+		}
+	}
+	add(e.Routes())
+	for _, r := range e.Routers() {
+		add(r.Routes())
+	}
+	if !t.has(path) {
+		t.methods[path] = nil
+	}
+	rt.t.Store(t)
+	return t
 }
 
 // KeyFunc adapts a key function over echo.Context to Policy.KeyFunc, e.g. to

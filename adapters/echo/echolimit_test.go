@@ -110,16 +110,22 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 		})
 }
 
+// Requests echo serves with no route (its 404, a group's RouteNotFound
+// catch-all, its 405) reach the middleware as unmatched: a PerRoute policy
+// counts them in its Shared bucket, with an empty handler label and no
+// route-unknown issue.
 func TestUnmatchedRoutes(t *testing.T) {
 	tests := []struct {
-		name, path string
-		wantBucket string
-		wantIssue  int
+		name, method, path string
+		group              bool
+		status             int
 	}{
-		// e.Use sees no route: the Shared fallback, reported.
-		{"root_not_found", "/nothing", "2p60", 1},
+		{"root_not_found", "GET", "/nothing", false, http.StatusNotFound},
+		{"root_method_not_allowed", "DELETE", "/x", false, http.StatusMethodNotAllowed},
+		{"root_unknown_method", "FOO", "/x", false, http.StatusMethodNotAllowed},
 		// Under a group, echo routes unmatched paths to the group's catch-all.
-		{"group_not_found", "/g/nothing", "/g/* 2p60", 0},
+		{"group_not_found", "GET", "/g/nothing", true, http.StatusNotFound},
+		{"group_method_not_allowed", "DELETE", "/g/x", true, http.StatusNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,21 +134,30 @@ func TestUnmatchedRoutes(t *testing.T) {
 			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			e := echo.New()
 			h := func(c echo.Context) error { return nil }
-			if tc.name == "root_not_found" {
+			if tc.group {
+				e.Group("/g", echolimit.Middleware(l)).GET("/x", h)
+			} else {
 				e.Use(echolimit.Middleware(l))
 				e.GET("/x", h)
-			} else {
-				e.Group("/g", echolimit.Middleware(l)).GET("/x", h)
 			}
-			r := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, e)+tc.path)
-			if r.Status != http.StatusNotFound {
-				t.Fatalf("status %d, want echo's 404", r.Status)
+			r := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), tc.method, serve(t, e)+tc.path)
+			if r.Status != tc.status {
+				t.Fatalf("status %d, want echo's %d", r.Status, tc.status)
 			}
-			if got := obs.Last().Bucket; got != tc.wantBucket {
-				t.Fatalf("bucket %q, want %q", got, tc.wantBucket)
+			if got := obs.Last(); got.Bucket != "2p60" || got.Handler != "" {
+				t.Fatalf("event %+v, want the Shared bucket \"2p60\" and no handler label", got)
 			}
-			if n := obs.Issues(limit.IssueRouteUnknown); n != tc.wantIssue {
-				t.Fatalf("%d route-unknown issues, want %d", n, tc.wantIssue)
+			if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+				t.Fatalf("%d route-unknown issues, want 0", n)
+			}
+			// A served request still has its route's bucket.
+			route := "/x"
+			if tc.group {
+				route = "/g/x"
+			}
+			limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, e)+route)
+			if got := obs.Last(); got.Bucket != route+" 2p60" || got.Handler != route {
+				t.Fatalf("served request: event %+v, want the route's bucket", got)
 			}
 		})
 	}

@@ -6,11 +6,13 @@ package echolimit_test
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
@@ -45,4 +47,27 @@ func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
 		t.Errorf("GET /%%68ealth: %d (page handler calls %d, health %d); want 429: "+
 			"the limit of 1 is used up and echo did not route this to /health", c, page.Load(), health.Load())
 	}
+}
+
+// echo routes after its Pre middleware (where path rewriting such as
+// middleware.RemoveTrailingSlash goes) and before e.Use middleware: a
+// limiter on e.Use, as the package documentation says, counts every
+// spelling Pre rewrites to POST /v1/login in that route's bucket. (The
+// stand-in below does what RemoveTrailingSlash does, without importing
+// echo's middleware package and its dependencies.)
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1/login/", "/v1/login//"},
+		func(t *testing.T, l *limit.Limiter) string {
+			e := echo.New()
+			e.Pre(func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c echo.Context) error {
+					r := c.Request()
+					r.URL.Path = "/" + strings.Trim(r.URL.Path, "/")
+					return next(c)
+				}
+			})
+			e.Use(echolimit.Middleware(l))
+			e.POST("/v1/login", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
+			return serve(t, e)
+		})
 }

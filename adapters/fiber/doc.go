@@ -24,7 +24,22 @@
 //
 // Each of those routes has its own bucket. app.Get registers HEAD with the
 // same handlers and template, so HEAD and GET on one route share a bucket:
-// neither the method nor the raw path is ever part of a bucket.
+// neither the method nor the raw path is ever part of a bucket. At route
+// level c.Route() is the route fiber serves, whatever spelling it accepted
+// (a trailing slash unless StrictRouting, another letter case unless
+// CaseSensitive), so those count in the route's bucket.
+//
+// # Requests no route matches, and CORS preflights
+//
+// A route-level mount never sees a request no route matches. Mount the same
+// Limiter with Unmatched after every route (app.Use(fiberlimit.Unmatched(l)))
+// and those requests, which fiber answers 404 or 405, count in its Shared
+// bucket, so that scanners are limited by the global limit too; an app.Use
+// mount in front of the routes sees every request already. Fiber answers a
+// method outside Config.RequestMethods (e.g. FOO) with 400 before running
+// any handler: no mount sees it, and it costs the server no handler. CORS
+// preflights (OPTIONS with Access-Control-Request-Method) pass unlimited and
+// uncounted unless the policy sets LimitPreflights.
 //
 // # Client address
 //

@@ -28,7 +28,40 @@ import (
 func New(l *limit.Limiter) fiber.Handler {
 	var routes routeSet
 	return func(c *fiber.Ctx) error {
-		if !l.Check(c.UserContext(), request(c, &routes), (*response)(c.Response())).Allowed {
+		if !l.Check(c.UserContext(), request(c, routes.template(c), false), (*response)(c.Response())).Allowed {
+			return nil
+		}
+		return c.Next()
+	}
+}
+
+// Unmatched returns a fiber handler for the requests no route matches,
+// which fiber answers 404 Not Found or 405 Method Not Allowed: mount it with
+// app.Use after every route. A request reaches it only when no route
+// before it answered, so the adapter tells the engine that no route matched
+// (limit.Request.Unmatched): it counts in l's Shared bucket. When allowed it
+// continues with c.Next(), so that fiber answers as usual (404, or 405 when
+// the path has routes for other methods); when limited it returns the
+// engine's response.
+//
+// This is how a global limit mounted at route level (where PerRoute
+// buckets and the metrics' handler label work) also limits scanners:
+//
+//	global := fiberlimit.New(l)
+//	app.Get("/v1/notes/:id", global, notes)
+//	app.Post("/v1/login", global, fiberlimit.New(login), loginHandler)
+//	app.Use(fiberlimit.Unmatched(l)) // last: 404s and 405s count in l's bucket
+//
+// A global app.Use(New(l)) in front of the routes sees every request
+// already (unmatched ones included, as requests whose route it cannot see)
+// and needs no Unmatched mount. Routes registered after an Unmatched mount
+// are reached through it, and would count twice with a route-level mount of
+// the same Limiter: register it last. Fiber answers a method outside
+// Config.RequestMethods (e.g. FOO) with 400 before running any handler, so
+// no mount sees those requests.
+func Unmatched(l *limit.Limiter) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		if !l.Check(c.UserContext(), request(c, "", true), (*response)(c.Response())).Allowed {
 			return nil
 		}
 		return c.Next()
@@ -39,15 +72,16 @@ func New(l *limit.Limiter) fiber.Handler {
 // c.Method() and c.Path() for the next request: they are copied, since the
 // Request may outlive the handler (a KeyFunc, CostFunc or Observer may keep
 // its strings).
-func request(c *fiber.Ctx, routes *routeSet) limit.Request {
+func request(c *fiber.Ctx, route string, unmatched bool) limit.Request {
 	fc := c.Context()
 	return limit.Request{
-		Route:  routes.template(c),
-		Method: method(c.Method()),
-		Path:   strings.Clone(c.Path()),
-		Peer:   peer(fc),
-		Header: (*header)(&fc.Request.Header),
-		Native: c,
+		Route:     route,
+		Unmatched: unmatched,
+		Method:    method(c.Method()),
+		Path:      strings.Clone(c.Path()),
+		Peer:      peer(fc),
+		Header:    (*header)(&fc.Request.Header),
+		Native:    c,
 	}
 }
 

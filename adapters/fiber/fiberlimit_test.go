@@ -363,6 +363,62 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	})
 }
 
+// At route level, where the package documentation puts PerRoute limits,
+// c.Route() is the route fiber serves, whatever spelling it accepted for it:
+// a trailing slash (StrictRouting off, the default) and another letter case
+// (CaseSensitive off, the default).
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1/login/", "/V1/LOGIN", "/v1/Login/"},
+		func(t *testing.T, l *limit.Limiter) string {
+			app := newApp()
+			app.Post("/v1/login", fiberlimit.New(l), func(c *fiber.Ctx) error { return nil })
+			return serve(t, app)
+		})
+}
+
+// Requests no route matches reach a fiberlimit.Unmatched mount registered
+// after every route: they count in the Shared bucket, as unmatched (no
+// handler label, no route-unknown issue), and fiber still answers 404 or
+// 405 while they are allowed; served routes never pass through it.
+func TestUnmatchedMountCountsRequestsNoRouteServes(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	app := newApp()
+	app.Get("/v1/notes/:id", fiberlimit.New(l), func(c *fiber.Ctx) error { return c.SendString("note") })
+	app.Use(fiberlimit.Unmatched(l))
+	url := serve(t, app)
+	c := limittest.ClientFrom("127.0.0.14")
+	for _, q := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/v1/nope", http.StatusNotFound}, {"DELETE", "/v1/notes/1", http.StatusMethodNotAllowed}} {
+		if r := limittest.Do(t, c, q.method, url+q.path); r.Status != q.status {
+			t.Fatalf("%s %s: %d, want fiber's %d", q.method, q.path, r.Status, q.status)
+		}
+		if e := obs.Last(); e.Bucket != "3p60f" || e.Handler != "" {
+			t.Fatalf("%s %s: event %+v, want the Shared bucket, no handler label", q.method, q.path, e)
+		}
+	}
+	if r := limittest.Do(t, c, "GET", url+"/v1/notes/1"); r.Status != http.StatusOK {
+		t.Fatalf("GET /v1/notes/1: %d", r.Status)
+	}
+	if e := obs.Last(); e.Bucket != "/v1/notes/{id} 3p60f" {
+		t.Fatalf("served route: event %+v, want its own bucket", e)
+	}
+	if n := len(obs.Decisions()); n != 3 {
+		t.Fatalf("%d decisions for 3 requests: a served route passed the Unmatched mount too", n)
+	}
+	if r := limittest.Do(t, c, "GET", url+"/v1/nope"); r.Status != http.StatusNotFound {
+		t.Fatalf("third unmatched request: %d, want 404 (the Shared bucket of 3 holds 2)", r.Status)
+	}
+	if r := limittest.Do(t, c, "GET", url+"/v1/nope"); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("fourth unmatched request: %d, want 429 (Shared bucket of 3 spent)", r.Status)
+	}
+	if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+		t.Fatalf("%d route-unknown issues, want 0", n)
+	}
+}
+
 // The documented limitation of telling a Use mount from a route: a group
 // mount given the very handler slice of a route of the same path
 // (app.Group("/x", hs...) and app.Get("/x", hs...)) looks like that route,

@@ -14,9 +14,18 @@ import (
 // default) and the chain is aborted (c.Abort), so no later handler runs;
 // requests the policy skips continue untouched. Safe for concurrent use; l
 // may be shared by several mounts, which then draw on the same buckets.
+//
+// A request no route matches (gin runs the engine-level handlers, r.Use,
+// for a 404, and for a 405 when Engine.HandleMethodNotAllowed is set) is
+// passed to the engine as unmatched (limit.Request.Unmatched): it counts in
+// the Shared bucket.
 func Middleware(l *limit.Limiter) gin.HandlerFunc {
 	return func(c *gin.Context) {
-		if !l.CheckHTTP(c.Writer, c.Request, c.FullPath(), c).Allowed {
+		// gin routes before any handler runs: an empty FullPath in a handler
+		// chain means no route matched (the engine-level handlers of a 404,
+		// or of a 405 with HandleMethodNotAllowed).
+		p := c.FullPath()
+		if !l.CheckHTTP(c.Writer, c.Request, limit.Request{Route: p, Unmatched: p == "", Native: c}).Allowed {
 			c.Abort()
 		}
 	}

@@ -64,24 +64,47 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 		})
 }
 
-// gin runs engine-level middleware on 404s too, with no route: a PerRoute
-// policy falls back to its Shared bucket and reports route-unknown.
-func TestNotFoundFallsBackToShared(t *testing.T) {
-	obs := &limittest.Recorder{}
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
-	r := gin.New()
-	r.Use(ginlimit.Middleware(l))
-	r.GET("/x", func(*gin.Context) {})
-	rep := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, r)+"/nothing")
-	if rep.Status != http.StatusNotFound {
-		t.Fatalf("status %d, want gin's 404", rep.Status)
+// gin runs engine-level middleware on 404s (and on 405s with
+// HandleMethodNotAllowed) with no route: the middleware passes them as
+// unmatched, so a PerRoute policy counts them in its Shared bucket with no
+// handler label and no route-unknown issue.
+func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
+	for _, tc := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/nothing", http.StatusNotFound}, {"DELETE", "/x", http.StatusMethodNotAllowed}, {"FOO", "/x", http.StatusMethodNotAllowed}} {
+		obs := &limittest.Recorder{}
+		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+		r := gin.New()
+		r.HandleMethodNotAllowed = true
+		r.Use(ginlimit.Middleware(l))
+		r.GET("/x", func(*gin.Context) {})
+		rep := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), tc.method, serve(t, r)+tc.path)
+		if rep.Status != tc.status {
+			t.Fatalf("%s %s: status %d, want gin's %d", tc.method, tc.path, rep.Status, tc.status)
+		}
+		if got := obs.Last(); got.Bucket != "2p60" || got.Handler != "" {
+			t.Fatalf("%s %s: event %+v, want the Shared bucket and no handler label", tc.method, tc.path, got)
+		}
+		if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+			t.Fatalf("%s %s: %d route-unknown issues, want 0", tc.method, tc.path, n)
+		}
 	}
-	if got := obs.Last().Bucket; got != "2p60" {
-		t.Fatalf("bucket %q, want the Shared fallback", got)
-	}
-	if n := obs.Issues(limit.IssueRouteUnknown); n != 1 {
-		t.Fatalf("%d route-unknown issues, want 1", n)
-	}
+}
+
+// gin routes before any handler runs, so c.FullPath() in an engine-level
+// mount is the route gin serves, whatever spelling it accepted for it:
+// doubled slashes with RemoveExtraSlash, and an escaped slash (gin routes on
+// the decoded path unless UseRawPath is set).
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1//login", "//v1/login", "/v1%2Flogin"},
+		func(t *testing.T, l *limit.Limiter) string {
+			r := gin.New()
+			r.RemoveExtraSlash = true
+			r.Use(ginlimit.Middleware(l))
+			r.POST("/v1/login", func(*gin.Context) {})
+			return serve(t, r)
+		})
 }
 
 // engineWith is a gin engine serving GET /v1/notes/:id, with l on r.Use
@@ -136,6 +159,9 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	r := gin.New()
+	// 405 for a path served for other methods, as the other routers answer
+	// (gin's default is 404).
+	r.HandleMethodNotAllowed = true
 	for _, l := range app.Global {
 		r.Use(ginlimit.Middleware(l))
 	}

@@ -17,7 +17,23 @@
 // Anything else in between (the mux wrapped in another middleware first)
 // hides the template: a PerRoute policy then falls back to its Shared bucket
 // and reports the route-unknown issue. Put the limiter directly around the
-// mux, or on the routes.
+// mux, or on the routes. Middleware that rewrites the path (stripping a
+// trailing slash or a prefix) therefore goes outside the limiter, where the
+// limiter sees the path the mux routes: then every spelling the mux serves
+// as a route counts in that route's bucket (the mux's own clean-path
+// redirects, for doubled slashes and dot segments, are looked up as the
+// route they lead to).
+//
+// # Requests no route matches, and CORS preflights
+//
+// Around a ServeMux the middleware sees every request, those the mux answers
+// 404 or 405 included, and passes them to the engine as unmatched
+// (limit.Request.Unmatched): they count in the policy's Shared bucket, a
+// PerRoute policy's included, with an empty handler label. So the global
+// limit belongs around the whole mux, where it also limits scanners; put the
+// paths that must stay unlimited (a health check, /metrics) in the policy's
+// SkipPaths. CORS preflights (OPTIONS with Access-Control-Request-Method)
+// pass unlimited and uncounted unless the policy sets LimitPreflights.
 //
 // Patterns keep their method and host ("GET example.com/v1/notes/{id}"); the
 // engine drops both from the bucket (limit.NormalizeRoute), so HEAD and GET on

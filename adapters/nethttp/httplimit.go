@@ -33,7 +33,10 @@ func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 		}
 		route := routed
 		if mux != nil {
-			route = func(r *http.Request) string { return RoutePattern(mux, r) }
+			route = func(r *http.Request) (string, bool) {
+				p := RoutePattern(mux, r)
+				return p, p == ""
+			}
 		}
 		return &mount{Handler: l.HTTPHandler(next, route), mux: mux}
 	}
@@ -46,8 +49,11 @@ type mount struct {
 	mux *http.ServeMux
 }
 
-// routed returns the pattern of the ServeMux that already routed r.
-func routed(r *http.Request) string { return r.Pattern }
+// routed returns the pattern of the ServeMux that already routed r. A
+// route-level mount never sees a request the mux did not route, so "" here
+// means the route is unknown (r did not come through a ServeMux), never
+// unmatched.
+func routed(r *http.Request) (string, bool) { return r.Pattern, false }
 
 // RoutePattern returns the pattern of mux that r matches, in the mux's own
 // spelling ("GET /v1/notes/{id}"), or "" when nothing matches (404 or 405).

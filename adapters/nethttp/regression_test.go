@@ -7,10 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
@@ -46,4 +48,28 @@ func TestRegressionEndAnchorRouteSharesBucketWithAnotherRoute(t *testing.T) {
 		t.Errorf("GET /v1/notes (route \"GET /v1/notes\", first request on it): %d, want 200: "+
 			"it shares the per-route bucket of \"GET /v1/notes/{$}\"", c)
 	}
+}
+
+// A PerRoute limit around the ServeMux counts every spelling the mux
+// serves as POST /v1/login in that route's bucket: the mux's own clean-path
+// redirects (doubled slashes, dot segments) are looked up with mux.Handler,
+// and path-rewriting middleware goes in front of the limiter, as the
+// package documentation says (here one that strips a trailing slash).
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1//login", "/v1/./login", "/v1/login/"},
+		func(t *testing.T, l *limit.Limiter) string {
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
+			stripSlash := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") {
+						r.URL.Path = strings.TrimSuffix(p, "/")
+					}
+					next.ServeHTTP(w, r)
+				})
+			}
+			srv := httptest.NewServer(stripSlash(httplimit.Middleware(l)(mux)))
+			t.Cleanup(srv.Close)
+			return srv.URL
+		})
 }

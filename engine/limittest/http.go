@@ -30,8 +30,11 @@ type TB interface {
 
 // Reply is one HTTP response as a test client saw it.
 type Reply struct {
+	// Status is the response's status code.
 	Status int
-	Body   string
+	// Body is the whole response body.
+	Body string
+	// Header is the response's header fields.
 	Header http.Header
 }
 
@@ -65,7 +68,9 @@ func Do(t TB, c *http.Client, method, url string, header ...[2]string) Reply {
 // between requests when fields would pile up. It is not safe for concurrent
 // use.
 type Sink struct {
-	H      http.Header
+	// H is the header map Header returns.
+	H http.Header
+	// Status is the last status WriteHeader got (0 before any).
 	Status int
 }
 

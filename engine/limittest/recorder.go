@@ -18,7 +18,8 @@ type Recorder struct {
 }
 
 type event struct {
-	kind      byte // 'd' decision, 'i' issue, 'e' store error, 't' store duration
+	kind      byte // 'd' decision, 'i' issue, 'e' store error, 't' store duration, 's' store skipped, 'b' breaker
+	open      bool
 	decision  limit.DecisionEvent
 	bucket    string
 	issue     limit.Issue
@@ -51,6 +52,37 @@ func (r *Recorder) StoreError(bucket string, mode limit.FailureMode) {
 // StoreDuration records a store call's duration.
 func (r *Recorder) StoreDuration(store, op string, d time.Duration) {
 	r.add(event{kind: 't', store: store, op: op, d: d})
+}
+
+// StoreSkipped records a decision that did not call the store (op holds
+// the reason).
+func (r *Recorder) StoreSkipped(store, reason string) {
+	r.add(event{kind: 's', store: store, op: reason})
+}
+
+// StoreBreaker records a transition of a store's circuit breaker.
+func (r *Recorder) StoreBreaker(store string, open bool) {
+	r.add(event{kind: 'b', store: store, open: open})
+}
+
+// Skipped returns how many decisions did not call the store for reason
+// ("deny-cache", "breaker-open").
+func (r *Recorder) Skipped(reason string) int {
+	return r.count(func(e event) bool { return e.kind == 's' && e.op == reason })
+}
+
+// Breaker returns the recorded breaker transitions, oldest first: true for
+// open, false for closed.
+func (r *Recorder) Breaker() []bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []bool
+	for _, e := range r.events {
+		if e.kind == 'b' {
+			out = append(out, e.open)
+		}
+	}
+	return out
 }
 
 // Decisions returns the recorded decisions, oldest first.
@@ -104,6 +136,8 @@ func (r *Recorder) count(match func(event) bool) int {
 //	issue <bucket>|<issue>
 //	store-error <bucket>|<failure mode>
 //	duration <store>|<op>   ("negative duration <store>|<op>" when d < 0)
+//	skipped <store>|<reason>
+//	breaker <store>|open   (or |closed)
 func (r *Recorder) Events() []string {
 	r.mu.Lock()
 	events := slices.Clone(r.events)
@@ -124,6 +158,14 @@ func (r *Recorder) Events() []string {
 				s = "negative " + s
 			}
 			out = append(out, s)
+		case 's':
+			out = append(out, "skipped "+e.store+"|"+e.op)
+		case 'b':
+			state := "closed"
+			if e.open {
+				state = "open"
+			}
+			out = append(out, "breaker "+e.store+"|"+state)
 		}
 	}
 	return out

@@ -137,8 +137,11 @@ var ErrDown = errors.New("limittest: store down")
 // itself as doing I/O unless InProcess is set (then the engine calls it
 // without a store timeout, as it does the memory store).
 type FailingStore struct {
-	Err       error
-	Panic     bool
+	// Err is the error every call returns (nil: ErrDown).
+	Err error
+	// Panic makes every call panic instead.
+	Panic bool
+	// InProcess makes it describe itself as in-process (no store timeout).
 	InProcess bool
 }
 
@@ -162,7 +165,9 @@ func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
 // returns the context's error, as the Store contract requires. It does not
 // describe itself: the engine arms its store timeout.
 type SlowStore struct {
+	// Store answers the calls once Delay has passed.
 	Store limit.Store
+	// Delay is how late each call is answered; 0: never.
 	Delay time.Duration
 }
 
@@ -189,9 +194,12 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 // return ErrDown, Hang makes every call block until its context ends (the
 // engine's store timeout), Heal restores. It counts its calls and the failed
 // ones. It describes itself with Store's Name (when Store describes itself)
-// but never as in-process, so that the engine arms its timeout. Safe for
-// concurrent use.
+// but never as in-process, so that the engine arms its timeout and its
+// circuit breaker, and as deciding at an injected clock (a test's: no local
+// deny cache, so that a test may advance the clock of the store it wraps
+// and meet the store's new answers at once). Safe for concurrent use.
 type FlakyStore struct {
+	// Store answers the calls while the FlakyStore is healthy.
 	Store        limit.Store
 	mode         atomic.Int32
 	calls, fails atomic.Int64
@@ -235,7 +243,7 @@ func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
 // Describe describes the store to the engine (limit.StoreInfo).
 func (f *FlakyStore) Describe() limit.StoreInfo {
-	var info limit.StoreInfo
+	info := limit.StoreInfo{InjectedClock: true}
 	if d, ok := f.Store.(interface{ Describe() limit.StoreInfo }); ok {
 		info.Name = d.Describe().Name
 	}

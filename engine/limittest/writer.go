@@ -13,10 +13,10 @@ import (
 // allocates nothing (allocation guards reuse one). It is not safe for
 // concurrent use.
 type Writer struct {
-	Header http.Header
-	Status int    // the status of Send; 0 when Send was not called
-	Body   []byte // a copy of the body of Send
-	Sends  int    // calls of Send
+	Header http.Header // the header fields written (Set, Add)
+	Status int         // the status of Send; 0 when Send was not called
+	Body   []byte      // a copy of the body of Send
+	Sends  int         // calls of Send
 }
 
 var _ limit.ResponseWriter = (*Writer)(nil)

@@ -56,43 +56,11 @@ func run(framework string) error {
 	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
 		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
 	}
-	dir, err := os.MkdirTemp("", "quotagate-demo-")
+	base, banner, stop, err := start(framework)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "server")
-	fmt.Printf("building examples/%s ...\n", framework)
-	build := exec.Command("go", "build", "-o", bin, "./"+framework)
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./%s: %w", framework, err)
-	}
-
-	srv := exec.Command(bin, "-addr", "127.0.0.1:0")
-	stdout, err := srv.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	defer func() {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = srv.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-	}()
-	base, banner, err := waitForStart(stdout)
-	if err != nil {
-		return err
-	}
+	defer stop()
 	fmt.Println("server:", banner)
 	fmt.Println("store: memory, the embedded default (nothing to install)")
 	fmt.Println()
@@ -181,6 +149,7 @@ func run(framework string) error {
 		"metrics: the global bucket counts the table's notes 200s and 429s (GET and HEAD)")
 	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
 	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
+	unmatched(framework, base, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -190,6 +159,99 @@ func run(framework string) error {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// start builds examples/<framework>, starts it on a free loopback port and
+// returns its base URL, its start-up line and a function that stops it.
+func start(framework string) (base, banner string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "quotagate-demo-")
+	if err != nil {
+		return "", "", nil, err
+	}
+	bin := filepath.Join(dir, "server")
+	fmt.Printf("building examples/%s ...\n", framework)
+	build := exec.Command("go", "build", "-o", bin, "./"+framework)
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, fmt.Errorf("go build ./%s: %w", framework, err)
+	}
+	srv := exec.Command(bin, "-addr", "127.0.0.1:0")
+	stdout, err := srv.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, err
+	}
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", "", nil, err
+	}
+	stop = func() {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = srv.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = srv.Process.Kill()
+			<-done
+		}
+		os.RemoveAll(dir)
+	}
+	base, banner, err = waitForStart(stdout)
+	if err != nil {
+		stop()
+		return "", "", nil, err
+	}
+	return base, banner, stop, nil
+}
+
+// unmatched checks the one rule every example follows for requests no
+// route serves and for CORS preflights (case C-12): a client that spent its
+// global 100 per 60 s gets 429 for GET /v1/nope, DELETE /v1/notes/1 and
+// FOO /v1/notes/1 (they count in the global bucket like any request), while
+// its preflight OPTIONS /v1/notes/1 is not limited; a fresh client gets the
+// router's 404 and 405. One exception, from fiber itself: fiber answers a
+// method it does not know (FOO) with 400 before running any handler, so no
+// limiter sees it.
+func unmatched(framework, base string, check func(bool, string)) {
+	foo := http.StatusMethodNotAllowed
+	fooLimited := http.StatusTooManyRequests
+	if framework == "fiber" {
+		foo, fooLimited = http.StatusBadRequest, http.StatusBadRequest
+	}
+	preflight := [][2]string{{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "GET"}}
+	status := func(client, method, path string, header ...[2]string) (int, string) {
+		c := limittest.ClientFrom(client)
+		defer c.CloseIdleConnections()
+		st, h, err := request(c, method, base+path, header...)
+		if err != nil {
+			return 0, ""
+		}
+		return st, h.Get("Retry-After")
+	}
+	const fresh, spent = "127.0.0.8", "127.0.0.9"
+	st404, _ := status(fresh, "GET", "/v1/nope")
+	st405, _ := status(fresh, "DELETE", "/v1/notes/1")
+	stFoo, _ := status(fresh, "FOO", "/v1/notes/1")
+	stPre, raPre := status(fresh, "OPTIONS", "/v1/notes/1", preflight...)
+	check(st404 == http.StatusNotFound && st405 == http.StatusMethodNotAllowed && stFoo == foo,
+		fmt.Sprintf("unmatched: a fresh client gets the router's answers: GET /v1/nope %d, DELETE %d, FOO %d (want 404, 405, %d)", st404, st405, stFoo, foo))
+	check(stPre != http.StatusTooManyRequests && raPre == "", fmt.Sprintf("preflight: OPTIONS with Access-Control-Request-Method is not limited (%d)", stPre))
+	ok := 0
+	for i := 0; i < 100; i++ {
+		if st, _ := status(spent, "GET", "/v1/notes/1"); st == http.StatusOK {
+			ok++
+		}
+	}
+	st404, _ = status(spent, "GET", "/v1/nope")
+	st405, _ = status(spent, "DELETE", "/v1/notes/1")
+	stFoo, _ = status(spent, "FOO", "/v1/notes/1")
+	stPre, raPre = status(spent, "OPTIONS", "/v1/notes/1", preflight...)
+	check(ok == 100 && st404 == http.StatusTooManyRequests && st405 == http.StatusTooManyRequests && stFoo == fooLimited,
+		fmt.Sprintf("unmatched: once its global 100/60s is spent, a client gets 429 for GET /v1/nope %d, DELETE %d, FOO %d (want 429, 429, %d)", st404, st405, stFoo, fooLimited))
+	check(stPre != http.StatusTooManyRequests && raPre == "", fmt.Sprintf("preflight: still not limited for that client (%d)", stPre))
 }
 
 // metricLines fetches a Prometheus text exposition and returns its
@@ -334,10 +396,13 @@ func waitForStart(stdout io.Reader) (string, string, error) {
 	}
 }
 
-func request(c *http.Client, method, url string) (int, http.Header, error) {
+func request(c *http.Client, method, url string, header ...[2]string) (int, http.Header, error) {
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		return 0, nil, err
+	}
+	for _, h := range header {
+		req.Header.Add(h[0], h[1])
 	}
 	resp, err := c.Do(req)
 	if err != nil {

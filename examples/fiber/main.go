@@ -39,10 +39,13 @@ func main() {
 	a := fiber.New(fiber.Config{DisableStartupMessage: true})
 	a.Get("/health", text(app.HealthBody))
 	a.Get("/metrics", adaptor.HTTPHandler(l.Metrics))
-	// Every limiter sits at route level: in a Use mount (app.Use,
-	// app.Group(prefix, handler)) fiber has not matched the route yet, so the
-	// PerRoute limits could not find their buckets and the metrics would have
-	// no handler label. Get registers HEAD with the same handlers.
+	// Every limiter sits at route level: in a Use mount in front of the
+	// routes (app.Use, app.Group(prefix, handler)) fiber has not matched the
+	// route yet, so the PerRoute limits could not find their buckets and the
+	// metrics would have no handler label. Get registers HEAD with the same
+	// handlers. The global limit also goes last, as fiberlimit.Unmatched:
+	// requests no route matched (404, 405) reach it and count in the global
+	// bucket, so scanners are limited too.
 	global := fiberlimit.New(l.Global)
 	v1 := a.Group("/v1")
 	v1.Get("/notes/:id", global, func(c *fiber.Ctx) error {
@@ -50,6 +53,7 @@ func main() {
 	})
 	v1.Post("/login", global, fiberlimit.New(l.Login), text(app.LoginBody))
 	v1.Get("/search", global, fiberlimit.New(l.Search), text(app.SearchBody))
+	a.Use(fiberlimit.Unmatched(l.Global))
 
 	ln, err := net.Listen("tcp", c.Addr)
 	if err != nil {

@@ -26,20 +26,19 @@ func main() {
 		return 1
 	})
 	app.Main("nethttp", searchCost, func(l *app.Limiters) http.Handler {
-		// The API on its own mux, behind the global limit (which looks the
-		// route up in that mux); per-route limits wrap their handlers.
-		api := http.NewServeMux()
-		api.HandleFunc("GET /v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) { // HEAD too
-			text(app.NoteBody(r.PathValue("id")))(w, r)
-		})
-		api.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
-		api.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
-
+		// The global limit around the mux looks each route up in it and
+		// sees every request, those no pattern matches (404, 405) included;
+		// /health and /metrics are in its SkipPaths. Per-route limits wrap
+		// their handlers.
 		mux := http.NewServeMux()
 		mux.Handle("GET /health", text(app.HealthBody))
 		mux.Handle("GET /metrics", l.Metrics)
-		mux.Handle("/v1/", httplimit.Middleware(l.Global)(api))
-		return mux
+		mux.HandleFunc("GET /v1/notes/{id}", func(w http.ResponseWriter, r *http.Request) { // HEAD too
+			text(app.NoteBody(r.PathValue("id")))(w, r)
+		})
+		mux.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
+		mux.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
+		return httplimit.Middleware(l.Global)(mux)
 	})
 }
 

@@ -16,14 +16,27 @@
 //	quotagate_store_errors_total{bucket,failure_mode}             counter
 //	quotagate_store_duration_seconds{store,op}                    histogram
 //	quotagate_store_evictions_total{store,reason}                 counter (NewEvictionsCollector)
+//	quotagate_store_skipped_total{store,reason}                   counter
+//	quotagate_store_breaker_open{store}                           gauge
+//	quotagate_store_breaker_opens_total{store}                    counter
 //
-// bucket is the bucket name ("100p60", "/v1/login 5p60f", a policy Name);
-// handler is the router's own route spelling ("/v1/notes/{id}",
-// "/v1/notes/:id"), "" when no route matched or for Limiter.Consume; outcome
+// bucket is the bucket name: a policy Name, a Shared policy's signature, or
+// a PerRoute policy's route template and signature ("/v1/login 5p60f"). A
+// signature spells the policy's numbers, <Limit>p<Window>, the Window in
+// seconds (or "<n>ms"), then the algorithm's letter (none for sliding window,
+// f for fixed window, g for token bucket), then b<Burst> for a token bucket
+// whose Burst differs from Limit: "100p60" is 100 per 60 s, sliding window;
+// "5p60f" 5 per 60 s, fixed window; "1p1gb5" 1 per second, token bucket,
+// Burst 5. handler is the router's own route spelling ("/v1/notes/{id}",
+// "/v1/notes/:id"), "" when no route matched (404, 405), when the mount cannot
+// see the route, or for Limiter.Consume; outcome
 // is allowed, limited or degraded; key_source is key-func, header, socket,
 // fallback or consume; issue is one of the limit.Issue values; failure_mode is
 // open, local or closed; store is the store's name (memory, redis, custom) and
-// op the operation (take); reason is expired or live (see EvictionCounter).
+// op the operation (take); reason is expired or live for evictions (see
+// EvictionCounter), deny-cache (the local deny cache repeated the store's
+// own denial) or breaker-open (the store's circuit breaker is open and the
+// failure mode decided) for skipped calls.
 //
 // The library never touches the global registry: the caller passes a
 // prometheus.Registerer (or nil to register nothing). See docs/observability.md

@@ -23,6 +23,9 @@ var docLabels = map[string][]string{
 	promlimit.StoreDurationSeconds + "_sum":    {"store", "op"},
 	promlimit.StoreDurationSeconds + "_count":  {"store", "op"},
 	promlimit.StoreEvictionsTotal:              {"store", "reason"},
+	promlimit.StoreSkippedTotal:                {"store", "reason"},
+	promlimit.StoreBreakerOpen:                 {"store"},
+	promlimit.StoreBreakerOpensTotal:           {"store"},
 }
 
 var (

@@ -74,7 +74,7 @@ func WithDurationBuckets(upper ...float64) Option {
 // lookup and an atomic add). The cache holds up to 4096 label sets per metric;
 // past that events are still counted, only resolved per call.
 //
-// Observer is also a prometheus.Collector of its four metrics, for callers
+// Observer is also a prometheus.Collector of its metrics, for callers
 // that passed a nil Registerer to New and register it themselves (or use
 // testutil on it).
 type Observer struct {
@@ -87,6 +87,8 @@ type Observer struct {
 	issueCache cache[issueKey, prometheus.Counter]
 	errCache   cache[storeErrKey, prometheus.Counter]
 	durCache   cache[durationKey, prometheus.Observer]
+
+	side storeSide // breaker.go
 }
 
 var (
@@ -117,7 +119,7 @@ type durationKey struct{ store, op string }
 // increase() see the first limited or degraded request of a series.
 var outcomes = [...]limit.Outcome{limit.OutcomeAllowed, limit.OutcomeLimited, limit.OutcomeDegraded}
 
-// New returns an Observer whose four metrics are registered on reg.
+// New returns an Observer whose metrics are registered on reg.
 //
 // reg nil: the metrics are collected but not registered anywhere (register
 // the Observer itself, or serve it with Handler). When a metric of the same
@@ -155,6 +157,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Help:    "Duration of rate-limit store calls in seconds, failed calls included, by store and operation.",
 			Buckets: cfg.buckets,
 		}, []string{"store", "op"}),
+		side: newStoreSide(),
 	}
 	if reg == nil {
 		return o, nil
@@ -164,7 +167,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	if o.requests, err = register(reg, RequestsTotal, o.requests, &done); err == nil {
 		if o.issues, err = register(reg, ClientAddressIssuesTotal, o.issues, &done); err == nil {
 			if o.storeErrs, err = register(reg, StoreErrorsTotal, o.storeErrs, &done); err == nil {
-				o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done)
+				if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
+					err = o.side.register(reg, &done)
+				}
 			}
 		}
 	}
@@ -298,29 +303,35 @@ func (o *Observer) StoreDuration(store, op string, d time.Duration) {
 	h.Observe(d.Seconds())
 }
 
-// Describe implements prometheus.Collector: the four metrics' descriptors.
+// Describe implements prometheus.Collector: the metrics' descriptors.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.requests.Describe(ch)
 	o.issues.Describe(ch)
 	o.storeErrs.Describe(ch)
 	o.durations.Describe(ch)
+	o.side.skipped.Describe(ch)
+	o.side.open.Describe(ch)
+	o.side.opens.Describe(ch)
 }
 
-// Collect implements prometheus.Collector: the four metrics' series.
+// Collect implements prometheus.Collector: the metrics' series.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.requests.Collect(ch)
 	o.issues.Collect(ch)
 	o.storeErrs.Collect(ch)
 	o.durations.Collect(ch)
+	o.side.skipped.Collect(ch)
+	o.side.open.Collect(ch)
+	o.side.opens.Collect(ch)
 }
 
-// Handler returns an http.Handler that serves this Observer's four metrics
+// Handler returns an http.Handler that serves this Observer's metrics
 // in the Prometheus exposition formats (promhttp), for a GET /metrics route
 // that is not itself rate limited. It serves only quotagate's metrics; to
 // serve a whole registry use promhttp.HandlerFor(registry,
 // promhttp.HandlerOpts{}). Safe for concurrent use.
 func (o *Observer) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(o) // a fresh registry and four distinct metrics: cannot fail
+	reg.MustRegister(o) // a fresh registry and distinct metrics: cannot fail
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -169,20 +169,22 @@ quotagate_store_errors_total{bucket="3p60f",failure_mode="open"} 1
 
 // TestStoreOutage: with the store down, FailOpen requests count as degraded,
 // FailClosed ones as limited, FailLocal ones by the local store's answer, and
-// quotagate_store_errors_total equals the failed store calls.
+// quotagate_store_errors_total counts every decision the failure mode made:
+// the failed store calls and, once the store's circuit breaker opened (after
+// 5 failures in a row), the calls it skipped.
 func TestStoreOutage(t *testing.T) {
 	t.Parallel()
 	obs := promlimit.MustNew(nil)
 	clock := limittest.NewClock(epoch)
 	down := &limittest.FlakyStore{Store: newMemstore(t, clock)} // every call fails
 	down.Fail()
-	open := limit.MustNew(down, limit.Policy{Name: "open", Limit: 100},
+	local := limit.MustNew(down, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
 		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
-	closed, err := open.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
+	closed, err := local.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
 	if err != nil {
 		t.Fatal(err)
 	}
-	local, err := open.With(limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal})
+	open, err := local.With(limit.Policy{Name: "open", Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,13 +237,27 @@ quotagate_store_errors_total{bucket="open",failure_mode="open"} 8
 	for _, v := range values(t, obs, promlimit.StoreErrorsTotal) {
 		errs += v
 	}
-	if errs != float64(down.Failures()) || down.Failures() != 14 {
-		t.Errorf("store errors counted %v, failed store calls %d; want equal, 14", errs, down.Failures())
+	if errs != 14 || down.Failures() != 5 {
+		t.Errorf("store errors counted %v, failed store calls %d; want 14 decisions by the failure mode, 5 calls made", errs, down.Failures())
+	}
+	wantSide := `
+# HELP quotagate_store_breaker_open 1 while the store's circuit breaker is open (the store is not called; one probe call every 250 ms), 0 once it closed again.
+# TYPE quotagate_store_breaker_open gauge
+quotagate_store_breaker_open{store="memory"} 1
+# HELP quotagate_store_breaker_opens_total Times the store's circuit breaker opened (the store answered nothing for a whole store timeout, or failed 5 calls in a row).
+# TYPE quotagate_store_breaker_opens_total counter
+quotagate_store_breaker_opens_total{store="memory"} 1
+# HELP quotagate_store_skipped_total Decisions of a store that does I/O that were made without calling it, by store and reason: deny-cache (the local deny cache repeated the store's own denial) or breaker-open (the store's circuit breaker is open; the failure mode decided).
+# TYPE quotagate_store_skipped_total counter
+quotagate_store_skipped_total{reason="breaker-open",store="memory"} 9
+`
+	if err := testutil.CollectAndCompare(obs, strings.NewReader(wantSide), promlimit.StoreBreakerOpen, promlimit.StoreBreakerOpensTotal, promlimit.StoreSkippedTotal); err != nil {
+		t.Error(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(obs)
-	if n, _ := histogram(t, reg, "memory", "take"); n != 14+3 { // 14 failed calls + 3 local-store calls
-		t.Errorf("store duration samples %d, want 17", n)
+	if n, _ := histogram(t, reg, "memory", "take"); n != 5+3 { // 5 failed calls + 3 local-store calls
+		t.Errorf("store duration samples %d, want 8", n)
 	}
 }
 

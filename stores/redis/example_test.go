@@ -26,3 +26,25 @@ func ExampleNewFromURL() {
 	d, _ := l.Consume(context.Background(), "user-42")
 	fmt.Println(d.Allowed, d.Outcome)
 }
+
+// ParseURL checks a URL and builds the rueidis options NewFromURL uses,
+// without connecting: a Cluster given by its seed nodes, a Sentinel set, and
+// a parameter rueidis would silently ignore, refused.
+func ExampleParseURL() {
+	for _, u := range []string{
+		"redis://10.0.0.1:7000?addr=10.0.0.2:7000&addr=10.0.0.3:7000",
+		"redis://10.0.0.5:26379?addr=10.0.0.6:26379&master_set=mymaster",
+		"redis://10.0.0.1:6379?pool_size=10",
+	} {
+		opt, err := redisstore.ParseURL(u)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Println(opt.InitAddress, opt.Sentinel.MasterSet, opt.Dialer.Timeout)
+	}
+	// Output:
+	// [10.0.0.1:7000 10.0.0.2:7000 10.0.0.3:7000]  1s
+	// [10.0.0.5:26379 10.0.0.6:26379] mymaster 1s
+	// error: redisstore: invalid option: Redis URL: unknown query parameter "pool_size"; valid parameters: addr, client_cache, client_name, db, dial_timeout, master_set, max_retries, protocol, skip_verify, write_timeout
+}

@@ -150,9 +150,13 @@ func newOutageLimiters(t *testing.T, s *Store) *outageLimiters {
 	o := &outageLimiters{modes: [3]limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed}}
 	prefix := testPrefix(t)
 	for i, m := range o.modes {
+		opts := []limit.Option{limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(outageTimeout)}
+		if m == limit.FailLocal {
+			opts = append(opts, limit.WithLocalStore(local))
+		}
 		o.lims[i] = limit.MustNew(s, limit.Policy{
 			Name: "outage-" + m.String(), Limit: outageQuota, Window: time.Minute, FailureMode: m,
-		}, limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(outageTimeout), limit.WithLocalStore(local))
+		}, opts...)
 	}
 	return o
 }

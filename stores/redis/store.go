@@ -130,8 +130,12 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 }
 
 // Describe tells the engine that Store is "redis", the store label in
-// metrics, and does I/O (it is called under the store timeout).
-func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
+// metrics, does I/O (it is called under the store timeout, behind a circuit
+// breaker and a local deny cache) and, with WithClock, decides at an
+// injected clock (the engine then keeps no deny cache for it).
+func (s *Store) Describe() limit.StoreInfo {
+	return limit.StoreInfo{Name: "redis", InjectedClock: s.clock != nil}
+}
 
 // Client returns the rueidis client, or nil while a Store built by Dial or
 // NewFromURL has not connected yet.

@@ -61,8 +61,10 @@ func ParseFlags() Config {
 
 // Limiters are the example API's three policies.
 type Limiters struct {
-	// Global: Shared sliding window, 100 per 60 s, on every route but
-	// /health and /metrics.
+	// Global: Shared sliding window, 100 per 60 s, on every request but
+	// /health and /metrics (its SkipPaths), those no route matches (404,
+	// 405) included, so that a scanner is limited like any client. CORS
+	// preflights are not limited (the engine's default).
 	Global *limit.Limiter
 	// Login: PerRoute fixed window, 5 per 60 s, on POST /v1/login.
 	Login *limit.Limiter
@@ -122,6 +124,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+		SkipPaths: []string{"/health", "/metrics"},
 	}, append(trust, limit.WithObserver(obs), limit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)

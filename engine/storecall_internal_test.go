@@ -1,0 +1,115 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"reflect"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// The key by which context finds a cancellable parent was learnt at init:
+// without it, context.Cause of a store context would report the caller's
+// cancellation, and a context derived from it would be cancelled with the
+// caller.
+func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
+	if cancelCtxKey == nil {
+		t.Fatal("context.Cause asked no key: the probe no longer finds the cancellable parent")
+	}
+	parent, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("client went away"))
+	d := &deadline{done: make(chan struct{})}
+	sc := &storeCtx{}
+	sc.begin(parent, d)
+	if err := context.Cause(sc); err != nil {
+		t.Fatalf("context.Cause of a live store context: %v", err)
+	}
+	child, stop := context.WithCancel(sc)
+	defer stop()
+	if child.Err() != nil {
+		t.Fatal("a context derived from the store context was cancelled with the caller")
+	}
+	d.close(whyStoreSilent)
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a context derived from the store context did not end with it")
+	}
+	if !errors.Is(context.Cause(sc), context.DeadlineExceeded) || !errors.Is(sc.Err(), context.DeadlineExceeded) {
+		t.Fatalf("after the deadline: cause %v, err %v", context.Cause(sc), sc.Err())
+	}
+	// Over: a watcher left behind by the store's client sees a done context.
+	sc.end()
+	select {
+	case <-sc.Done():
+	default:
+		t.Fatal("a call that is over has an open Done channel")
+	}
+	if sc.Err() == nil {
+		t.Fatal("a call that is over has a nil Err")
+	}
+}
+
+// A refund through this process drops the cached denials of its keys: the
+// quota it gives back may end them early.
+func TestDenyCacheRefundDrops(t *testing.T) {
+	c := newDenyCache()
+	op := &Op{Cost: 1, N: 2}
+	op.Quotas[0] = Quota{Key: []byte("p:{t}:a"), Algorithm: FixedWindow, Limit: 1, WindowMS: 60_000}
+	op.Quotas[1] = Quota{Key: []byte("p:{t}:b"), Algorithm: FixedWindow, Limit: 5, WindowMS: 3_600_000}
+	res := &Result{N: 2}
+	res.Quotas[0] = QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
+	res.Quotas[1] = QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
+	c.store(op, res, 0, int64(time.Millisecond))
+	if got, ok := c.lookup(op, int64(time.Second)); !ok || got.Quotas[0].RetryAfterMS != 30_000-999 {
+		t.Fatalf("lookup 1 s later: %v %+v; want the denial with 999 ms counted off (from the answer's arrival)", ok, got.Quotas[0])
+	}
+	other := *op
+	other.Quotas[1].Limit = 6
+	if _, ok := c.lookup(&other, int64(time.Second)); ok {
+		t.Fatal("an Op with other quota numbers was answered from the cache")
+	}
+	refund := *op
+	refund.Refund = true
+	c.drop(&refund)
+	if _, ok := c.lookup(op, int64(time.Second)); ok {
+		t.Fatal("a denial survived a refund of its keys")
+	}
+	c.store(op, res, 0, 0)
+	if _, ok := c.lookup(op, int64(30*time.Second)); ok {
+		t.Fatal("an entry answered at its T")
+	}
+	if c.slot(maphash.Bytes(c.seed, op.Quotas[0].Key)).Load() != nil {
+		t.Fatal("an expired entry met by a lookup was kept")
+	}
+}
+
+// The per-Store registry holds its storeShared weakly: once no Limiter
+// refers to it, it is collected, and a new Store at the same address gets a
+// fresh one.
+func TestStoreRegistryIsWeak(t *testing.T) {
+	type store struct {
+		Store
+		_ int // non-zero size: a Store at its own address
+	}
+	s := &store{}
+	a := sharedFor(s, StoreInfo{Name: "x"})
+	if b := sharedFor(s, StoreInfo{Name: "x"}); a != b {
+		t.Fatal("one Store got two storeShared values")
+	}
+	if sharedFor(&store{}, StoreInfo{}) == a {
+		t.Fatal("two Stores share one storeShared")
+	}
+	id := storeID{typ: reflect.TypeOf(s), ptr: reflect.ValueOf(s).Pointer()}
+	a = nil
+	runtime.GC()
+	stores.mu.Lock()
+	alive := stores.m[id].Value() != nil
+	stores.mu.Unlock()
+	if alive {
+		t.Fatal("a storeShared no Limiter refers to was kept alive by the registry")
+	}
+	runtime.KeepAlive(s)
+}

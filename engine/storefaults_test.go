@@ -1,0 +1,631 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// The store call of a store that does I/O: the shared deadline and what it
+// measures, the circuit breaker, the local deny cache (storecall.go,
+// deadline.go, breaker.go, denycache.go). Timing runs on synctest's fake
+// clock: every duration below is exact.
+
+// ioStore is the reference store on clock now (bubble time when nil),
+// describing itself as a store that does I/O on real time: the engine arms
+// the timeout, the breaker and the deny cache for it.
+func ioStore(now func() time.Time) *limittest.Store {
+	s := limittest.NewStore(now)
+	s.Info = limit.StoreInfo{Name: "io"}
+	return s
+}
+
+// scriptedStore passes calls to Store after a delay chosen per call (a
+// negative delay: never, the call waits for its context), and counts calls.
+// A delay of 0 is not available (SlowStore's "never"): the tests use 1 ms.
+type scriptedStore struct {
+	Store limit.Store
+	delay func(op *limit.Op) time.Duration
+	calls atomic.Int64
+}
+
+func (s *scriptedStore) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "scripted"} }
+
+func (s *scriptedStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	s.calls.Add(1)
+	d := s.delay(op)
+	if d < 0 {
+		d = 0 // SlowStore's "never"
+	}
+	return limittest.SlowStore{Store: s.Store, Delay: d}.Take(ctx, op)
+}
+
+type traceKey struct{}
+
+// The store's context carries the caller's values, never its cancellation
+// (nor its cause), has a deadline at least the store timeout away, and is
+// shared, Done channel and all, by calls that start in the same tick.
+func TestStoreContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var seen []context.Context
+		var dones []<-chan struct{}
+		inspect := &ctxStore{f: func(ctx context.Context) {
+			seen = append(seen, ctx)
+			dones = append(dones, ctx.Done())
+			if ctx.Value(traceKey{}) != "trace-7" {
+				t.Errorf("store context lost the caller's value: %v", ctx.Value(traceKey{}))
+			}
+			if err := ctx.Err(); err != nil {
+				t.Errorf("store context already done: %v", err)
+			}
+			if c := context.Cause(ctx); c != nil {
+				t.Errorf("context.Cause of a live store context: %v (the caller's cancellation leaked)", c)
+			}
+			if dl, ok := ctx.Deadline(); !ok || time.Until(dl) < 100*time.Millisecond || time.Until(dl) > 101*time.Millisecond {
+				t.Errorf("deadline %v away, want the 100 ms timeout rounded up to the 1 ms tick", time.Until(dl))
+			}
+		}}
+		l := mustNew(t, inspect, limit.Policy{Limit: 100})
+		parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), traceKey{}, "trace-7"))
+		cancel(errors.New("client went away"))
+		for range 3 {
+			if _, err := l.Consume(parent, "u"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if dones[0] != dones[1] || dones[1] != dones[2] {
+			t.Fatal("calls in one tick got different Done channels: want one shared deadline")
+		}
+		time.Sleep(time.Millisecond)
+		if _, err := l.Consume(parent, "u"); err != nil {
+			t.Fatal(err)
+		}
+		if dones[3] == dones[0] {
+			t.Fatal("a call one tick later shares the previous tick's deadline")
+		}
+		// Held after Take returned (which a Store must not do): the pooled
+		// context was cleared, so keep the tick's channel and check it closes
+		// at the deadline with the deadline's error.
+		done := dones[0]
+		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-done:
+		default:
+			t.Fatal("the tick's Done channel is still open after twice the timeout")
+		}
+	})
+}
+
+// ctxStore calls f with each call's context, then admits.
+type ctxStore struct {
+	f func(context.Context)
+}
+
+func (s *ctxStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	s.f(ctx)
+	return limit.Result{Allowed: true, N: op.N}, nil
+}
+
+// A call fails at the store timeout when the store answered nothing while it
+// waited; while the store answers other calls, a late answer is waited for up
+// to twice the timeout (issue 14: queueing in the client must not turn an
+// answer into a failure, and FailOpen must not then admit what the store
+// denied).
+func TestStoreTimeoutMeasuresTheStoreNotTheCall(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	cases := []struct {
+		name       string
+		slow       time.Duration // delay of the call under test; -1: never answers
+		others     bool          // other calls answer every 10 ms meanwhile
+		wantErr    bool
+		wantWaited time.Duration
+	}{
+		{"late_answer_while_the_store_answers_others", 150 * time.Millisecond, true, false, 150 * time.Millisecond},
+		{"answer_beyond_twice_the_timeout", 250 * time.Millisecond, true, true, 2*timeout + time.Millisecond},
+		{"silent_store", -1, false, true, timeout + time.Millisecond + limit.SilenceGrace},
+		{"slow_store_answering_nothing_else", 150 * time.Millisecond, false, true, timeout + time.Millisecond + limit.SilenceGrace},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := &scriptedStore{Store: ioStore(nil), delay: func(op *limit.Op) time.Duration {
+					if string(op.Quotas[0].Key[len(op.Quotas[0].Key)-4:]) == "slow" {
+						return tc.slow
+					}
+					return time.Millisecond
+				}}
+				l := mustNew(t, s, limit.Policy{Limit: 1000, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(timeout))
+				stop := make(chan struct{})
+				var wg sync.WaitGroup
+				if tc.others {
+					wg.Go(func() {
+						for {
+							select {
+							case <-stop:
+								return
+							case <-time.After(10 * time.Millisecond):
+								if _, err := l.Consume(context.Background(), "fast"); err != nil {
+									t.Errorf("fast call: %v", err)
+								}
+							}
+						}
+					})
+				}
+				start := time.Now()
+				d, err := l.Consume(context.Background(), "slow")
+				waited := time.Since(start)
+				close(stop)
+				wg.Wait()
+				if (err != nil) != tc.wantErr || waited != tc.wantWaited {
+					t.Fatalf("waited %v, error %v; want %v, error %v", waited, err, tc.wantWaited, tc.wantErr)
+				}
+				if tc.wantErr && (!errors.Is(err, context.DeadlineExceeded) || d.Allowed) {
+					t.Fatalf("%+v %v: want FailClosed's 503 on the timeout", d, err)
+				}
+			})
+		})
+	}
+}
+
+// The breaker: a store silent for one timeout opens it at once; then no
+// decision waits (the FailureMode decides, with ErrCircuitOpen); one probe
+// per cool-down; a success closes it. Each transition is reported and
+// logged once.
+func TestCircuitBreakerSilentStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
+		obs := &limittest.Recorder{}
+		var logs logBuffer
+		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		ctx := context.Background()
+		if _, err := l.Consume(ctx, "u"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		flaky.Hang()
+		start := time.Now()
+		d, err := l.Consume(ctx, "u")
+		if el := time.Since(start); el != limit.DefaultStoreTimeout+time.Millisecond+limit.SilenceGrace || !d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("first call to a silent store: %v, %+v, %v; want the timeout (+ tick + grace), FailOpen", el, d, err)
+		}
+		if got := obs.Breaker(); len(got) != 1 || !got[0] || logs.count("circuit breaker open") != 1 {
+			t.Fatalf("transitions %v, %d open lines; want one open, logged once", got, logs.count("circuit breaker open"))
+		}
+		calls := flaky.Calls()
+		for i := range 100 {
+			start := time.Now()
+			d, err := l.Consume(ctx, "u"+strconv.Itoa(i))
+			if time.Since(start) != 0 || !d.Allowed || !d.StoreFailed || !errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("decision %d with the breaker open: %v, %+v, %v; want at once, FailOpen, ErrCircuitOpen wrapping the cause", i, time.Since(start), d, err)
+			}
+		}
+		if flaky.Calls() != calls || obs.Skipped("breaker-open") != 100 || obs.StoreErrors() != 101 {
+			t.Fatalf("store called %d times, %d skipped, %d store errors; want 0, 100, 101", flaky.Calls()-calls, obs.Skipped("breaker-open"), obs.StoreErrors())
+		}
+		// After the cool-down one decision probes (and waits), the others
+		// meanwhile decide at once.
+		time.Sleep(250 * time.Millisecond)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if _, err := l.Consume(ctx, "probe"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limit.ErrCircuitOpen) {
+				t.Errorf("probe: %v, want the store's timeout", err)
+			}
+		})
+		synctest.Wait()
+		for range 10 {
+			if _, err := l.Consume(ctx, "during-probe"); !errors.Is(err, limit.ErrCircuitOpen) {
+				t.Fatalf("during the probe: %v, want ErrCircuitOpen", err)
+			}
+		}
+		wg.Wait()
+		if flaky.Calls() != calls+1 {
+			t.Fatalf("%d calls during the probe, want 1", flaky.Calls()-calls)
+		}
+		if got := obs.Breaker(); len(got) != 1 || logs.count("circuit breaker") != 1 {
+			t.Fatalf("a failed probe reported %v, %d breaker lines; want no new transition", got, logs.count("circuit breaker"))
+		}
+		flaky.Heal()
+		time.Sleep(250 * time.Millisecond)
+		if _, err := l.Consume(ctx, "back"); err != nil {
+			t.Fatalf("probe after healing: %v", err)
+		}
+		if got := obs.Breaker(); len(got) != 2 || got[1] || logs.count("circuit breaker closed") != 1 {
+			t.Fatalf("transitions %v, %d closed lines; want open then closed, each logged once", got, logs.count("circuit breaker closed"))
+		}
+		for range 5 {
+			if _, err := l.Consume(ctx, "back"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if flaky.Calls() != calls+2+5 {
+			t.Fatalf("after recovery %d calls, want every decision to call the store", flaky.Calls()-calls-2)
+		}
+	})
+}
+
+// Fast failures open the breaker after 5 in a row (a success in between
+// starts the count again), and the FailureMode then decides without a call.
+func TestCircuitBreakerConsecutiveErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
+		obs := &limittest.Recorder{}
+		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000, FailureMode: limit.FailClosed}, limit.WithObserver(obs))
+		ctx := context.Background()
+		for range 3 {
+			for range 4 {
+				flaky.Fail()
+				l.Consume(ctx, "u")
+			}
+			flaky.Heal()
+			if _, err := l.Consume(ctx, "u"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(obs.Breaker()) != 0 {
+			t.Fatalf("opened after runs of 4 failures: %v", obs.Breaker())
+		}
+		flaky.Fail()
+		for range 5 {
+			l.Consume(ctx, "u")
+		}
+		calls := flaky.Calls()
+		d, err := l.Consume(ctx, "u")
+		if len(obs.Breaker()) != 1 || flaky.Calls() != calls || d.Allowed || !errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
+			t.Fatalf("after 5 failures in a row: transitions %v, store called %d more, %+v, %v", obs.Breaker(), flaky.Calls()-calls, d, err)
+		}
+	})
+}
+
+// Limiters built separately on one Store share its breaker (and limiters
+// from one New share it through With); limiters on another Store do not.
+func TestCircuitBreakerSharedPerStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
+		other := &limittest.FlakyStore{Store: ioStore(nil)}
+		a := mustNew(t, flaky, limit.Policy{Limit: 100})
+		b := mustNew(t, flaky, limit.Policy{Name: "b", Limit: 100})
+		c, err := a.With(limit.Policy{Name: "c", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		elsewhere := mustNew(t, other, limit.Policy{Limit: 100})
+		ctx := context.Background()
+		flaky.Fail()
+		for range 5 {
+			a.Consume(ctx, "u")
+		}
+		for name, l := range map[string]*limit.Limiter{"separately built": b, "With": c} {
+			if _, err := l.Consume(ctx, "u"); !errors.Is(err, limit.ErrCircuitOpen) {
+				t.Errorf("%s limiter on the same store: %v, want ErrCircuitOpen", name, err)
+			}
+		}
+		if _, err := elsewhere.Consume(ctx, "u"); err != nil {
+			t.Errorf("limiter on another store: %v", err)
+		}
+	})
+}
+
+// Case C-10 in the engine: a store that hangs under steady load; after the
+// first timeout every decision answers at once, none waits more than the
+// timeout (plus the tick and the silence grace: within issue 14's timeout +
+// 10 ms), probes included, and limiting resumes at the first probe after
+// the store returns.
+func TestRegressionC10FrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
+		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000})
+		ctx := context.Background()
+		type result struct {
+			start, took time.Duration
+			failed      bool
+		}
+		var mu sync.Mutex
+		var results []result
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		request := func() {
+			start := time.Now()
+			_, err := l.Consume(ctx, "client")
+			mu.Lock()
+			results = append(results, result{start.Sub(t0), time.Since(start), err != nil})
+			mu.Unlock()
+		}
+		// 200 requests/s for 7 s; the store hangs from 1 s to 6 s.
+		for i := range 1400 {
+			if i == 200 {
+				flaky.Hang()
+			}
+			if i == 1200 {
+				flaky.Heal()
+			}
+			wg.Go(request)
+			time.Sleep(5 * time.Millisecond)
+		}
+		wg.Wait()
+		var firstTimeout time.Duration = -1
+		var slowAfter, maxTook time.Duration
+		var slowCount int
+		resumed := time.Duration(-1)
+		for _, r := range results {
+			if r.failed && firstTimeout < 0 && r.took > 0 {
+				firstTimeout = r.start + r.took
+			}
+			maxTook = max(maxTook, r.took)
+			if firstTimeout >= 0 && r.start > firstTimeout && r.took > 0 && r.start < 6*time.Second {
+				slowAfter = max(slowAfter, r.took)
+				slowCount++
+			}
+			if r.start >= 6*time.Second && !r.failed && resumed < 0 {
+				resumed = r.start - 6*time.Second
+			}
+		}
+		t.Logf("first timeout at %v; after it %d of ~%d decisions waited (probes), longest %v; longest overall %v; limiting resumed %v after the store returned",
+			firstTimeout, slowCount, int((6*time.Second-firstTimeout)/(5*time.Millisecond)), slowAfter, maxTook, resumed)
+		if maxTook > limit.DefaultStoreTimeout+10*time.Millisecond {
+			t.Errorf("a decision took %v, want at most the store timeout + 10 ms", maxTook)
+		}
+		if slowCount > 5*4+1 { // one probe per 250 ms cool-down (plus its timeout) over 5 s
+			t.Errorf("%d decisions waited after the first timeout, want only the probes (at most %d)", slowCount, 21)
+		}
+		if resumed < 0 || resumed > breakerResume {
+			t.Errorf("limiting resumed %v after the store returned, want within %v", resumed, breakerResume)
+		}
+	})
+}
+
+// breakerResume bounds how long after a store's return the breaker lets
+// decisions through again: one cool-down plus one probe's timeout.
+// (The scenario's requests come every 5 ms: the first after the probe may
+// start up to 5 ms later.)
+const breakerResume = 250*time.Millisecond + limit.DefaultStoreTimeout + time.Millisecond + limit.SilenceGrace + 5*time.Millisecond
+
+// A denial is repeated from the deny cache until its Retry-After, with the
+// store's own numbers counting down; then the store is asked again and
+// admits. Cheaper and dearer requests ask the store.
+func TestDenyCache(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := ioStore(nil)
+		counted := &scriptedStore{Store: store, delay: func(*limit.Op) time.Duration { return 3 * time.Millisecond }}
+		obs := &limittest.Recorder{}
+		p := limit.Policy{Name: "q", Limit: 3, Window: 10 * time.Second, Algorithm: limit.FixedWindow, AlignWindows: true,
+			Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}
+		l := mustNew(t, counted, p, limit.WithObserver(obs))
+		ctx := context.Background()
+		r := req("192.0.2.1:1", "/")
+		for range 3 {
+			if resp := check(l, ctx, r); !resp.Decision.Allowed {
+				t.Fatal("denied within the limit")
+			}
+		}
+		fromStore := check(l, ctx, r)
+		if fromStore.Decision.Allowed || counted.calls.Load() != 4 {
+			t.Fatalf("fourth request: %+v", fromStore.Decision)
+		}
+		time.Sleep(2 * time.Second)
+		cached := check(l, ctx, r)
+		if counted.calls.Load() != 4 || obs.Skipped("deny-cache") != 1 {
+			t.Fatalf("the store was asked (%d calls, %d cache answers): want the cache to answer", counted.calls.Load(), obs.Skipped("deny-cache"))
+		}
+		if cached.Status != fromStore.Status || string(cached.Body) != string(fromStore.Body) ||
+			cached.Decision.Outcome != limit.OutcomeLimited || cached.Decision.Remaining != 0 || cached.Decision.StoreFailed {
+			t.Fatalf("cached denial %+v (%d), store's %+v (%d): want the same answer", cached.Decision, cached.Status, fromStore.Decision, fromStore.Status)
+		}
+		if got, want := cached.Decision.RetryAfter, fromStore.Decision.RetryAfter-2*time.Second; got != want {
+			t.Fatalf("cached RetryAfter %v, want the store's counted down: %v", got, want)
+		}
+		for _, h := range []string{"Retry-After", "Ratelimit", "Ratelimit-Policy", "Ratelimit-Limit", "Ratelimit-Remaining", "X-Ratelimit-Reset", "Cache-Control", "Content-Type"} {
+			if h == "Retry-After" || h == "Ratelimit" {
+				continue // count down: checked below
+			}
+			if cached.Header.Get(h) != fromStore.Header.Get(h) {
+				t.Errorf("%s: cached %q, store's %q", h, cached.Header.Get(h), fromStore.Header.Get(h))
+			}
+		}
+		ra, _ := strconv.Atoi(fromStore.Header.Get("Retry-After"))
+		if got := cached.Header.Get("Retry-After"); got != strconv.Itoa(ra-2) {
+			t.Errorf("cached Retry-After %q, want %d (the store's %d, 2 s later)", got, ra-2, ra)
+		}
+		// A cheaper request and a dearer one ask the store.
+		if d, _ := l.ConsumeN(ctx, "other", 1); !d.Allowed {
+			t.Fatal("other identity denied")
+		}
+		calls := counted.calls.Load()
+		dear, _ := l.ConsumeN(ctx, "other", 3) // 1 used: 3 more do not fit
+		cheap, _ := l.ConsumeN(ctx, "other", 2)
+		if dear.Allowed || !cheap.Allowed || counted.calls.Load() != calls+2 {
+			t.Fatalf("dear %v, cheap %v, %d calls: a cost other than the cached one must ask the store", dear.Allowed, cheap.Allowed, counted.calls.Load()-calls)
+		}
+		// When the denial's T passes, the store is asked and admits.
+		time.Sleep(fromStore.Decision.RetryAfter - 2*time.Second)
+		calls = counted.calls.Load()
+		if resp := check(l, ctx, r); !resp.Decision.Allowed || counted.calls.Load() != calls+1 {
+			t.Fatalf("at T: %+v after %d calls; want the store asked and admitting", resp.Decision, counted.calls.Load()-calls)
+		}
+	})
+}
+
+// No request the store would admit is denied by the cache, and the cache
+// admits nothing itself: replicas (separate Store values, as separate
+// clients of one Redis, each with its own deny cache) over one shared state,
+// with a call latency and a server clock offset, decide a random sequence
+// exactly as the same replicas without a deny cache do. A denial from the
+// cache is compared with the store's answer at the same instant (a call
+// without latency), since it is an answer as of that instant; a call that
+// reaches the store is compared with one of the same latency.
+func TestDenyCacheAgreesWithTheStore(t *testing.T) {
+	for seed := range uint64(6) {
+		t.Run("seed"+strconv.FormatUint(seed, 10), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 99))
+				offset := time.Duration(rng.Int64N(int64(time.Hour))) - 30*time.Minute
+				serverNow := func() time.Time { return time.Now().Add(offset) }
+				type world struct {
+					lims  [3]*limit.Limiter
+					calls atomic.Int64
+					lat   latency
+				}
+				algo := []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket}[seed%3]
+				build := func(cache bool) *world {
+					w := &world{}
+					backing := limittest.NewStore(serverNow)
+					for i := range w.lims {
+						replica := &latencyStore{Store: backing, cache: cache, lat: &w.lat, calls: &w.calls}
+						w.lims[i] = mustNew(t, replica, limit.Policy{Name: "m", Limit: 5, Window: 2 * time.Second, Algorithm: algo},
+							limit.WithStoreTimeout(time.Second))
+					}
+					return w
+				}
+				// Both worlds see the same sequence at the same instants; a
+				// world's replicas share its backing state.
+				with, without := build(true), build(false)
+				var admitted, hits int
+				for step := range 3000 {
+					who := "id" + strconv.Itoa(rng.IntN(3))
+					replica := rng.IntN(3)
+					cost := int64(1 + rng.IntN(2))
+					there, back := int64(rng.IntN(5000))*int64(time.Microsecond), int64(rng.IntN(5000))*int64(time.Microsecond)
+					with.lat.there.Store(there)
+					with.lat.back.Store(back)
+					callsBefore := with.calls.Load()
+					var dw, dn limit.Decision
+					var errW, errN error
+					var wg sync.WaitGroup
+					wg.Go(func() { dw, errW = with.lims[replica].ConsumeN(context.Background(), who, cost) })
+					synctest.Wait() // answered from the cache, or waiting for the store: no time has passed
+					hit := with.calls.Load() == callsBefore
+					if hit {
+						there, back = 0, 0
+						hits++
+					}
+					without.lat.there.Store(there)
+					without.lat.back.Store(back)
+					wg.Go(func() { dn, errN = without.lims[replica].ConsumeN(context.Background(), who, cost) })
+					wg.Wait()
+					if errW != nil || errN != nil {
+						t.Fatal(errW, errN)
+					}
+					if dw.Allowed != dn.Allowed {
+						t.Fatalf("step %d (%s on replica %d, cost %d, from the cache %v): with the cache %v, without %v", step, who, replica, cost, hit, dw.Allowed, dn.Allowed)
+					}
+					if dw.Allowed {
+						admitted++
+					}
+					time.Sleep(time.Duration(rng.IntN(40_000)) * time.Microsecond)
+				}
+				t.Logf("%s: %d admitted, %d of 3000 answered by a deny cache", algo, admitted, hits)
+				if hits == 0 || admitted == 0 {
+					t.Fatal("the sequence never used the cache, or never admitted: it tests nothing")
+				}
+			})
+		})
+	}
+}
+
+// The store reads its clock in whole milliseconds: a denial's end, counted
+// from the truncated reading, may come up to 1 ms before the call's start
+// plus RetryAfter. The cache stops a millisecond early so that it never
+// denies what the store admits.
+func TestDenyCacheStoreClockTruncation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The server's clock is 0.7 ms ahead: at every whole bubble
+		// millisecond it reads the same ms, 0.7 ms late.
+		store := ioStore(func() time.Time { return time.Now().Add(700 * time.Microsecond) })
+		l := mustNew(t, store, limit.Policy{Limit: 1, Window: time.Second, Algorithm: limit.FixedWindow, AlignWindows: true})
+		ctx := context.Background()
+		l.Consume(ctx, "u")
+		if d, _ := l.Consume(ctx, "u"); d.Allowed || d.RetryAfter != time.Second {
+			t.Fatalf("second call: %+v, want denied for the 1 s window", d)
+		}
+		// The window ends when the server's clock reads 1000 ms: 999.3 ms
+		// into the bubble.
+		time.Sleep(999*time.Millisecond + 500*time.Microsecond)
+		if d, _ := l.Consume(ctx, "u"); !d.Allowed {
+			t.Fatalf("after the server's window ended: %+v, want the store asked and admitting", d)
+		}
+	})
+}
+
+// latency is the one-way delays of the current step, ns.
+type latency struct{ there, back atomic.Int64 }
+
+// latencyStore is one replica's client of a shared backing store: a call
+// reaches the store lat.there after it starts and comes back lat.back after
+// that (synctest time), so the store evaluates inside the call. cache false
+// makes it report an injected clock, which turns the engine's deny cache
+// off.
+type latencyStore struct {
+	Store limit.Store
+	cache bool
+	lat   *latency
+	calls *atomic.Int64
+}
+
+func (s *latencyStore) Describe() limit.StoreInfo {
+	return limit.StoreInfo{Name: "replica", InjectedClock: !s.cache}
+}
+
+func (s *latencyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	s.calls.Add(1)
+	time.Sleep(time.Duration(s.lat.there.Load()))
+	res, err := s.Store.Take(ctx, op)
+	time.Sleep(time.Duration(s.lat.back.Load()))
+	return res, err
+}
+
+// With an I/O store the engine allocates nothing per decision: the store
+// context lives in the pooled scratch and the deadline is shared by the calls
+// of a tick (synctest's clock stands still while the loop runs, so every
+// call is in one tick; at real rates a tick's few allocations are shared by
+// every call that starts within 1 ms). A cached denial allocates nothing
+// either.
+func TestStoreCallAllocationFree(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := ioStore(nil)
+		l := mustNew(t, store, limit.Policy{Limit: 1_000_000_000})
+		r := req("192.0.2.1:1", "/")
+		w := limittest.Discard
+		assertNoAllocs(t, l, func() { l.Check(context.Background(), r, w) })
+		denied := mustNew(t, store, limit.Policy{Name: "denied", Limit: 1})
+		denied.Check(context.Background(), r, w)
+		denied.Check(context.Background(), r, w) // the store's denial: cached
+		assertNoAllocs(t, denied, func() {
+			if d := denied.Check(context.Background(), r, w); d.Allowed {
+				t.Fatal("admitted")
+			}
+		})
+	})
+}
+
+// Case C-09: a local store given to a policy that does not fail local was
+// silently ignored (4 of Limit 2 admitted with the store down). New refuses
+// it, naming both settings; With may still derive policies of any mode.
+func TestRegressionC09LocalStoreWithoutFailLocal(t *testing.T) {
+	local := storeAt(0)
+	_, err := limit.New(errStore, limit.Policy{Limit: 2}, limit.WithLocalStore(local))
+	if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithLocalStore") || !strings.Contains(err.Error(), "FailLocal") {
+		t.Fatalf("New: %v; want ErrInvalidOption naming WithLocalStore and FailLocal", err)
+	}
+	l := mustNew(t, errStore, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(local))
+	admitted := 0
+	for range 4 {
+		if d, _ := l.Consume(context.Background(), "c"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("FailLocal with the store down admitted %d of 4, want 2", admitted)
+	}
+	if _, err := l.With(limit.Policy{Limit: 2, FailureMode: limit.FailClosed}); err != nil {
+		t.Fatalf("With a FailClosed policy: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// Case C-03 (issue 12) on Redis: one Name, two policies (FixedWindow 5 per
+// hour and 5 per second), alternating on one identity. They shared one
+// key: the hour's limiter answered a Retry-After of ~242 years and the key
+// got a TTL of ~205 000 years. Each policy now has its own key (the key
+// carries the policy's state signature), so every delay stays within the
+// hour and every TTL within its own policy's bound (a window plus 1 s).
+func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		s := newStore(t, be)
+		prefix := testPrefix(t)
+		hour := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}, limit.WithKeyPrefix(prefix))
+		sec := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second}, limit.WithKeyPrefix(prefix))
+		ctx := context.Background()
+		for i := 0; i < 10; i++ {
+			for _, l := range []*limit.Limiter{hour, sec} {
+				d, err := l.Consume(ctx, "id")
+				if err != nil || d.RetryAfter > time.Hour || d.ResetAfter > time.Hour || d.RetryAfter < 0 || d.ResetAfter < 0 {
+					t.Fatalf("call %d: %+v, %v: want every delay within the hour", i, d, err)
+				}
+			}
+		}
+		c := be.newClient(t)
+		keys := scanKeys(t, c, prefix)
+		bounds := map[string]int64{}
+		for _, k := range keys {
+			switch {
+			case strings.Contains(k, ":x:5p3600f:"):
+				bounds[k] = time.Hour.Milliseconds() + 1000
+			case strings.Contains(k, ":x:5p1f:"):
+				bounds[k] = 2000
+			}
+		}
+		if len(keys) != 2 || len(bounds) != 2 {
+			t.Fatalf("keys %q, want one per policy", keys)
+		}
+		checkTTLs(t, c, prefix, bounds, true)
+	})
+}
+
+// Issue 12, item 5, on Redis: two Limiters built separately from one policy
+// with no Name shared one allowance without saying so. New now refuses the
+// second while the first is alive on the store; one Name on both shares on
+// purpose, in one key.
+func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		s := newStore(t, be)
+		prefix := testPrefix(t)
+		p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
+		a := limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+		if _, err := limit.New(s, p, limit.WithKeyPrefix(prefix)); !errors.Is(err, limit.ErrInvalidPolicy) {
+			t.Fatalf("second unnamed Limiter with the same numbers: %v, want ErrInvalidPolicy", err)
+		}
+		p.Name = "shared"
+		b1, b2 := limit.MustNew(s, p, limit.WithKeyPrefix(prefix)), limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+		ctx := context.Background()
+		for i := 0; i < 5; i++ {
+			[]*limit.Limiter{b1, b2}[i%2].Consume(ctx, "u")
+		}
+		if d, _ := b2.Consume(ctx, "u"); d.Allowed {
+			t.Fatal("one Name on both: the 6th call was admitted, want the one allowance of 5")
+		}
+		if keys := scanKeys(t, be.newClient(t), prefix); len(keys) != 1 {
+			t.Fatalf("keys %q, want the one shared key", keys)
+		}
+		runtime.KeepAlive(a)
+	})
+}
+
+// Every policy on the boundary of what limit.New accepts writes keys whose
+// TTL is within its own bound (a window plus 1 s, two windows, the refill
+// time): no key outlives its policy, none lacks a TTL (issue 16: in-range
+// TTLs on both stores; the memory store's are checked through
+// conformance.RunStore's numbers).
+func TestBoundaryPoliciesKeepTTLsInRange(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		s := newStore(t, be)
+		c := be.newClient(t)
+		base := testPrefix(t)
+		ctx := context.Background()
+		for i, p := range limittest.BoundaryPolicies(t, rand.New(rand.NewPCG(5, 12))) {
+			prefix := base + "b" + strconv.Itoa(i)
+			l := limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+			capacity := p.Limit
+			if p.Algorithm == limit.TokenBucket {
+				capacity = p.Burst
+			}
+			for _, cost := range []int64{capacity, 1, 1} {
+				if _, err := l.ConsumeN(ctx, "id", cost); err != nil {
+					t.Fatalf("%+v: %v", p, err)
+				}
+			}
+			bounds := map[string]int64{}
+			for _, k := range scanKeys(t, c, prefix) {
+				bounds[k] = limittest.MaxDelayMS(p)
+			}
+			if len(bounds) == 0 && limittest.MaxDelayMS(p) >= 10_000 {
+				t.Fatalf("%+v wrote no key", p) // (keys of millisecond windows may be gone already)
+			}
+			checkTTLs(t, c, prefix, bounds, true)
+		}
+	})
+}

@@ -1,0 +1,169 @@
+package faults
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	redisstore "github.com/quotagate/quotagate/stores/redis"
+	"github.com/quotagate/quotagate/tests/redisfault"
+)
+
+// Margins for a loaded machine (two shared cores, other test processes,
+// -race), added to issue 14's targets where a latency is bounded.
+func latencyMargin() time.Duration {
+	if limittest.RaceEnabled {
+		return 60 * time.Millisecond
+	}
+	return 25 * time.Millisecond
+}
+
+// Case C-10 (issue 14, "Redis frozen"): an HTTP server limiting every
+// request through a Redis store (the engine's net/http handler, which the
+// chi and net/http adapters use), 200 requests a second, redis-server
+// SIGSTOPped for 5 s. Issue 14's targets: after the breaker opens, >= 95% of
+// requests answer within 5 ms; no request during the fault waits more than
+// the store timeout + 10 ms; at most 1 new connection per second to the hung
+// server; limiting (a decision by Redis) resumes within 1 s of SIGCONT.
+func TestRegressionC10FrozenRedis(t *testing.T) {
+	const (
+		rate   = 200
+		warm   = time.Second
+		freeze = 5 * time.Second
+		after  = 2 * time.Second
+	)
+	srv := redisfault.Start(t)
+	proxy := redisfault.NewProxy(t, srv.Addr())
+	store := newStore(t, proxy.URL())
+	log := newBreakerLog()
+	lim, err := limit.New(store, limit.Policy{Limit: 1_000_000, Window: time.Minute, Disclosure: limit.DiscloseAlways},
+		prefix(t), limit.WithObserver(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := httptest.NewServer(lim.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		io.WriteString(w, "ok")
+	}), nil))
+	defer app.Close()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+
+	rec := newRecorder()
+	get := func() {
+		start := time.Now()
+		resp, err := client.Get(app.URL + "/v1/x")
+		took := time.Since(start)
+		s := sample{start: rec.since(start), took: took}
+		if err != nil {
+			s.failed = true
+		} else {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			s.allowed = resp.StatusCode == http.StatusOK
+			s.fromStore = resp.Header.Get("RateLimit") != "" // numbers come only from a store's answer
+		}
+		rec.add(s)
+	}
+	var freezeAt, thawAt time.Duration
+	var connsFrozen int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		time.Sleep(warm)
+		before := proxy.Accepted()
+		freezeAt = rec.since(time.Now())
+		srv.Freeze()
+		time.Sleep(freeze)
+		connsFrozen = proxy.Accepted() - before
+		thawAt = rec.since(time.Now())
+		srv.Thaw()
+	})
+	every(rate, warm+freeze+after, get)
+	wg.Wait()
+
+	opened, closed := log.transitions()
+	if len(opened) == 0 {
+		t.Fatal("the breaker never opened during a 5 s freeze")
+	}
+	openAt := rec.since(opened[0])
+	afterOpen := latencies(rec.between(openAt, thawAt))
+	during := latencies(rec.between(freezeAt, thawAt))
+	resumed := rec.storeAnswersAgain(thawAt)
+	var closedAfter time.Duration
+	if len(closed) > 0 {
+		closedAfter = rec.since(closed[len(closed)-1]) - thawAt
+	}
+	warmStats := latencies(rec.between(0, freezeAt))
+	t.Logf("before the freeze: %v", warmStats)
+	t.Logf("breaker opened %v after SIGSTOP; after it, until SIGCONT: %v", openAt-freezeAt, afterOpen)
+	t.Logf("whole freeze: %v; %d new connections to the hung server in %v (%.2f/s); %d breaker-open skips",
+		during, connsFrozen, freeze, float64(connsFrozen)/freeze.Seconds(), log.skips("breaker-open"))
+	t.Logf("after SIGCONT: breaker closed after %v, first decision by Redis answered after %v", closedAfter, resumed)
+
+	if afterOpen.within5ms < 0.95 {
+		t.Errorf("after the breaker opened %.1f%% of requests answered within 5 ms, want >= 95%%", 100*afterOpen.within5ms)
+	}
+	if bound := storeTimeout + 10*time.Millisecond + latencyMargin(); during.max > bound {
+		t.Errorf("a request during the freeze took %v, want at most the store timeout + 10 ms (+ %v margin) = %v", during.max, latencyMargin(), bound)
+	}
+	if perSec := float64(connsFrozen) / freeze.Seconds(); perSec > 1 {
+		t.Errorf("%d new connections to the hung server in %v (%.2f/s), want at most 1/s", connsFrozen, freeze, perSec)
+	}
+	if resumed < 0 || resumed > time.Second {
+		t.Errorf("limiting resumed %v after SIGCONT, want within 1 s", resumed)
+	}
+}
+
+// Redis killed and restarted on the same port: connections are refused, so
+// calls fail at once; after 5 in a row the breaker opens and nothing waits;
+// after the restart limiting resumes within the reconnect interval (1 s: a
+// refused dial is not retried sooner) plus one cool-down and one call.
+func TestKilledRedis(t *testing.T) {
+	const (
+		rate = 200
+		down = 3 * time.Second
+	)
+	srv := redisfault.Start(t)
+	store := newStore(t, srv.URL())
+	log := newBreakerLog()
+	lim, err := limit.New(store, limit.Policy{Limit: 1_000_000, Window: time.Minute}, prefix(t), limit.WithObserver(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	consume := func() {
+		start := time.Now()
+		d, err := lim.Consume(t.Context(), "client")
+		rec.add(sample{start: rec.since(start), took: time.Since(start), allowed: d.Allowed, failed: err != nil, fromStore: err == nil})
+	}
+	var killAt, restartAt time.Duration
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		time.Sleep(500 * time.Millisecond)
+		killAt = rec.since(time.Now())
+		srv.Kill()
+		time.Sleep(down)
+		srv.Restart()
+		restartAt = rec.since(time.Now())
+	})
+	every(rate, down+3*time.Second, consume)
+	wg.Wait()
+	during := latencies(rec.between(killAt, restartAt))
+	resumed := rec.storeAnswersAgain(restartAt)
+	opened, _ := log.transitions()
+	t.Logf("Redis killed for %v: %v; breaker opened %d time(s); decisions by Redis again %v after the restart",
+		down, during, len(opened), resumed)
+	if bound := storeTimeout + 10*time.Millisecond + latencyMargin(); during.max > bound {
+		t.Errorf("a decision while Redis was down took %v, want at most %v", during.max, bound)
+	}
+	if during.within5ms < 0.95 {
+		t.Errorf("%.1f%% of decisions while Redis was down answered within 5 ms, want >= 95%%", 100*during.within5ms)
+	}
+	if bound := redisstore.ReconnectInterval + 250*time.Millisecond + time.Second; resumed < 0 || resumed > bound {
+		t.Errorf("decisions by Redis resumed %v after the restart, want within %v (reconnect interval + cool-down + 1 s margin)", resumed, bound)
+	}
+}
