@@ -136,26 +136,32 @@ type Result struct {
 // For a Refund op it updates the states it can refund and reports Allowed
 // with the new numbers; the store writes each State whose TTLMS > 0,
 // keeping the key's existing expiry, and never creates a key.
-func (op *Op) Apply(states *[MaxQuotas]State, now int64) Result {
+func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
 	n := min(max(op.N, 0), MaxQuotas)
-	res := Result{NowMS: now, N: n}
-	if op.Refund {
+	res.NowMS, res.N = now, n
+	switch {
+	case op.Refund:
 		for i := range n {
-			res.Quotas[i] = op.Quotas[i].refund(&states[i], op.Cost, now)
+			op.Quotas[i].refund(&res.Quotas[i], &states[i], op.Cost, now)
 		}
 		res.Allowed = true
+		return res
+	case n == 1:
+		// One quota: its own answer decides, in one pass.
+		op.Quotas[0].decide(&res.Quotas[0], &states[0], op.Cost, now, takeIfAdmitted)
+		res.Allowed = res.Quotas[0].Allowed
 		return res
 	}
 	// First every quota's answer with nothing taken; only when all of them
 	// admit is the cost taken, from each.
-	all := true
+	all := n > 0
 	for i := range n {
-		res.Quotas[i] = op.Quotas[i].decide(&states[i], op.Cost, now, false)
+		op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, now, probe)
 		all = all && res.Quotas[i].Allowed
 	}
 	if all {
 		for i := range n {
-			res.Quotas[i] = op.Quotas[i].decide(&states[i], op.Cost, now, true)
+			op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, now, take)
 		}
 	}
 	res.Allowed = all
@@ -171,19 +177,35 @@ func (q *Quota) capacity() int64 {
 	return q.Limit
 }
 
-// decide computes this quota's answer at now. When admit is set (every
-// quota of the Op admits) it takes cost and writes the new State into *s;
-// otherwise it takes nothing, and the answer says whether this quota alone
-// would admit cost (*s changes only when the clock has fallen far behind
-// it: normalized, with TTLMS > 0).
-func (q *Quota) decide(s *State, cost, now int64, admit bool) QuotaResult {
+// mode says whether Quota.decide takes the cost.
+type mode uint8
+
+const (
+	// probe takes nothing: the answer says whether this quota alone would
+	// admit the cost.
+	probe mode = iota
+	// take takes the cost (every quota of the Op admits it).
+	take
+	// takeIfAdmitted takes the cost when this quota admits it (the Op's
+	// only quota): probe and take in one pass.
+	takeIfAdmitted
+)
+
+// admits reports whether m takes the cost, given whether the quota admits it.
+func (m mode) admits(allowed bool) bool { return m == take || m == takeIfAdmitted && allowed }
+
+// decide writes this quota's answer at now into *r (every field). When m
+// takes the cost it writes the new State into *s; otherwise *s changes only
+// when the clock has fallen far behind it (normalized, with TTLMS > 0).
+func (q *Quota) decide(r *QuotaResult, s *State, cost, now int64, m mode) {
 	switch q.Algorithm {
 	case FixedWindow:
-		return q.fixed(s, cost, now, admit)
+		q.fixed(r, s, cost, now, m)
 	case TokenBucket:
-		return q.gcra(s, cost, now, admit)
+		q.gcra(r, s, cost, now, m)
+	default:
+		q.sliding(r, s, cost, now, m)
 	}
-	return q.sliding(s, cost, now, admit)
 }
 
 // floorDiv is a / b rounded towards negative infinity, b > 0.
@@ -220,19 +242,20 @@ type windowView struct {
 // is denied; otherwise every later request would derive it again from the
 // future window, and the client would wait for the whole step. A forward
 // step simply starts a new window.
-func (q *Quota) windowView(s State, now int64) windowView {
+func (q *Quota) windowView(v *windowView, s *State, now int64) {
 	w := q.WindowMS
 	idx := floorDiv(now-q.PhaseMS, w)
-	v := windowView{idx: idx, start: idx*w + q.PhaseMS, at: now}
-	if s.Window > idx {
-		start := s.Window*w + q.PhaseMS
+	*v = windowView{idx: idx, start: idx*w + q.PhaseMS, at: now}
+	stored := s.Window
+	if stored > idx {
+		start := stored*w + q.PhaseMS
 		if start-now <= clockSkewMS {
-			v.idx, v.start, v.at = s.Window, start, start
+			v.idx, v.start, v.at = stored, start, start
 		} else {
-			s.Window, v.norm = idx, true
+			stored, v.norm = idx, true
 		}
 	}
-	switch s.Window {
+	switch stored {
 	case v.idx:
 		v.curr, v.prev = s.Count, s.Prev
 	case v.idx - 1:
@@ -241,38 +264,41 @@ func (q *Quota) windowView(s State, now int64) windowView {
 	if q.Algorithm == FixedWindow {
 		v.prev = 0
 	}
-	return v
 }
 
-func (q *Quota) fixed(s *State, cost, now int64, admit bool) QuotaResult {
-	v := q.windowView(*s, now)
-	r := QuotaResult{Window: v.idx, ResetAfterMS: v.start + q.WindowMS - now}
-	r.Allowed = cost <= q.Limit-v.curr
+func (q *Quota) fixed(r *QuotaResult, s *State, cost, now int64, m mode) {
+	var v windowView
+	q.windowView(&v, s, now)
+	reset := v.start + q.WindowMS - now
+	allowed := cost <= q.Limit-v.curr
+	admit := m.admits(allowed)
+	*r = QuotaResult{Allowed: allowed, Window: v.idx, ResetAfterMS: reset}
 	count := v.curr
 	if admit {
 		count += cost
 	}
 	if admit || v.norm {
 		*s = State{Window: v.idx, Count: count}
-		r.TTLMS = r.ResetAfterMS + 1000
+		r.TTLMS = reset + 1000
 	}
 	r.Remaining = max(q.Limit-count, 0)
-	if !admit && !r.Allowed {
-		r.RetryAfterMS = r.ResetAfterMS
+	if !admit && !allowed {
+		r.RetryAfterMS = reset
 	}
-	return r
 }
 
-func (q *Quota) sliding(s *State, cost, now int64, admit bool) QuotaResult {
+func (q *Quota) sliding(r *QuotaResult, s *State, cost, now int64, m mode) {
 	w, limit := q.WindowMS, q.Limit
-	v := q.windowView(*s, now)
+	var v windowView
+	q.windowView(&v, s, now)
 	e := v.at - v.start // elapsed in the window, 0 <= e < w
 	toEnd := w - e
 	skew := v.at - now
 	weighted := v.prev * toEnd
 	curr, prev := v.curr, v.prev
-	r := QuotaResult{Window: v.idx}
-	r.Allowed = cost <= limit && weighted+(curr+cost)*w <= limit*w
+	allowed := cost <= limit && weighted+(curr+cost)*w <= limit*w
+	admit := m.admits(allowed)
+	*r = QuotaResult{Allowed: allowed, Window: v.idx}
 	if admit {
 		curr += cost
 	}
@@ -289,8 +315,8 @@ func (q *Quota) sliding(s *State, cost, now int64, admit bool) QuotaResult {
 	case prev > 0:
 		r.ResetAfterMS = toEnd + skew
 	}
-	if admit || r.Allowed {
-		return r
+	if admit || allowed {
+		return
 	}
 	switch {
 	case cost > limit:
@@ -306,7 +332,6 @@ func (q *Quota) sliding(s *State, cost, now int64, admit bool) QuotaResult {
 		// smallest e” with curr*(w-e”) <= (limit-cost)*w.
 		r.RetryAfterMS = toEnd + max(w-(limit-cost)*w/curr, 0) + skew
 	}
-	return r
 }
 
 // tatOffset is the TokenBucket's TAT minus now in units of 1/Limit ms,
@@ -319,7 +344,7 @@ func (q *Quota) sliding(s *State, cost, now int64, admit bool) QuotaResult {
 // bucket (nothing admitted is forgotten, and no client waits longer than the
 // bucket's refill time), and that reading is written back even when the
 // request is denied (see windowView for why).
-func (q *Quota) tatOffset(s State, now int64) (off int64, clamped bool) {
+func (q *Quota) tatOffset(s *State, now int64) (off int64, clamped bool) {
 	d := s.TAT - now
 	if d < 0 {
 		return 0, false
@@ -337,12 +362,13 @@ func (q *Quota) tatOffset(s State, now int64) (off int64, clamped bool) {
 
 // gcra is the token bucket as GCRA in units of 1/Limit ms: emission interval
 // WindowMS, bucket tolerance tau = Burst*WindowMS, offset = TAT - now.
-func (q *Quota) gcra(s *State, cost, now int64, admit bool) QuotaResult {
+func (q *Quota) gcra(r *QuotaResult, s *State, cost, now int64, m mode) {
 	lim, t := q.Limit, q.WindowMS
 	tau := q.Burst * t
-	off, clamped := q.tatOffset(*s, now)
-	r := QuotaResult{}
-	r.Allowed = cost <= q.Burst && off+cost*t <= tau
+	off, clamped := q.tatOffset(s, now)
+	allowed := cost <= q.Burst && off+cost*t <= tau
+	admit := m.admits(allowed)
+	*r = QuotaResult{Allowed: allowed}
 	if admit {
 		off += cost * t
 	}
@@ -353,14 +379,13 @@ func (q *Quota) gcra(s *State, cost, now int64, admit bool) QuotaResult {
 	r.Remaining = (tau - off) / t
 	r.ResetAfterMS = ceilDiv(off, lim)
 	switch {
-	case admit || r.Allowed:
+	case admit || allowed:
 	case cost > q.Burst:
 		// Never admissible: point at the moment the whole quota is back.
 		r.RetryAfterMS = max(r.ResetAfterMS, 1)
 	default:
 		r.RetryAfterMS = ceilDiv(off+cost*t-tau, lim)
 	}
-	return r
 }
 
 // refund gives cost back to the charge recorded in s (see Op.Refund) and
@@ -370,11 +395,11 @@ func (q *Quota) gcra(s *State, cost, now int64, admit bool) QuotaResult {
 // or rolled window is left alone. TokenBucket: TAT = max(TAT - cost*T, now).
 // A state the clock has fallen far behind is then normalized as a take
 // would (windowView, tatOffset), so that the numbers hold.
-func (q *Quota) refund(s *State, cost, now int64) QuotaResult {
+func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	before := *s
 	switch q.Algorithm {
 	case TokenBucket:
-		if off, _ := q.tatOffset(*s, now); off > 0 {
+		if off, _ := q.tatOffset(s, now); off > 0 {
 			off = max(off-min(cost, q.Burst)*q.WindowMS, 0)
 			s.TAT, s.TATFrac = now+off/q.Limit, off%q.Limit
 		}
@@ -385,16 +410,16 @@ func (q *Quota) refund(s *State, cost, now int64) QuotaResult {
 		case q.Window == s.Window-1 && q.Algorithm == SlidingWindow:
 			s.Prev = max(s.Prev-cost, 0)
 		}
-		if v := q.windowView(*s, now); v.norm {
+		var v windowView
+		if q.windowView(&v, s, now); v.norm {
 			*s = State{Window: v.idx, Count: v.curr, Prev: v.prev}
 		}
 	}
 	// The numbers at now: a cost-0 request admitted on a copy.
 	view := *s
-	r := q.decide(&view, 0, now, true)
+	q.decide(r, &view, 0, now, take)
 	r.Allowed, r.RetryAfterMS = true, 0
 	if *s == before {
 		r.TTLMS = 0 // nothing to write
 	}
-	return r
 }

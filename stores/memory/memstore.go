@@ -172,7 +172,57 @@ func New(opts ...Option) (*Store, error) {
 // under one shard lock (the shard of their common hash tag; keys without a
 // common tag, which the engine never sends, lock their shards in index
 // order). It never fails and never blocks on I/O.
-func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
+//
+// An Op of one quota, every Op the engine sends today, takes the steps of
+// takeN without its loops over quotas and shards, here (a Result is a few
+// hundred bytes: a call in between would copy it once more).
+func (s *Store) Take(_ context.Context, op *limit.Op) (res limit.Result, err error) {
+	if op.N != 1 {
+		return s.takeN(op), nil
+	}
+	now := s.nowMS()
+	q := &op.Quotas[0]
+	id := s.keyID(q.Key)
+	i := s.shardOf(hashTag(q.Key))
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	var sts [limit.MaxQuotas]limit.State
+	p := sh.find(id)
+	live := p >= 0 && sh.heads[p].holds(q.Algorithm, now)
+	if live {
+		unpack(&sts[0], q.Algorithm, &sh.words[p])
+	}
+	res = op.Apply(&sts, now)
+	r := &res.Quotas[0]
+	switch {
+	case r.TTLMS <= 0:
+		if live { // rank the entry for eviction (see takeN)
+			sh.heads[p].setScore(r.Remaining, capacityOf(q))
+		}
+	case op.Refund: // keeps the expiry, never creates a key
+		if live {
+			h := &sh.heads[p]
+			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacityOf(q))
+			sh.words[p] = pack(q.Algorithm, &sts[0])
+		}
+	case p >= 0:
+		sh.heads[p] = head{id, packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
+		sh.words[p] = pack(q.Algorithm, &sts[0])
+	default:
+		keep := [1]uint64{id}
+		sh.add(head{id, packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}, pack(q.Algorithm, &sts[0]), now, keep[:])
+	}
+	locked := [1]int{i}
+	cross := s.sweep(i, locked[:], now)
+	sh.mu.Unlock()
+	if cross >= 0 {
+		s.shards[cross].trySweep(now)
+	}
+	return res, nil
+}
+
+// takeN is Take for any number of quotas.
+func (s *Store) takeN(op *limit.Op) limit.Result {
 	now := s.nowMS()
 	n := min(max(op.N, 0), limit.MaxQuotas)
 	var ids [limit.MaxQuotas]uint64
@@ -202,7 +252,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 	for i := range n {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
 		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
-			sts[i] = unpack(q.Algorithm, &sh.words[pos[i]])
+			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
 		} else if op.Refund {
 			pos[i] = -1 // nothing to refund, and a refund never creates a key
 		}
@@ -221,10 +271,10 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 		case r.TTLMS > 0 && op.Refund: // keeps the expiry
 			h := &sh.heads[p]
 			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacity)
-			sh.words[p] = pack(q.Algorithm, sts[i])
+			sh.words[p] = pack(q.Algorithm, &sts[i])
 		case r.TTLMS > 0:
 			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
-			sh.words[p] = pack(q.Algorithm, sts[i])
+			sh.words[p] = pack(q.Algorithm, &sts[i])
 		case sh.heads[p].holds(q.Algorithm, now):
 			// Nothing is written for a denial, but the entry is now known
 			// to be that far from a whole quota: rank it so for eviction.
@@ -237,28 +287,35 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 			continue
 		}
 		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
-		s.shards[shards[i]].add(h, pack(q.Algorithm, sts[i]), now, ids[:n])
+		s.shards[shards[i]].add(h, pack(q.Algorithm, &sts[i]), now, ids[:n])
 	}
 
-	// Sweep a step of this shard and, every crossEvery-th decision, a
-	// longer step of another, the next in turn for this one.
-	sh := &s.shards[shards[0]]
-	sh.sweepSome(now, sweepSlots)
-	cross := -1
-	if sh.ticks++; sh.ticks%crossEvery == 0 {
-		cross = (shards[0] + int(sh.ticks/crossEvery)) & (shardCount - 1)
-		if slices.Contains(locked, cross) {
-			s.shards[cross].sweepSome(now, crossSlots)
-			cross = -1
-		}
-	}
+	cross := s.sweep(shards[0], locked, now)
 	for _, i := range locked {
 		s.shards[i].mu.Unlock()
 	}
 	if cross >= 0 {
 		s.shards[cross].trySweep(now)
 	}
-	return res, nil
+	return res
+}
+
+// sweep sweeps a step of shard i and, every crossEvery-th decision, a
+// longer step of another, the next in turn for this one: at once when its
+// lock is held (locked), else it returns it (-1: none) for trySweep once
+// the locks are released.
+func (s *Store) sweep(i int, locked []int, now int64) (cross int) {
+	sh := &s.shards[i]
+	sh.sweepSome(now, sweepSlots)
+	if sh.ticks++; sh.ticks%crossEvery != 0 {
+		return -1
+	}
+	cross = (i + int(sh.ticks/crossEvery)) & (shardCount - 1)
+	if slices.Contains(locked, cross) {
+		s.shards[cross].sweepSome(now, crossSlots)
+		return -1
+	}
+	return cross
 }
 
 // capacityOf is the most a quota holds, what its eviction score is a

@@ -85,16 +85,17 @@ func (h *head) holds(a limit.Algorithm, now int64) bool {
 	return h.exp() > now && limit.Algorithm(h.meta>>8&3) == a
 }
 
-// unpack returns the State of algorithm a held in w.
-func unpack(a limit.Algorithm, w *words) limit.State {
+// unpack writes the State of algorithm a held in w into *st, a zero State.
+func unpack(st *limit.State, a limit.Algorithm, w *words) {
 	if a == limit.TokenBucket {
-		return limit.State{TAT: w[0], TATFrac: w[1]}
+		st.TAT, st.TATFrac = w[0], w[1]
+		return
 	}
-	return limit.State{Window: w[0], Count: w[1], Prev: w[2]}
+	st.Window, st.Count, st.Prev = w[0], w[1], w[2]
 }
 
 // pack returns the words holding st, a State of algorithm a.
-func pack(a limit.Algorithm, st limit.State) words {
+func pack(a limit.Algorithm, st *limit.State) words {
 	if a == limit.TokenBucket {
 		return words{st.TAT, st.TATFrac}
 	}

@@ -21,8 +21,8 @@
 //     "{...}" is the Cluster hash tag the keys of one Op share (see
 //     DESIGN.md, "Store keys");
 //   - a denied request only reads; an admitted one writes each state, with
-//     SET ... KEEPTTL while the key's deadline covers the state's life and
-//     SET ... PXAT (PX on a caller's clock) when it must move, so every key
+//     SETRANGE over the 40 bytes (which keeps the key's deadline) while
+//     that deadline covers the state's life and SET ... PXAT (PX on a caller's clock) when it must move, so every key
 //     the store writes has a time to live, within the policy's bound. The
 //     one write a denial makes is a state the clock has fallen far behind (a
 //     backward clock step), normalized as limit.Op.Apply says.
@@ -55,7 +55,7 @@
 // Redis answers. A call whose deadline expires may still have been counted
 // by Redis.
 //
-// Requirements: Redis 6.2 or later (SET ... PXAT, KEEPTTL; scripts
+// Requirements: Redis 6.2 or later (SET ... PXAT; scripts
 // replicated by effects); tested on Redis 7.0.15 and miniredis v2.40 (whose
 // Lua lacks the struct library: the script then packs in plain Lua).
 package redisstore

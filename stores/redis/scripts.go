@@ -26,10 +26,15 @@ import "github.com/redis/rueidis"
 //	         phase ms (window algorithms) or burst (token bucket), and for a
 //	         refund a fifth: the window index of the charge
 //
-// Reply: {allowed (0|1), now, then per quota a, b, c}: the state read (zero
-// when absent, expired or unreadable): window algorithms a = window index,
-// b = count, c = previous count; token bucket a = TAT (Unix ms), b = TAT's
-// fraction in 1/limit ms.
+// Reply: one bulk string, no table (a table reply costs Redis about a
+// microsecond more per call): the clock reading now as a little-endian
+// 64-bit integer, negated when the Op is denied, then the values read, as
+// stored (below), in the Op's order: 40 zero bytes for a key absent or not
+// holding a 40-byte value; for one quota (the straight path) nothing
+// instead. Take decodes the states from them with the script's own rule (a
+// state counts only while its expiry is after now and at most 2^35 ms
+// ahead); window algorithms a = window index, b = count, c = previous
+// count; token bucket a = TAT (Unix ms), b = TAT's fraction in 1/limit ms.
 //
 // Stored value: five little-endian 64-bit integers (40 bytes) a, b, c,
 // expiry, pexpiry. a, b, c are the state as above; expiry is the Unix ms at
@@ -37,8 +42,10 @@ import "github.com/redis/rueidis"
 // memory store's rule, so both stores forget a state at the same instant
 // whatever the clock does); pexpiry is the key's own deadline in Redis. A
 // write sets the key's deadline only when the state would outlive it (SET
-// ... PXAT, or PX with a caller's clock), and otherwise keeps it (SET ...
-// KEEPTTL), which costs Redis far less. Window algorithms set the deadline
+// ... PXAT, or PX with a caller's clock), and otherwise keeps it by
+// overwriting the 40 bytes in place (SETRANGE key 0: the key exists and
+// holds 40 bytes, or the deadline read would be 0), which costs Redis far
+// less, and less than SET ... KEEPTTL. Window algorithms set the deadline
 // to the state's expiry (once per window and key); a token bucket to its
 // expiry plus the bucket's refill time, so that a busy key moves its
 // deadline at most once per refill time. A key thus always has a deadline,
@@ -56,9 +63,9 @@ import "github.com/redis/rueidis"
 // Shape: one Op of one quota (nearly every call) runs a straight path for
 // its algorithm; several quotas or a refund run the general loop (a first
 // pass decides, a second writes). Both are assembled from the same
-// fragments below, one per part of Apply. No closure is created and no
-// table but the reply (and MGET's for several quotas), outside the
-// struct-less fallback.
+// fragments below, one per part of Apply. The straight path creates no
+// closure and no table (TIME's aside); the general loop two small ones, and
+// MGET's for several quotas.
 //
 // Arithmetic: Lua numbers are IEEE doubles; limit.New keeps every integer
 // below 2^53, so sums, products and comparisons are exact; floor division is
@@ -134,10 +141,11 @@ if n == 1 and not refund then
 ` + windowState + write + `
     end
   end
-  if ok then
-    return {1, now, sa, sb, sc}
+` + reply + `
+  if v and #v == 40 then
+    return r .. v
   end
-  return {0, now, sa, sb, sc}
+  return r
 end
 `
 
@@ -157,7 +165,7 @@ if n == 1 then
 else
   vals = redis.call('MGET', unpack(KEYS))
 end
-local reply = {1, now, 0, 0, 0}
+local read = {}
 local all = true
 local passes = 1
 if n > 1 and not refund then
@@ -185,7 +193,7 @@ for pass = 1, passes do
     end
 ` + decodeState + `
     if pass == 1 then
-      reply[3 * i], reply[3 * i + 1], reply[3 * i + 2] = sa, sb, sc
+      read[3 * i], read[3 * i + 1], read[3 * i + 2] = sa, sb, sc
     end
     local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
     if alg == 2 then
@@ -253,9 +261,9 @@ for pass = 1, passes do
       if refund then
         -- Only a live state changes; it keeps its expiry and the key its
         -- deadline.
-        if ex > now and (na ~= reply[3 * i] or nb ~= reply[3 * i + 1] or nc ~= reply[3 * i + 2]) then
+        if ex > now and (na ~= read[3 * i] or nb ~= read[3 * i + 1] or nc ~= read[3 * i + 2]) then
 ` + encode("ex", "px") + `
-          redis.call('SET', k, val, 'KEEPTTL')
+          redis.call('SETRANGE', k, 0, val)
         end
       elseif ttl > 0 then
 ` + write + `
@@ -263,10 +271,35 @@ for pass = 1, passes do
     end
   end
 end
-if not all then
-  reply[1] = 0
+local ok = all
+` + reply + `
+local parts = {r}
+for i = 1, n do
+  local v = vals
+  if n > 1 then
+    v = vals[i]
+  end
+  if v and #v == 40 then
+    parts[i + 1] = v
+  else
+    parts[i + 1] = string.rep('\0', 40)
+  end
 end
-return reply
+return table.concat(parts)
+`
+
+// reply is the reply's head r: now as a little-endian 64-bit integer,
+// negated when the Op is denied (not ok). The states read follow it.
+const reply = `
+  local r = now
+  if not ok then
+    r = -now
+  end
+  if struct then
+    r = struct.pack('<i8', r)
+  else
+    r = enc(r)
+  end
 `
 
 // clock reads the server's TIME, once, when the caller sent no clock.
@@ -392,7 +425,7 @@ var write = `
         end
       end
 ` + encode("e", "pe") + `      if pe == px then
-        redis.call('SET', k, val, 'KEEPTTL')
+        redis.call('SETRANGE', k, 0, val)
       elseif servertime then
         redis.call('SET', k, val, 'PXAT', pe)
       else

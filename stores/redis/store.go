@@ -222,37 +222,62 @@ func algorithmCode(a limit.Algorithm) int64 {
 	return 0
 }
 
-// decide turns the script's reply (its decision, its clock reading and the
-// states it read) into the Result: limit.Op.Apply on those states, which
-// must admit exactly when the script did.
+// decide turns the script's reply (its clock reading, negated for a
+// denial, and the values it read: see takeSource) into the Result:
+// limit.Op.Apply on those states, which must admit exactly when the script
+// did.
 func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
-	arr, err := resp.ToArray()
+	s, err := resp.ToString()
 	if err != nil {
 		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
-	if len(arr) != 2+3*op.N {
-		return limit.Result{}, fmt.Errorf("%w: %d elements, want %d", ErrBadReply, len(arr), 2+3*op.N)
+	n := op.N
+	if len(s) != 8+stateLen*n && (n != 1 || len(s) != 8) {
+		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*n)
 	}
-	var v [2 + 3*limit.MaxQuotas]int64
-	for i := range arr {
-		if v[i], err = arr[i].AsInt64(); err != nil {
-			return limit.Result{}, fmt.Errorf("%w: element %d: %v", ErrBadReply, i, err)
-		}
+	now, allowed := le64(s, 0), true
+	if now < 0 {
+		now, allowed = -now, false
+	}
+	if now == 0 {
+		return limit.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
 	var sts [limit.MaxQuotas]limit.State
-	for i := range op.N {
-		a, b, c := v[2+3*i], v[3+3*i], v[4+3*i]
+	for i := 0; i < n && len(s) > 8; i++ {
+		v := s[8+stateLen*i:]
+		// The script's rule (decodeState): a state counts only while its
+		// expiry is after now, and not absurdly far ahead.
+		if ex := le64(v, 24); ex <= now || ex-now > maxStateLifeMS {
+			continue
+		}
+		a, b, c := le64(v, 0), le64(v, 8), le64(v, 16)
 		if op.Quotas[i].Algorithm == limit.TokenBucket {
-			sts[i] = limit.State{TAT: a, TATFrac: b}
+			sts[i].TAT, sts[i].TATFrac = a, b
 		} else {
-			sts[i] = limit.State{Window: a, Count: b, Prev: c}
+			sts[i].Window, sts[i].Count, sts[i].Prev = a, b, c
 		}
 	}
-	res := op.Apply(&sts, v[1])
-	if res.Allowed != (v[0] == 1) {
-		return limit.Result{}, fmt.Errorf("%w: the script decided %d, the engine %v on states %v at %d", ErrBadReply, v[0], res.Allowed, sts, v[1])
+	res := op.Apply(&sts, now)
+	if res.Allowed != allowed {
+		return limit.Result{}, fmt.Errorf("%w: the script decided %v, the engine %v on states %v at %d", ErrBadReply, allowed, res.Allowed, sts, now)
 	}
 	return res, nil
+}
+
+// stateLen is the length of a stored value: five little-endian 64-bit
+// integers (see takeSource).
+const stateLen = 40
+
+// maxStateLifeMS is the furthest ahead of now a stored state's expiry may
+// be and still count (2^35 ms, 397 days: beyond any policy's; see
+// decodeState).
+const maxStateLifeMS = 1 << 35
+
+// le64 is the little-endian 64-bit integer at s[i:i+8].
+func le64(s string, i int) int64 {
+	_ = s[i+7]
+	return int64(uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56)
 }
 
 // Ping sends PING: nil when Redis answers. Before a Store built by Dial or
