@@ -5,7 +5,7 @@ import "time"
 // Issue names a reported problem; it is the issue label of
 // quotagate_client_address_issues_total. Besides client-address problems the
 // set holds the failures of user-supplied policy functions (KeyFunc, Skip,
-// hooks, LimitedResponse), which are recovered rather than turned into a
+// Plan, hooks, LimitedResponse), which are recovered rather than turned into a
 // 500. Each kind is logged at most once per 10 minutes.
 type Issue string
 
@@ -39,11 +39,14 @@ const (
 	// fell through, or the cost was the policy's Cost. The log line names
 	// both types.
 	IssueNativeMismatch Issue = "native-mismatch"
+	// IssuePlanFallback: Policy.Plan returned an error, panicked or named a
+	// plan that is not in Policy.Plans; the default plan decided.
+	IssuePlanFallback Issue = "plan-fallback"
 )
 
 // issueKinds is the number of log gates: one per Issue kind, one for
 // unknown kinds.
-const issueKinds = 10
+const issueKinds = 11
 
 // index is the kind's log gate.
 func (i Issue) index() int {
@@ -66,8 +69,10 @@ func (i Issue) index() int {
 		return 7
 	case IssueNativeMismatch:
 		return 8
+	case IssuePlanFallback:
+		return 9
 	}
-	return 9
+	return 10
 }
 
 // DecisionEvent describes one decision for an Observer. Every field comes from
@@ -78,7 +83,7 @@ type DecisionEvent struct {
 	// Handler is the router's own route spelling, "" when unknown or for
 	// Consume.
 	Handler string
-	// Outcome is allowed, limited or degraded.
+	// Outcome is allowed, limited, degraded or shadow-limited.
 	Outcome Outcome
 	// KeySource is where the identity came from.
 	KeySource KeySource
