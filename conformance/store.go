@@ -17,8 +17,9 @@ import (
 // random operation sequences of every algorithm (Ops of one or two quotas
 // under one hash tag, refunds of earlier charges) compared field by field
 // with the engine's own math (limit.Op.Apply over a plain map), concurrency
-// exactness on one key, key independence, and the numbers of policies on the
-// boundary of what limit.New accepts.
+// exactness on one key, key independence, the numbers of policies on the
+// boundary of what limit.New accepts, and Limiters of several quotas and
+// plans deciding as on the reference store.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -26,6 +27,7 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("concurrency-exactness", func(t *testing.T) { concurrency(t, newStore) })
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })
 	t.Run("accepted-policies-give-in-range-numbers", func(t *testing.T) { bounds(t, newStore) })
+	t.Run("several-quotas-and-plans-as-the-reference", func(t *testing.T) { policies(t, newStore) })
 }
 
 // model is the reference: the engine's math over a map with TTLs, written
