@@ -104,7 +104,7 @@ func BenchmarkCheckIdentity(b *testing.B) {
 	for _, bc := range cases {
 		b.Run(bc.Name, func(b *testing.B) {
 			now := time.UnixMilli(epochMS) // a fixed clock: the store costs as little as main's did
-			l := limit.MustNew(limittest.NewStore(func() time.Time { return now }), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
+			l := limittest.MustNew(limittest.NewStore(func() time.Time { return now }), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
 			r := limit.Request{Peer: "10.0.0.2:40001", Header: bc.Hdr}
 			ctx := context.Background()
 			w := limittest.Discard

@@ -21,7 +21,7 @@ func Example() {
 	store := limittest.NewStore(clock.Now)
 	// 2 requests per minute per client address, fixed windows starting on
 	// the minute.
-	l := limit.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
+	l := limittest.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
 	h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "a note")
 	}), nil)
@@ -65,7 +65,7 @@ func ExampleNew() {
 // minute and tells the others when to come back.
 func ExampleLimiter_Consume() {
 	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	jobs := limit.MustNew(limittest.NewStore(clock.Now), limit.Policy{
+	jobs := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{
 		Name: "jobs", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true,
 	})
 	ctx := context.Background()
@@ -92,7 +92,7 @@ func ExampleLimiter_Consume() {
 // OverCapacity, and there is no Retry-After to wait for.
 func ExampleLimiter_ConsumeN() {
 	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	items := limit.MustNew(limittest.NewStore(clock.Now), limit.Policy{
+	items := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{
 		Name: "items", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 20,
 	})
 	ctx := context.Background()

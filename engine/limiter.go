@@ -70,15 +70,6 @@ func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
 	return newLimiter(s, p, cfg)
 }
 
-// MustNew is New for package-level variables; it panics on error.
-func MustNew(s Store, p Policy, opts ...Option) *Limiter {
-	l, err := New(s, p, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return l
-}
-
 // With returns a Limiter for policy p that shares this Limiter's store and
 // options: the way to apply another policy (a per-route mount, a Consume call
 // site with its own quota) under the same process-wide settings.

@@ -232,8 +232,10 @@ type Policy struct {
 	HeaderStyle HeaderStyle
 	// ProblemType is the "type" member of the default 429 body (RFC 9457
 	// problem details), a URI reference (RFC 3986) such as
-	// ProblemTypeQuotaExceeded. Default "about:blank" (RFC 9457: the problem
-	// is described by the status code alone).
+	// "https://iana.org/assignments/http-problem-types#quota-exceeded", the
+	// type draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
+	// exceeded quota (pending when this was written). Default "about:blank"
+	// (RFC 9457: the problem is described by the status code alone).
 	// New rejects a value that is not a URI reference: whitespace, control
 	// bytes, non-ASCII, '"', '\', '<', '>' or a malformed %-escape. The 503
 	// body of FailClosed always says "about:blank": it is not a quota problem.
@@ -283,11 +285,6 @@ type Policy struct {
 	// safe for concurrent use. Consume never calls it.
 	LimitedResponse func(ctx context.Context, r Request, d Decision) *LimitedResponse
 }
-
-// ProblemTypeQuotaExceeded is, for Policy.ProblemType, the problem type
-// that draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
-// exceeded quota (registration pending when this was written).
-const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan
 // (Policy.Plans): Limit per Window, and for a TokenBucket its capacity
