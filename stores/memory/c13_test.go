@@ -1,0 +1,23 @@
+package memstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/quotagate/quotagate/conformance"
+	limit "github.com/quotagate/quotagate/engine"
+	memstore "github.com/quotagate/quotagate/stores/memory"
+)
+
+// C-13: TokenBucket 3 per second, 7 per minute and 3 000 per second,
+// accepted, with their own q= and w=, exact at a steady rate over 1 000
+// windows on a fake clock.
+func TestRegressionC13TokenBucketSteadyRateNoDrift(t *testing.T) {
+	conformance.SteadyRate(t, func(t testing.TB, clock func() time.Time) limit.Store {
+		s, err := memstore.New(memstore.WithClock(clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
