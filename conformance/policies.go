@@ -48,9 +48,8 @@ func multiPolicy(alg limit.Algorithm) limit.Policy {
 // reference store (limittest.Store, which applies limit.Op.Apply to a map):
 // random identities on every plan (a failing and an unknown plan
 // included), random costs up to one above the smallest capacity, random
-// clock steps. Every Decision must be identical, field by field; and no
-// identity is ever admitted more than any of its quotas allows in any
-// window (window algorithms: counted per quota window here).
+// clock steps. Every Decision must be identical, field by field, and name
+// the plan the identity is on.
 func policies(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
@@ -69,13 +68,7 @@ func policies(t *testing.T, newStore NewStoreFunc) {
 			rng := rand.New(rand.NewPCG(uint64(alg), 15))
 			ids := []string{"a", "b", "pro-a", "pro-b", "bad-a", "odd-a"}
 			for step := 0; step < 1500; step++ {
-				switch rng.IntN(4) {
-				case 0:
-				case 1:
-					clock.Advance(time.Duration(rng.Int64N(3)) * time.Millisecond)
-				default:
-					clock.Advance(time.Duration(rng.Int64N(900)) * time.Millisecond)
-				}
+				randomStep(rng, clock, 900*time.Millisecond)
 				id := ids[rng.IntN(len(ids))]
 				cost := 1 + rng.Int64N(4) // the smallest capacity is 3: one above it sometimes
 				if rng.IntN(3) > 0 {

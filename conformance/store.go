@@ -82,6 +82,18 @@ func randomQuota(rng *rand.Rand, alg limit.Algorithm, key string) limit.Quota {
 	return q
 }
 
+// randomStep advances clock by nothing (a quarter of the calls), by 0-2 ms
+// (a quarter) or by up to longest in whole ms.
+func randomStep(rng *rand.Rand, clock *limittest.Clock, longest time.Duration) {
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		clock.Advance(time.Duration(rng.Int64N(3)) * time.Millisecond)
+	default:
+		clock.Advance(time.Duration(rng.Int64N(longest.Milliseconds())) * time.Millisecond)
+	}
+}
+
 func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
@@ -97,13 +109,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	}
 	var charges []limit.Op
 	for step := 0; step < 2000; step++ {
-		switch rng.IntN(4) {
-		case 0:
-		case 1:
-			clock.Advance(time.Duration(rng.Int64N(3)) * time.Millisecond)
-		default:
-			clock.Advance(time.Duration(rng.Int64N(600)) * time.Millisecond)
-		}
+		randomStep(rng, clock, 600*time.Millisecond)
 		op := ops[rng.IntN(keys)]
 		capacity := int64(1 << 62)
 		for j := range op.N {
