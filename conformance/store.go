@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -150,32 +151,46 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		op := oneQuota(fmt.Sprintf("conformance:{c}:b:%c:r:x", "fsg"[alg]),
 			limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := 0; i < 100; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o := op
-				o.Quotas[0].Key = append([]byte(nil), op.Quotas[0].Key...)
-				<-start
-				res, err := store.Take(context.Background(), &o)
-				if err != nil {
-					t.Errorf("Take: %v", err)
-					return
-				}
-				if res.Allowed {
-					allowed.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if allowed.Load() != 10 {
-			t.Fatalf("%s: %d of 100 concurrent calls admitted, want exactly 10", alg, allowed.Load())
+		allowed := admittedAtOnce(t, store, op, 100)
+		if allowed != 10 {
+			t.Fatalf("%s: %d of 100 concurrent calls admitted, want exactly 10", alg, allowed)
 		}
 	}
+	// Several quotas: never more admitted than every quota allows.
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		op := oneQuota(fmt.Sprintf("conformance:{m}:b:%c:r:x", "fsg"[alg]), limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
+		op.N, op.Quotas[1] = 2, limit.Quota{Key: []byte(fmt.Sprintf("conformance:{m}:b2:%c:r:x", "fsg"[alg])), Algorithm: alg, Limit: 4, Burst: 4, WindowMS: 60_000}
+		if n := admittedAtOnce(t, store, op, 100); n != 4 {
+			t.Fatalf("%s, quotas of 10 and 4: %d of 100 concurrent calls admitted, want exactly 4", alg, n)
+		}
+	}
+}
+
+// admittedAtOnce sends n copies of op at once and counts the admitted ones.
+func admittedAtOnce(t *testing.T, store limit.Store, op limit.Op, n int) int64 {
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			o := op
+			for j := range o.N {
+				o.Quotas[j].Key = slices.Clone(op.Quotas[j].Key)
+			}
+			<-start
+			res, err := store.Take(context.Background(), &o)
+			if err != nil {
+				t.Errorf("Take: %v", err)
+				return
+			}
+			if res.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return allowed.Load()
 }
 
 func independence(t *testing.T, newStore NewStoreFunc) {
