@@ -137,7 +137,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 			l.skip[path] = struct{}{}
 		}
 	}
-	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128)} }
+	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 256)} } // room for the keys of several quotas
 	if err := register(l, s); err != nil {
 		return nil, err
 	}
