@@ -13,6 +13,7 @@ import (
 	"github.com/go-chi/httprate"
 	chilimit "github.com/quotagate/quotagate/adapters/chi"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -47,7 +48,7 @@ func quotagate(d limit.Disclosure) func() func(http.Handler) http.Handler {
 		if err != nil {
 			panic(err)
 		}
-		return chilimit.Middleware(limit.MustNew(s, limit.Policy{Limit: quota, Window: window, Disclosure: d}))
+		return chilimit.Middleware(limittest.MustNew(s, limit.Policy{Limit: quota, Window: window, Disclosure: d}))
 	}
 }
 

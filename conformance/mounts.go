@@ -26,7 +26,7 @@ func CheckMounts(t *testing.T, handler string, mounts []string, serve func(t *te
 			t.Parallel()
 			rec := &limittest.Recorder{}
 			store := limittest.NewStore(limittest.NewClock(epoch).Now)
-			l := limit.MustNew(store, limit.Policy{Limit: 4, Window: time.Minute, Scope: limit.PerRoute, Algorithm: limit.FixedWindow},
+			l := limittest.MustNew(store, limit.Policy{Limit: 4, Window: time.Minute, Scope: limit.PerRoute, Algorithm: limit.FixedWindow},
 				limit.WithObserver(rec))
 			url := serve(t, mount, l)
 			c := limittest.ClientFrom("127.0.0.5")
@@ -70,7 +70,7 @@ func CheckSpellings(t *testing.T, served []string, serve func(t *testing.T, l *l
 	t.Helper()
 	rec := &limittest.Recorder{}
 	n := int64(len(served) + 1)
-	l := limit.MustNew(limittest.NewStore(limittest.NewClock(epoch).Now),
+	l := limittest.MustNew(limittest.NewStore(limittest.NewClock(epoch).Now),
 		limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: n, Window: time.Minute}, limit.WithObserver(rec))
 	url := serve(t, l)
 	c := limittest.ClientFrom("127.0.0.5")

@@ -181,6 +181,17 @@ func costFromHeader(r limit.Request) int64 {
 	return 0
 }
 
+// apiKey is a framework-neutral KeyFunc: the X-Api-Key header.
+func apiKey(r limit.Request) (string, error) {
+	if r.Header == nil {
+		return "", nil
+	}
+	if v := r.Header.Values("X-Api-Key"); len(v) > 0 {
+		return v[0], nil
+	}
+	return "", nil
+}
+
 // headerIs returns a Skip predicate: true when the request carries name: value.
 func headerIs(name, value string) func(limit.Request) bool {
 	return func(r limit.Request) bool {
@@ -677,6 +688,82 @@ func Scenarios() []Scenario {
 				times(get("127.0.0.2", "/search", ok), 3),
 				get("127.0.0.2", "/search", limited),
 			},
+		},
+		{
+			// Several quotas, all or nothing: 2 per 10 s and 3 per minute.
+			// RateLimit-Policy lists both, RateLimit reports the one closest
+			// to exhaustion, a limited request charges neither, Retry-After
+			// is the limiting quota's.
+			Name: "30-several-quotas-all-or-nothing",
+			Policies: map[string]limit.Policy{"r": {Name: "reports", Algorithm: limit.FixedWindow, AlignWindows: true, Disclosure: limit.DiscloseAlways,
+				Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 3, Window: time.Minute}}}},
+			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/v1/reports", Mounts: []string{"r"}}}},
+			Steps: []Step{
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/reports", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit-Policy": `"reports/2p10f";q=2;w=10, "reports/3p60f";q=3;w=60`, "RateLimit": `"reports/2p10f";r=1;t=10`}}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/reports", Want: Want{Status: ok, Header: map[string]string{"RateLimit": `"reports/2p10f";r=0;t=10`}}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/reports", Want: Want{Status: limited, Handler: "not-run", Header: map[string]string{"Retry-After": "10"}}},
+				// 10 s: the first quota is back; the minute's third (the
+				// limited request took nothing from it).
+				after(10*time.Second, Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/reports", Want: Want{Status: ok, Header: map[string]string{"RateLimit": `"reports/3p60f";r=0;t=50`}}}),
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/reports", Want: Want{Status: limited, Header: map[string]string{"Retry-After": "50"}}},
+				// another client has its own quotas
+				get("127.0.0.3", "/v1/reports", ok),
+			},
+		},
+		{
+			// Per-plan limits: keys starting with "pro-" get 4 per minute,
+			// every other identity 2; each plan has its own records and the
+			// headers show the plan's numbers.
+			Name: "31-per-plan-limits",
+			Policies: map[string]limit.Policy{"e": {Name: "export", Algorithm: limit.FixedWindow, AlignWindows: true, Limit: 2, Window: time.Minute,
+				Disclosure: limit.DiscloseAlways, KeyFunc: apiKey,
+				Plans: map[string][]limit.Rate{"pro": {{Limit: 4, Window: time.Minute}}},
+				Plan: func(r limit.Request) (string, error) {
+					if k, _ := apiKey(r); len(k) > 4 && k[:4] == "pro-" {
+						return "pro", nil
+					}
+					return "", nil
+				}}},
+			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/v1/export", Mounts: []string{"e"}}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Api-Key", "pro-1"}},
+					Want: Want{Status: ok, Header: map[string]string{"RateLimit-Policy": `"export";q=4;w=60`}}}, 4),
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Api-Key", "pro-1"}}, Want: Want{Status: limited}},
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Api-Key", "free-1"}},
+					Want: Want{Status: ok, Header: map[string]string{"RateLimit-Policy": `"export";q=2;w=60`}}}, 2),
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Api-Key", "free-1"}}, Want: Want{Status: limited}},
+				// no key: the client address, on the default plan
+				times(get("127.0.0.2", "/v1/export", ok), 2),
+				get("127.0.0.2", "/v1/export", limited),
+			},
+		},
+		{
+			// Shadow mode: a shadow policy on the whole router (2 per
+			// minute) next to an enforcing one on the route (3 per minute):
+			// the shadow policy never limits and writes no header field;
+			// the enforcing one answers as usual.
+			Name: "32-shadow-next-to-an-enforcing-mount",
+			Policies: map[string]limit.Policy{
+				"s":    {Name: "try", Algorithm: limit.FixedWindow, AlignWindows: true, Limit: 2, Window: time.Minute, Shadow: true, Disclosure: limit.DiscloseAlways},
+				"real": {Name: "real", Algorithm: limit.FixedWindow, AlignWindows: true, Limit: 3, Window: time.Minute},
+			},
+			App: AppSpec{Global: []string{"s"}, Routes: []RouteSpec{{Method: "GET", Path: "/a", Mounts: []string{"real"}}, {Method: "GET", Path: "/b"}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Handler: "ran", Header: map[string]string{"RateLimit-Policy": "-", "RateLimit": "-"}}}, 3),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited, Handler: "not-run", Header: map[string]string{"Retry-After": "60", "RateLimit": "-"}}},
+				// only the shadow policy: never limited
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/b", Want: Want{Status: ok, Handler: "ran", Header: map[string]string{"Retry-After": "-"}}}, 5),
+			},
+		},
+		{
+			// Exactness under concurrency with several quotas: 10 per minute
+			// and 4 per hour, 100 requests at once: exactly 4 admitted.
+			Name: "33-several-quotas-concurrency-exactness",
+			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, AlignWindows: true,
+				Quotas: []limit.Rate{{Limit: 10, Window: time.Minute}, {Limit: 4, Window: time.Hour}}}},
+			App:        AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
+			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/a", Clients: 100, Allowed: 4},
 		},
 	}
 }

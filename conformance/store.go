@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,8 +18,9 @@ import (
 // random operation sequences of every algorithm (Ops of one or two quotas
 // under one hash tag, refunds of earlier charges) compared field by field
 // with the engine's own math (limit.Op.Apply over a plain map), concurrency
-// exactness on one key, key independence, and the numbers of policies on the
-// boundary of what limit.New accepts.
+// exactness on one key, key independence, the numbers of policies on the
+// boundary of what limit.New accepts, and Limiters of several quotas and
+// plans deciding as on the reference store.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -26,6 +28,7 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("concurrency-exactness", func(t *testing.T) { concurrency(t, newStore) })
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })
 	t.Run("accepted-policies-give-in-range-numbers", func(t *testing.T) { bounds(t, newStore) })
+	t.Run("several-quotas-and-plans-as-the-reference", func(t *testing.T) { policies(t, newStore) })
 }
 
 // model is the reference: the engine's math over a map with TTLs, written
@@ -80,6 +83,18 @@ func randomQuota(rng *rand.Rand, alg limit.Algorithm, key string) limit.Quota {
 	return q
 }
 
+// randomStep advances clock by nothing (a quarter of the calls), by 0-2 ms
+// (a quarter) or by up to longest in whole ms.
+func randomStep(rng *rand.Rand, clock *limittest.Clock, longest time.Duration) {
+	switch rng.IntN(4) {
+	case 0:
+	case 1:
+		clock.Advance(time.Duration(rng.Int64N(3)) * time.Millisecond)
+	default:
+		clock.Advance(time.Duration(rng.Int64N(longest.Milliseconds())) * time.Millisecond)
+	}
+}
+
 func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
@@ -95,13 +110,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	}
 	var charges []limit.Op
 	for step := 0; step < 2000; step++ {
-		switch rng.IntN(4) {
-		case 0:
-		case 1:
-			clock.Advance(time.Duration(rng.Int64N(3)) * time.Millisecond)
-		default:
-			clock.Advance(time.Duration(rng.Int64N(600)) * time.Millisecond)
-		}
+		randomStep(rng, clock, 600*time.Millisecond)
 		op := ops[rng.IntN(keys)]
 		capacity := int64(1 << 62)
 		for j := range op.N {
@@ -142,32 +151,46 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		op := oneQuota(fmt.Sprintf("conformance:{c}:b:%c:r:x", "fsg"[alg]),
 			limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
-		var allowed atomic.Int64
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		for i := 0; i < 100; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				o := op
-				o.Quotas[0].Key = append([]byte(nil), op.Quotas[0].Key...)
-				<-start
-				res, err := store.Take(context.Background(), &o)
-				if err != nil {
-					t.Errorf("Take: %v", err)
-					return
-				}
-				if res.Allowed {
-					allowed.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if allowed.Load() != 10 {
-			t.Fatalf("%s: %d of 100 concurrent calls admitted, want exactly 10", alg, allowed.Load())
+		allowed := admittedAtOnce(t, store, op, 100)
+		if allowed != 10 {
+			t.Fatalf("%s: %d of 100 concurrent calls admitted, want exactly 10", alg, allowed)
 		}
 	}
+	// Several quotas: never more admitted than every quota allows.
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		op := oneQuota(fmt.Sprintf("conformance:{m}:b:%c:r:x", "fsg"[alg]), limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
+		op.N, op.Quotas[1] = 2, limit.Quota{Key: []byte(fmt.Sprintf("conformance:{m}:b2:%c:r:x", "fsg"[alg])), Algorithm: alg, Limit: 4, Burst: 4, WindowMS: 60_000}
+		if n := admittedAtOnce(t, store, op, 100); n != 4 {
+			t.Fatalf("%s, quotas of 10 and 4: %d of 100 concurrent calls admitted, want exactly 4", alg, n)
+		}
+	}
+}
+
+// admittedAtOnce sends n copies of op at once and counts the admitted ones.
+func admittedAtOnce(t *testing.T, store limit.Store, op limit.Op, n int) int64 {
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			o := op
+			for j := range o.N {
+				o.Quotas[j].Key = slices.Clone(op.Quotas[j].Key)
+			}
+			<-start
+			res, err := store.Take(context.Background(), &o)
+			if err != nil {
+				t.Errorf("Take: %v", err)
+				return
+			}
+			if res.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return allowed.Load()
 }
 
 func independence(t *testing.T, newStore NewStoreFunc) {

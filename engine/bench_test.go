@@ -17,12 +17,15 @@ import (
 func benchLimiter(tb testing.TB, p limit.Policy) (*limit.Limiter, *limittest.Store) {
 	now := time.UnixMilli(epochMS)
 	store := limittest.NewStore(func() time.Time { return now })
-	if p.Limit == 0 {
+	if p.Limit == 0 && p.Quotas == nil {
 		p.Limit = 1 << 28
 		p.Window = time.Hour
 	}
 	return mustNew(tb, store, p), store
 }
+
+// benchQuotas are four quotas far above any b.N.
+var benchQuotas = []limit.Rate{{Limit: 1 << 28, Window: time.Hour}, {Limit: 1 << 29, Window: time.Hour}, {Limit: 1 << 27, Window: 2 * time.Hour}, {Limit: 1 << 24, Window: 24 * time.Hour}}
 
 func BenchmarkCheck(b *testing.B) {
 	cases := []struct {
@@ -37,6 +40,11 @@ func BenchmarkCheck(b *testing.B) {
 		{"skipped/skip-path-hit", limit.Policy{SkipPaths: []string{"/v1/notes/1"}}, false},
 		{"denied/default-disclosure", limit.Policy{Limit: 1}, true},
 		{"denied/on-limit-all-styles", limit.Policy{Limit: 1, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}, true},
+		{"allowed/4-quotas", limit.Policy{Quotas: benchQuotas}, false},
+		{"allowed/4-quotas-always-ietf", limit.Policy{Quotas: benchQuotas, Disclosure: limit.DiscloseAlways}, false},
+		{"allowed/plan", limit.Policy{Limit: 1 << 28, Window: time.Hour, Plans: map[string][]limit.Rate{"pro": benchQuotas[:1]},
+			Plan: func(limit.Request) (string, error) { return "pro", nil }}, false},
+		{"allowed/shadow", limit.Policy{Shadow: true}, false},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
@@ -104,7 +112,7 @@ func BenchmarkCheckIdentity(b *testing.B) {
 	for _, bc := range cases {
 		b.Run(bc.Name, func(b *testing.B) {
 			now := time.UnixMilli(epochMS) // a fixed clock: the store costs as little as main's did
-			l := limit.MustNew(limittest.NewStore(func() time.Time { return now }), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
+			l := limittest.MustNew(limittest.NewStore(func() time.Time { return now }), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
 			r := limit.Request{Peer: "10.0.0.2:40001", Header: bc.Hdr}
 			ctx := context.Background()
 			w := limittest.Discard

@@ -11,7 +11,7 @@ type Decision struct {
 	// Allowed reports whether the request may proceed: the adapter calls the
 	// next handler. When false, Check has written the whole response.
 	Allowed bool
-	// Outcome is allowed, limited or degraded; "" when Policy.SkipPaths or
+	// Outcome is allowed, limited, degraded or shadow-limited; "" when Policy.SkipPaths or
 	// Policy.Skip exempted the request (Check only: a skipped request is
 	// not counted and not reported, so "" never appears in an event).
 	Outcome Outcome
@@ -20,8 +20,9 @@ type Decision struct {
 	// degraded); FailLocal admits (degraded) or limits (limited) by the
 	// local store's numbers; FailClosed rejects with 503 (limited).
 	StoreFailed bool
-	// Limit is the quota per window of the policy that decided (reduced for
-	// the fallback bucket).
+	// Limit is the quota per window that decided: with several quotas the
+	// one closest to exhaustion, whose Remaining and ResetAfter are
+	// reported (reduced for the fallback bucket).
 	Limit int64
 	// Cost is what the request was priced at (Policy.Cost, CostFunc or the
 	// n of ConsumeN); 0 for a skipped request.
@@ -59,11 +60,17 @@ type Decision struct {
 	KeySource KeySource
 	// Policy is the deciding policy (read-only).
 	Policy *Policy
+	// Plan is the plan that decided: a key of Policy.Plans, or "" for the
+	// default plan (the Policy's own quotas).
+	Plan string
 
 	// numbers reports that a store (the shared one, or FailLocal's local
 	// one) produced Remaining, ResetAfter and ResetAt, so that they may be
 	// disclosed in RateLimit header fields.
 	numbers bool
+	// quota is the index of the quota reported (closest to exhaustion;
+	// for OverCapacity the one the cost exceeds) in the decision's quotaSet.
+	quota int
 }
 
 // Outcome is what the engine did with a request; it is the outcome label of
@@ -79,6 +86,9 @@ const (
 	// OutcomeDegraded: the store failed and the request was admitted without
 	// a shared decision (FailOpen, or FailLocal admitting it).
 	OutcomeDegraded Outcome = "degraded"
+	// OutcomeShadowLimited: a Policy.Shadow policy would have limited the
+	// request, and admitted it.
+	OutcomeShadowLimited Outcome = "shadow-limited"
 )
 
 // KeySource says where the identity of a request came from; it is the
@@ -106,7 +116,7 @@ const (
 const maxDelayMS = 400 * 24 * 3600 * 1000
 
 // fill writes a store's Result into d: the numbers of the quota closest to
-// exhaustion (the least Remaining), and for a limited request the latest
+// exhaustion (the least Remaining, then the latest reset), and for a limited request the latest
 // Retry-After of the quotas that limit it; every delay clamped to
 // [0, maxDelayMS] and Remaining to [0, maxHeaderInt].
 func (d *Decision) fill(res *Result) {
@@ -117,10 +127,11 @@ func (d *Decision) fill(res *Result) {
 	}
 	q := &res.Quotas[0]
 	retry := q.RetryAfterMS
+	d.quota = 0
 	for i := 1; i < min(res.N, MaxQuotas); i++ {
 		qi := &res.Quotas[i]
-		if qi.Remaining < q.Remaining {
-			q = qi
+		if qi.Remaining < q.Remaining || qi.Remaining == q.Remaining && qi.ResetAfterMS > q.ResetAfterMS {
+			q, d.quota = qi, i
 		}
 		if !qi.Allowed {
 			retry = max(retry, qi.RetryAfterMS)

@@ -17,7 +17,11 @@
 // from [KeyFuncOf] and [CostFuncOf].
 //
 // Three algorithms are built in: [SlidingWindow] (the default), [FixedWindow]
-// and [TokenBucket] (implemented as GCRA). Their arithmetic lives in this
+// and [TokenBucket] (implemented as GCRA). A policy may hold several quotas
+// applied all or nothing in one store call (Policy.Quotas, each a [Rate]:
+// "2 per 10 s and 5 per minute"), quotas per plan chosen per request
+// (Policy.Plans and Policy.Plan: an API key's tier), and may run in shadow
+// mode (Policy.Shadow: counted and reported, never enforced). Their arithmetic lives in this
 // package ([Op.Apply]) so that every store gives bit-for-bit identical
 // decisions for the same inputs: time is integer milliseconds and every
 // intermediate product stays below 2^53, which [New] enforces.

@@ -9,9 +9,6 @@ var (
 	// ErrInvalidOption means New rejected an Option; the wrapped message names
 	// the option.
 	ErrInvalidOption = errors.New("limit: invalid option")
-	// ErrStorePanic means a Store's Take panicked; the engine recovered and
-	// treated it as a store failure.
-	ErrStorePanic = errors.New("limit: store panicked")
 	// ErrCircuitOpen means the store was not called: its circuit breaker
 	// is open after the store answered nothing for a whole store timeout
 	// or failed several calls in a row, and the policy's FailureMode

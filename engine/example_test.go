@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -21,7 +22,7 @@ func Example() {
 	store := limittest.NewStore(clock.Now)
 	// 2 requests per minute per client address, fixed windows starting on
 	// the minute.
-	l := limit.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
+	l := limittest.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
 	h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "a note")
 	}), nil)
@@ -65,7 +66,7 @@ func ExampleNew() {
 // minute and tells the others when to come back.
 func ExampleLimiter_Consume() {
 	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	jobs := limit.MustNew(limittest.NewStore(clock.Now), limit.Policy{
+	jobs := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{
 		Name: "jobs", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true,
 	})
 	ctx := context.Background()
@@ -92,7 +93,7 @@ func ExampleLimiter_Consume() {
 // OverCapacity, and there is no Retry-After to wait for.
 func ExampleLimiter_ConsumeN() {
 	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	items := limit.MustNew(limittest.NewStore(clock.Now), limit.Policy{
+	items := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{
 		Name: "items", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 20,
 	})
 	ctx := context.Background()
@@ -111,4 +112,48 @@ func ExampleLimiter_ConsumeN() {
 	// 15 items: admitted, 5 left
 	// 10 items: limited, retry in 500ms
 	// 25 items: more than the quota can ever admit; split the batch
+}
+
+// Several quotas at once: 2 per 10 s and 3 per minute. A request is
+// admitted only when both admit it, and a limited one takes nothing from
+// either; the Decision reports the quota closest to exhaustion.
+func ExampleRate() {
+	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	l := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{
+		Name: "reports", Algorithm: limit.FixedWindow, AlignWindows: true,
+		Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 3, Window: time.Minute}},
+	})
+	for _, wait := range []time.Duration{0, 0, 0, 10 * time.Second, 0} {
+		clock.Advance(wait)
+		d, _ := l.Consume(context.Background(), "user-1")
+		fmt.Println(d.Allowed, d.Limit, d.Remaining, d.RetryAfter)
+	}
+	// Output:
+	// true 2 1 0s
+	// true 2 0 0s
+	// false 2 0 10s
+	// true 3 0 0s
+	// false 3 0 50s
+}
+
+// Per-plan limits: the plan function names each identity's plan; the
+// Policy's own quota is the default plan.
+func ExamplePolicy_plans() {
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{
+		Name: "export", Limit: 5, Window: time.Minute,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}},
+		Plan: func(r limit.Request) (string, error) {
+			if id, _ := r.Native.(string); strings.HasPrefix(id, "pro-") {
+				return "pro", nil
+			}
+			return "", nil
+		},
+	})
+	for _, id := range []string{"pro-acme", "free-bob"} {
+		d, _ := l.Consume(context.Background(), id)
+		fmt.Printf("%s: plan %q, %d of %d left\n", id, d.Plan, d.Remaining, d.Limit)
+	}
+	// Output:
+	// pro-acme: plan "pro", 19 of 20 left
+	// free-bob: plan "", 4 of 5 left
 }

@@ -54,3 +54,6 @@ func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
 // fail: a call to a store that answers nothing fails at the store timeout +
 // the 1 ms tick + SilenceGrace.
 const SilenceGrace = silenceGrace
+
+// DefaultStoreTimeout is the store timeout without WithStoreTimeout.
+const DefaultStoreTimeout = defaultStoreTimeout

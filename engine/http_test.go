@@ -17,7 +17,7 @@ import (
 // line, the route given and the native context.
 func TestCheckHTTPRequestView(t *testing.T) {
 	var got limit.Request
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{KeyFunc: func(r limit.Request) (string, error) { got = r; return "", nil }})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{KeyFunc: func(r limit.Request) (string, error) { got = r; return "", nil }})
 	r := httptest.NewRequest("HEAD", "http://example.com/v1/notes/%37?x=1", nil)
 	r.RemoteAddr = "[2001:db8::1%eth0]:4711"
 	r.Header.Add("X-Forwarded-For", "192.0.2.1")
@@ -59,7 +59,7 @@ func TestHTTPHandler(t *testing.T) {
 			if tc.observer {
 				opts = append(opts, limit.WithObserver(rec))
 			}
-			l := limit.MustNew(storeAt(1_000_000), tc.policy, opts...)
+			l := limittest.MustNew(storeAt(1_000_000), tc.policy, opts...)
 			calls, hits := 0, 0
 			h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				hits++
@@ -128,7 +128,7 @@ func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
 // A handler that runs no limiter at all adds nothing: with the default
 // disclosure an allowed request through CheckHTTP allocates nothing.
 func TestCheckHTTPAllowedDoesNotAllocate(t *testing.T) {
-	l := limit.MustNew(storeAt(epochMS), limit.Policy{Limit: 1 << 28, Window: time.Hour})
+	l := limittest.MustNew(storeAt(epochMS), limit.Policy{Limit: 1 << 28, Window: time.Hour})
 	r := httptest.NewRequest("GET", "/v1/notes/1", nil)
 	r.RemoteAddr = "192.0.2.1:4711"
 	w := httptest.NewRecorder()

@@ -233,7 +233,7 @@ func TestTrustedProxiesNormalisesPrefixes(t *testing.T) {
 // [::ffff:192.0.2.1]:40003 draw on one allowance through Check.
 func TestMappedAndPlainPeerShareBucket(t *testing.T) {
 	t.Parallel()
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2})
 	ctx := t.Context()
 	for i, peer := range []string{"192.0.2.1:40001", "[::ffff:192.0.2.1]:40003", "192.0.2.1:40002"} {
 		resp := check(l, ctx, limit.Request{Peer: peer})
@@ -250,7 +250,7 @@ func TestMappedAndPlainPeerShareBucket(t *testing.T) {
 // allowance; the next /64 has its own.
 func TestIPv6RotationThroughCheck(t *testing.T) {
 	t.Parallel()
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3})
 	ctx := t.Context()
 	for i := range 5 {
 		peer := "[2001:db8:0:1::" + string(rune('a'+i)) + "]:443"
@@ -281,7 +281,7 @@ func TestFallbackBucketCap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			obs := &limittest.Recorder{}
-			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: tc.limit}, append(tc.opts, limit.WithObserver(obs))...)
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: tc.limit}, append(tc.opts, limit.WithObserver(obs))...)
 			n := 0
 			for range tc.allowed + 3 {
 				d := check(l, t.Context(), limit.Request{Peer: ""}).Decision
@@ -311,7 +311,7 @@ func FuzzNoTrustIgnoresHeaders(f *testing.F) {
 	f.Add("X-Forwarded-For", "203.0.113.9", "192.0.2.1:40001")
 	f.Add("Forwarded", `for="[2001:db8::1]:443"`, "[2001:db8::2]:1")
 	f.Add("X-Real-IP", "203.0.113.9", "")
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{})
 	f.Fuzz(func(t *testing.T, name, raw, peer string) {
 		lines := strings.Split(raw, "\n")
 		h := http.Header{name: lines, http.CanonicalHeaderKey(name): lines}

@@ -81,7 +81,7 @@ func get(t *testing.T, c *http.Client, url string, header ...string) int {
 func TestSocketFallbackBucketCap(t *testing.T) {
 	t.Parallel()
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 20, Window: time.Hour}, limit.WithObserver(obs))
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 20, Window: time.Hour}, limit.WithObserver(obs))
 
 	dir, err := os.MkdirTemp("", "qg")
 	if err != nil {
@@ -139,7 +139,7 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	t.Parallel()
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

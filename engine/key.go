@@ -5,15 +5,13 @@ import (
 	"encoding/hex"
 )
 
-// keyer spells the store key of a (bucket, identity) and its window phase.
-// It holds the process-wide key settings and the policy's algorithm, and is
-// built once by New.
+// keyer spells the store keys of a (bucket, identity) and their window
+// phases. It holds the process-wide key settings and whether the policy's
+// windows have a per-identity phase, and is built once by New.
 type keyer struct {
 	prefix   string
 	hashKeys bool
-	state    string // the state signature of the policy's quota (stateSignature)
-	fallback string // the state signature of the fallback bucket's tightened quota
-	phaseMS  int64  // window length for the per-identity phase; 0: no phase (AlignWindows, TokenBucket)
+	phased   bool // window algorithms without AlignWindows: phase = hash(identity) mod window
 }
 
 // stateSignature spells everything that decides how a stored state is read:
@@ -36,46 +34,61 @@ func stateSignature(a Algorithm, limit, windowMS, burst int64, aligned bool) str
 // of them with WithHashKeys) are stored as their hex SHA-256 digest.
 const maxRawIdentity = 128
 
-// appendKey appends the store key of (bucket, id) to buf:
+// appendKeys appends the store keys of (bucket, id) for the quotas of set
+// to buf and points op.Quotas[i].Key and PhaseMS at them. Each key is
 //
 //	<prefix>:{<tag>}:<bucket>:<state signature>:<identity>
 //
-// where the state signature is the quota's (the fallback bucket's for the
-// fallback identity), e.g. "quotagate:{1a2b3c4d}:login:5p60f:r:192.0.2.1";
-// where <identity> is the identity's key form (appendIdentity). The tag is 8
-// hex digits of a 64-bit hash of (bucket, identity): the bucket's FNV-1a hash
-// (computed once per bucket) mixed with the identity's. The braces make it
-// the Redis Cluster hash tag, so every key of one (bucket, identity) lives
-// in one slot, and braces later in the bucket (route templates) cannot take
-// the slot over because Redis uses the first "{...}" only. It also returns
-// the window phase: FNV-1a of the identity's key form modulo the window, or
-// 0 with AlignWindows or a TokenBucket. (Stores that place keys hash them
-// with a keyed hash of their own: FNV serves only the tag and the phase,
-// which must be the same in every process of a fleet.)
-func (k *keyer) appendKey(buf []byte, bucket *bucketRef, id *who) ([]byte, int64) {
+// where the state signature is the quota's (quotaSpec.state: the plan's,
+// or the fallback bucket's for the fallback identity), e.g.
+// "quotagate:{1a2b3c4d}:login:5p60f:r:192.0.2.1"; where <identity> is the
+// identity's key form (appendIdentity). The tag is 8 hex digits of a 64-bit
+// hash of (bucket, identity): the bucket's FNV-1a hash (computed once per
+// bucket) mixed with the identity's. The braces make it the Redis Cluster
+// hash tag, so every key of one (bucket, identity), every quota's, lives in
+// one slot (one script touches them all), and braces later in the bucket
+// (route templates) cannot take the slot over because Redis uses the first
+// "{...}" only. The window phase of a quota is FNV-1a of the identity's key
+// form modulo its window, or 0 with AlignWindows or a TokenBucket. (Stores
+// that place keys hash them with a keyed hash of their own: FNV serves only
+// the tag and the phase, which must be the same in every process of a
+// fleet.)
+func (k *keyer) appendKeys(buf []byte, bucket *bucketRef, id *who, set *quotaSet, op *Op) []byte {
+	var ends [MaxQuotas + 1]int
+	ends[0] = len(buf)
 	buf = append(buf, k.prefix...)
 	buf = append(buf, ":{"...)
 	tagAt := len(buf)
 	buf = append(buf, "00000000}:"...)
 	buf = append(buf, bucket.name...)
 	buf = append(buf, ':')
-	if id.src == KeySourceFallback {
-		buf = append(buf, k.fallback...)
-	} else {
-		buf = append(buf, k.state...)
-	}
+	head := len(buf)
+	buf = append(buf, set.q[0].state...)
 	buf = append(buf, ':')
 	idAt := len(buf)
 	buf = k.appendIdentity(buf, id)
+	idEnd := len(buf)
 	ih := fnvAdd(fnvOffset, buf[idAt:])
 	h := mix64(bucket.hash ^ ih*0x9e3779b97f4a7c15)
 	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
 	hex.Encode(buf[tagAt:tagAt+8], tag[:])
-	var phase int64
-	if k.phaseMS > 0 {
-		phase = int64(ih % uint64(k.phaseMS))
+	ends[1] = idEnd
+	for i := 1; i < set.n; i++ {
+		buf = append(buf, buf[ends[0]:head]...)
+		buf = append(buf, set.q[i].state...)
+		buf = append(buf, ':')
+		buf = append(buf, buf[idAt:idEnd]...)
+		ends[i+1] = len(buf)
 	}
-	return buf, phase
+	for i := range set.n {
+		q := &op.Quotas[i]
+		q.Key = buf[ends[i]:ends[i+1]:ends[i+1]]
+		q.PhaseMS = 0
+		if k.phased {
+			q.PhaseMS = int64(ih % uint64(set.q[i].windowMS))
+		}
+	}
+	return buf
 }
 
 // appendIdentity appends the key form of id:

@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 )
@@ -19,9 +20,11 @@ import (
 type Limiter struct {
 	policy     Policy
 	res        resolved
-	cfg        *config                      // process-wide settings, shared with the Limiters from With
-	shared     bucketRef                    // the Shared-scope bucket: Name or signature
-	fallback   struct{ limit, burst int64 } // the fallback bucket's quota (see newLimiter)
+	cfg        *config          // process-wide settings, shared with the Limiters from With
+	shared     bucketRef        // the Shared-scope bucket: Name or signature
+	plans      map[string]*plan // Policy.Plans by name (res.plans[1:]); nil without plans
+	state      string           // the default plan's state signatures joined by '+' (registry.go)
+	shadowLog  logGate          // Policy.Shadow's log line, at most once per 10 s
 	routes     routeCache
 	keys       keyer
 	store      storeCall
@@ -67,15 +70,6 @@ func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
 	return newLimiter(s, p, cfg)
 }
 
-// MustNew is New for package-level variables; it panics on error.
-func MustNew(s Store, p Policy, opts ...Option) *Limiter {
-	l, err := New(s, p, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return l
-}
-
 // With returns a Limiter for policy p that shares this Limiter's store and
 // options: the way to apply another policy (a per-route mount, a Consume call
 // site with its own quota) under the same process-wide settings.
@@ -97,24 +91,42 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		name = p.Name
 	}
 	l.shared = newBucketRef(name)
-	// The fallback bucket (requests with no identity) is tightened, but
-	// never below the policy's Cost: a capacity under it would limit every
-	// request without a client address for ever. A TokenBucket keeps its
-	// rate and divides Burst.
-	l.fallback.limit, l.fallback.burst = res.limit, res.burst
-	if p.Algorithm == TokenBucket {
-		l.fallback.burst = max(res.cost, res.burst/cfg.fallbackDivisor)
-	} else {
-		l.fallback.limit = max(res.cost, res.limit/cfg.fallbackDivisor)
+	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys, phased: !p.AlignWindows && p.Algorithm != TokenBucket}
+	for i := range l.res.plans {
+		pl := &l.res.plans[i]
+		set, fb := &pl.sets[0], &pl.sets[1]
+		// The fallback bucket (requests with no identity) is tightened, but
+		// never below the policy's Cost: a capacity under it would limit
+		// every request without a client address for ever. A TokenBucket
+		// keeps its rate and divides Burst.
+		*fb = *set
+		for j := range set.n {
+			q := &fb.q[j]
+			if p.Algorithm == TokenBucket {
+				q.burst = max(res.cost, q.burst/cfg.fallbackDivisor)
+			} else {
+				q.limit = max(res.cost, q.limit/cfg.fallbackDivisor)
+			}
+			set.q[j].state = planState(pl.name, stateSignature(p.Algorithm, set.q[j].limit, set.q[j].windowMS, set.q[j].burst, p.AlignWindows))
+			q.state = planState(pl.name, stateSignature(p.Algorithm, q.limit, q.windowMS, q.burst, p.AlignWindows))
+		}
+		set.hdr = newSetHeaders(&p, set, set)
+		fb.hdr = newSetHeaders(&p, set, fb)
+		if pl.name != "" {
+			if l.plans == nil {
+				l.plans = make(map[string]*plan, len(l.res.plans)-1)
+			}
+			l.plans[pl.name] = pl
+		}
 	}
-	l.keys = keyer{prefix: cfg.keyPrefix, hashKeys: cfg.hashKeys,
-		state:    stateSignature(p.Algorithm, res.limit, res.windowMS, res.burst, p.AlignWindows),
-		fallback: stateSignature(p.Algorithm, l.fallback.limit, res.windowMS, l.fallback.burst, p.AlignWindows)}
-	if !p.AlignWindows && p.Algorithm != TokenBucket {
-		l.keys.phaseMS = res.windowMS
+	def := &l.res.plans[0].sets[0]
+	states := make([]string, def.n)
+	for i := range def.n {
+		states[i] = def.q[i].state
 	}
+	l.state = strings.Join(states, "+")
 	l.store = newStoreCall(s, cfg, p.FailureMode)
-	l.resp = newResponder(&p, name, res)
+	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
 		p.KeyFunc != nil || p.CostFunc != nil || p.Skip != nil ||
@@ -125,7 +137,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 			l.skip[path] = struct{}{}
 		}
 	}
-	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 128)} }
+	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 256)} } // room for the keys of several quotas
 	if err := register(l, s); err != nil {
 		return nil, err
 	}
@@ -177,9 +189,14 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	bucket := l.bucket(r)
 	id := l.identify(r, bucket.name)
 	cost := l.cost(r)
-	err := l.decide(ctx, &bucket, &id, cost, &resp.Decision)
+	pl := l.plan(r, bucket.name)
+	var err error
+	resp.set, err = l.decide(ctx, &bucket, &id, pl, cost, &resp.Decision)
 	if err != nil && l.policy.OnStoreError != nil {
 		l.onStoreError(ctx, r, bucket.name, err)
+	}
+	if !resp.Decision.Allowed && l.policy.Shadow {
+		l.shadow(&resp.Decision, r.Route)
 	}
 	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src})
 	l.resp.fill(resp)
@@ -194,13 +211,17 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	}
 }
 
-// decide builds the Op of (bucket, id) at cost, asks the store and writes
-// the Decision into d, applying the FailureMode on a store failure, whose
-// error it returns.
-func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost int64, d *Decision) error {
+// decide builds the Op of (bucket, id) at cost with the quotas of plan pl,
+// asks the store and writes the Decision into d, applying the FailureMode
+// on a store failure, whose error it returns with the quotaSet that decided.
+func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision) (*quotaSet, error) {
+	set := &pl.sets[0]
+	if id.src == KeySourceFallback {
+		set = &pl.sets[1]
+	}
 	sc := l.scratch.Get().(*scratch)
-	op, limit, over := l.op(sc, bucket, id, cost)
-	*d = Decision{Limit: limit, Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy}
+	op, over, quota := l.op(sc, bucket, id, set, cost)
+	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.name, quota: quota}
 	var err error
 	if over {
 		// Never admissible: answered here, without the store (nothing
@@ -209,8 +230,9 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, cost i
 	} else {
 		err = l.store.decide(ctx, &sc.ctx, op, bucket.name, d)
 	}
+	d.Limit = set.q[d.quota].limit
 	l.scratch.Put(sc)
-	return err
+	return set, err
 }
 
 // Consume decides one call of a non-HTTP call site for identity, at the
@@ -238,17 +260,48 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 		cost = n
 	}
 	var d Decision
-	err := l.decide(ctx, &l.shared, &id, cost, &d)
 	var r Request
+	pl := &l.res.plans[0]
+	if l.policy.Plan != nil {
+		r = Request{Native: identity, lim: l}
+		pl = l.plan(&r, l.shared.name)
+	}
+	_, err := l.decide(ctx, &l.shared, &id, pl, cost, &d)
 	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
 		r = Request{Native: identity, lim: l}
 	}
 	if err != nil && l.policy.OnStoreError != nil {
 		l.onStoreError(ctx, &r, l.shared.name, err)
 	}
+	if !d.Allowed && l.policy.Shadow {
+		l.shadow(&d, "")
+	}
 	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src})
 	if !d.Allowed && l.policy.OnLimited != nil {
 		l.onLimited(ctx, &r, &d)
 	}
 	return d, err
+}
+
+// planState is the state signature of a plan's quota: the quota's own
+// (stateSignature) for the default plan, "<plan>=<signature>" for a named
+// plan, so that each plan has its own records.
+func planState(plan, state string) string {
+	if plan == "" {
+		return state
+	}
+	return plan + "=" + state
+}
+
+// shadow turns the limited Decision of a Policy.Shadow policy into an
+// admitted one with Outcome OutcomeShadowLimited, and logs it at most once
+// per 10 s per Limiter.
+func (l *Limiter) shadow(d *Decision, handler string) {
+	d.Allowed, d.Outcome = true, OutcomeShadowLimited
+	if l.shadowLog.allow(l.cfg.rep.clock(), storeLogEvery) {
+		l.cfg.rep.logger.Info("quotagate: shadow policy would have limited a request; admitted (logged at most once per 10s per limiter; every one is counted with outcome shadow-limited)",
+			slog.String("bucket", d.Bucket), slog.String("handler", handler), slog.String("plan", d.Plan),
+			slog.Bool("over_capacity", d.OverCapacity), slog.Bool("store_failed", d.StoreFailed),
+			slog.Duration("retry_after", d.RetryAfter))
+	}
 }

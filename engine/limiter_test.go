@@ -102,7 +102,7 @@ func TestRetryingWhileDeniedIsAdmittedExactlyAtRetryAfter(t *testing.T) {
 	} {
 		t.Run(p.Algorithm.String(), func(t *testing.T) {
 			store := storeAt(1_700_000_000_123)
-			l := limit.MustNew(store, p)
+			l := limittest.MustNew(store, p)
 			for i := 0; i < 3; i++ {
 				if r := checkPeer(l, "192.0.2.7:1000"); r.Denied() {
 					t.Fatalf("request %d denied", i)
@@ -137,7 +137,7 @@ func TestRetryingWhileDeniedIsAdmittedExactlyAtRetryAfter(t *testing.T) {
 func TestTokenBucketBurstAndRefill(t *testing.T) {
 	store := storeAt(5_000_000)
 	// 1 token per second, burst 5
-	l := limit.MustNew(store, limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})
+	l := limittest.MustNew(store, limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5})
 	for i := 0; i < 5; i++ {
 		r := checkPeer(l, "203.0.113.9:1")
 		if r.Denied() || r.Decision.Remaining != int64(4-i) {
@@ -170,7 +170,7 @@ func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
 			cost := int64(1)
 			p := limit.Policy{Algorithm: alg, Limit: 5, Window: 5 * time.Second, AlignWindows: true,
 				CostFunc: func(limit.Request) int64 { return cost }}
-			l := limit.MustNew(store, p)
+			l := limittest.MustNew(store, p)
 			for i := 0; i < 3; i++ {
 				checkPeer(l, "192.0.2.1:9")
 			}
@@ -212,7 +212,7 @@ func TestBuckets(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := limit.MustNew(store, tt.p)
+			l := limittest.MustNew(store, tt.p)
 			if got := check(l, context.Background(), limit.Request{Route: tt.route, Peer: "192.0.2.1:1"}).Decision.Bucket; got != tt.want {
 				t.Fatalf("bucket %q, want %q", got, tt.want)
 			}
@@ -248,7 +248,7 @@ func TestNormalizeRoute(t *testing.T) {
 
 func TestStoreKeyLayout(t *testing.T) {
 	store := storeAt(0)
-	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5}, limit.WithKeyPrefix("app"))
+	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5}, limit.WithKeyPrefix("app"))
 	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "[::ffff:192.0.2.1]:40003"})
 	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "192.0.2.1:40001"})
 	if len(store.Keys()) != 1 {
@@ -259,9 +259,9 @@ func TestStoreKeyLayout(t *testing.T) {
 	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1") {
 		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<state signature>:r:<identity>", key)
 	}
-	hashed := limit.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
+	hashed := limittest.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
 	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
-	long := limit.MustNew(store, limit.Policy{KeyFunc: func(limit.Request) (string, error) { return strings.Repeat("k", 200), nil }})
+	long := limittest.MustNew(store, limit.Policy{KeyFunc: func(limit.Request) (string, error) { return strings.Repeat("k", 200), nil }})
 	check(long, context.Background(), limit.Request{})
 	for _, k := range store.Keys()[1:] { // the first is the raw key above
 		if !strings.Contains(k, ":h:") || strings.Contains(k, "192.0.2.1") || strings.Contains(k, "kkkk") {
@@ -283,7 +283,7 @@ func TestIdentityChain(t *testing.T) {
 		}
 		return "  ", nil
 	}
-	l := limit.MustNew(store, limit.Policy{Limit: 20, KeyFunc: keyFunc})
+	l := limittest.MustNew(store, limit.Policy{Limit: 20, KeyFunc: keyFunc})
 	tests := []struct {
 		name, path, peer string
 		want             limit.KeySource
@@ -309,7 +309,7 @@ func TestIdentityChain(t *testing.T) {
 
 func TestConsume(t *testing.T) {
 	store := storeAt(0)
-	l := limit.MustNew(store, limit.Policy{Name: "jobs", Limit: 2, Algorithm: limit.FixedWindow})
+	l := limittest.MustNew(store, limit.Policy{Name: "jobs", Limit: 2, Algorithm: limit.FixedWindow})
 	for i := 0; i < 2; i++ {
 		if d, err := l.Consume(context.Background(), "tenant-a"); err != nil || !d.Allowed || d.Bucket != "jobs" {
 			t.Fatalf("consume %d: %+v %v", i, d, err)
@@ -345,7 +345,7 @@ func TestStoreFailureModes(t *testing.T) {
 			if tt.mode == limit.FailLocal {
 				opts = append(opts, limit.WithLocalStore(local))
 			}
-			l := limit.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
+			l := limittest.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
 			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
 			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
 				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)

@@ -5,7 +5,7 @@ import "time"
 // Issue names a reported problem; it is the issue label of
 // quotagate_client_address_issues_total. Besides client-address problems the
 // set holds the failures of user-supplied policy functions (KeyFunc, Skip,
-// hooks, LimitedResponse), which are recovered rather than turned into a
+// Plan, hooks, LimitedResponse), which are recovered rather than turned into a
 // 500. Each kind is logged at most once per 10 minutes.
 type Issue string
 
@@ -39,11 +39,14 @@ const (
 	// fell through, or the cost was the policy's Cost. The log line names
 	// both types.
 	IssueNativeMismatch Issue = "native-mismatch"
+	// IssuePlanFallback: Policy.Plan returned an error, panicked or named a
+	// plan that is not in Policy.Plans; the default plan decided.
+	IssuePlanFallback Issue = "plan-fallback"
 )
 
 // issueKinds is the number of log gates: one per Issue kind, one for
 // unknown kinds.
-const issueKinds = 10
+const issueKinds = 11
 
 // index is the kind's log gate.
 func (i Issue) index() int {
@@ -66,8 +69,10 @@ func (i Issue) index() int {
 		return 7
 	case IssueNativeMismatch:
 		return 8
+	case IssuePlanFallback:
+		return 9
 	}
-	return 9
+	return 10
 }
 
 // DecisionEvent describes one decision for an Observer. Every field comes from
@@ -78,7 +83,7 @@ type DecisionEvent struct {
 	// Handler is the router's own route spelling, "" when unknown or for
 	// Consume.
 	Handler string
-	// Outcome is allowed, limited or degraded.
+	// Outcome is allowed, limited, degraded or shadow-limited.
 	Outcome Outcome
 	// KeySource is where the identity came from.
 	KeySource KeySource
@@ -104,19 +109,19 @@ type Observer interface {
 	// with the store's name (StoreInfo.Name; "custom" when the store does not
 	// describe itself) and the operation ("take").
 	StoreDuration(store, op string, d time.Duration)
-	// StoreSkipped is called once per decision that a store doing I/O
-	// would have made but was not asked, with the store's name and the
-	// reason: "deny-cache" (the local deny cache answered with the store's
-	// own earlier denial: a limited decision) or "breaker-open" (the
-	// store's circuit breaker is open: the FailureMode decided).
-	StoreSkipped(store, reason string)
-	// StoreBreaker is called once per transition of a store's circuit
-	// breaker: open true when it opens (the store answered nothing for a
-	// whole store timeout, or failed 5 calls in a row), false when it
-	// closes again (a call succeeded). Every Limiter on one Store shares
-	// its breaker; the transition is reported through the Observer of the
-	// Limiter whose call saw it.
-	StoreBreaker(store string, open bool)
+	// StoreEvent is called with the store's name and one of four events
+	// of the protections in front of a store that does I/O:
+	//   - "deny-cache", once per decision the store would have made but the
+	//     local deny cache answered with the store's own earlier denial (a
+	//     limited decision);
+	//   - "breaker-open", once per decision the store was not asked because
+	//     its circuit breaker is open (the FailureMode decided);
+	//   - "opened", once when the circuit breaker opens (the store answered
+	//     nothing for a whole store timeout, or failed 5 calls in a row);
+	//   - "closed", once when it closes again (a call succeeded).
+	// Every Limiter on one Store shares its breaker; a transition is
+	// reported through the Observer of the Limiter whose call saw it.
+	StoreEvent(store, event string)
 }
 
 // nopObserver is the default Observer.
@@ -126,8 +131,7 @@ func (nopObserver) Decision(DecisionEvent)                      {}
 func (nopObserver) ClientAddressIssue(string, Issue)            {}
 func (nopObserver) StoreError(string, FailureMode)              {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
-func (nopObserver) StoreSkipped(string, string)                 {}
-func (nopObserver) StoreBreaker(string, bool)                   {}
+func (nopObserver) StoreEvent(string, string)                   {}
 
 // guardedObserver recovers a panic of the wrapped Observer (an event is lost,
 // the request is not); a deferred call costs no allocation.
@@ -155,12 +159,7 @@ func (g guardedObserver) StoreDuration(store, op string, d time.Duration) {
 	g.o.StoreDuration(store, op, d)
 }
 
-func (g guardedObserver) StoreSkipped(store, reason string) {
+func (g guardedObserver) StoreEvent(store, event string) {
 	defer dropPanic()
-	g.o.StoreSkipped(store, reason)
-}
-
-func (g guardedObserver) StoreBreaker(store string, open bool) {
-	defer dropPanic()
-	g.o.StoreBreaker(store, open)
+	g.o.StoreEvent(store, event)
 }

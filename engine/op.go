@@ -1,24 +1,22 @@
 package limit
 
-// op builds the Op of one decision in sc: the store key of (bucket, id) and
-// the policy's numbers for cost. It is the one function that knows the
-// shape of Op. limit is the quota per window the decision reports (the
-// fallback bucket's is tightened); over reports a cost above the capacity,
-// which no wait admits: the engine answers it without the store, and op
-// then has no key.
-func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, cost int64) (op *Op, limit int64, over bool) {
+// op builds the Op of one decision in sc: one store key per quota of set
+// (the plan's quotas for (bucket, id), all in one hash tag) and their
+// numbers, at cost. It is the one function that knows the shape of Op. over
+// reports a cost above a quota's capacity, which no wait admits: the engine
+// answers it without the store, op then has no keys, and quota is the index
+// of the first quota the cost exceeds.
+func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cost int64) (op *Op, over bool, quota int) {
 	op = &sc.op
-	op.Refund, op.N = false, 1
-	q := &op.Quotas[0]
-	q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window = l.policy.Algorithm, l.res.limit, l.res.windowMS, l.res.burst, 0
-	if id.src == KeySourceFallback {
-		q.Limit, q.Burst = l.fallback.limit, l.fallback.burst
+	op.Refund, op.N, op.Cost = false, set.n, cost
+	a := l.policy.Algorithm
+	for i := range set.n {
+		s, q := &set.q[i], &op.Quotas[i]
+		if cost > s.capacity(a) {
+			return op, true, i
+		}
+		q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window = a, s.limit, s.windowMS, s.burst, 0
 	}
-	if cost > q.capacity() {
-		return op, q.Limit, true
-	}
-	op.Cost = cost
-	sc.key, q.PhaseMS = l.keys.appendKey(sc.key[:0], bucket, id)
-	q.Key = sc.key
-	return op, q.Limit, false
+	sc.key = l.keys.appendKeys(sc.key[:0], bucket, id, set, op)
+	return op, false, 0
 }

@@ -8,9 +8,9 @@ import (
 	"time"
 )
 
-// DefaultStoreTimeout bounds each call to a store that does I/O when
+// defaultStoreTimeout bounds each call to a store that does I/O when
 // WithStoreTimeout is not given.
-const DefaultStoreTimeout = 100 * time.Millisecond
+const defaultStoreTimeout = 100 * time.Millisecond
 
 // config is what Options set. It is shared, read-only, by a Limiter and the
 // Limiters derived from it with With.
@@ -36,7 +36,7 @@ func defaultConfig() *config {
 		keyPrefix:       "quotagate",
 		logger:          slog.New(slog.DiscardHandler),
 		observer:        nopObserver{},
-		storeTimeout:    DefaultStoreTimeout,
+		storeTimeout:    defaultStoreTimeout,
 		fallbackDivisor: 10,
 		ipv4Bits:        32,
 		ipv6Bits:        64,
@@ -88,7 +88,7 @@ func WithObserver(o Observer) Option {
 }
 
 // WithStoreTimeout bounds each call to a store that is not in-process
-// (StoreInfo.InProcess); default DefaultStoreTimeout, 100 ms. It must be
+// (StoreInfo.InProcess); default 100 ms. It must be
 // positive.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {

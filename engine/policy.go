@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -175,6 +176,40 @@ type Policy struct {
 	// Cost is what one request takes from the quota (default 1, at most the
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
 	Cost int64
+	// Quotas, when set, are the policy's quotas in place of Limit, Window
+	// and Burst (which must then be zero): at most MaxQuotas (4), all with
+	// the policy's Algorithm, applied all or nothing. A request is admitted
+	// only when every quota admits its cost, and then takes it from each; a
+	// limited request takes nothing from any. Retry-After is the latest of
+	// the limiting quotas'; RateLimit-Policy lists every quota and RateLimit
+	// reports the one closest to exhaustion (fewest Remaining). All quotas of
+	// one identity live in one Redis Cluster slot: one store round trip.
+	// Example, 2 per 10 s and 5 per minute:
+	//	Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: time.Minute}}
+	Quotas []Rate
+	// Plans gives named plans their own quotas (each 1 to MaxQuotas Rates;
+	// keys are printable ASCII without ':'); Plan chooses a request's
+	// plan. The Policy's own quotas (Limit/Window/Burst, or Quotas) are the
+	// default plan. Each plan has its own records, and the RateLimit fields
+	// show the plan's numbers. The bucket (and its metrics label) stays the
+	// policy's.
+	Plans map[string][]Rate
+	// Plan names the plan of a request (an API key's tier, say); required
+	// with Plans. "" means the default plan. An error, a panic or a name not
+	// in Plans also means the default plan, reported as IssuePlanFallback.
+	// It runs after KeyFunc and CostFunc, synchronously, and must be safe
+	// for concurrent use; returning a constant string allocates nothing. For
+	// Consume, r is empty but for Native, which holds the identity (a
+	// string).
+	Plan func(r Request) (string, error)
+	// Shadow runs the policy without enforcing it: requests are decided and
+	// counted as usual, but a request the policy would limit is admitted
+	// with Outcome OutcomeShadowLimited (its own label value in
+	// quotagate_requests_total) and logged at most once per 10 s per
+	// Limiter. A shadow policy writes no header field, never calls
+	// OnLimited or LimitedResponse, and never answers 429 or 503. Mount it
+	// next to an enforcing one to try a new limit on live traffic.
+	Shadow bool
 	// AlignWindows sets the FixedWindow/SlidingWindow phase to 0 for every
 	// identity (windows start on multiples of Window since the Unix epoch).
 	// By default each identity has its own phase, hash(identity) mod Window,
@@ -197,8 +232,10 @@ type Policy struct {
 	HeaderStyle HeaderStyle
 	// ProblemType is the "type" member of the default 429 body (RFC 9457
 	// problem details), a URI reference (RFC 3986) such as
-	// ProblemTypeQuotaExceeded. Default "about:blank" (RFC 9457: the problem
-	// is described by the status code alone).
+	// "https://iana.org/assignments/http-problem-types#quota-exceeded", the
+	// type draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
+	// exceeded quota (pending when this was written). Default "about:blank"
+	// (RFC 9457: the problem is described by the status code alone).
 	// New rejects a value that is not a URI reference: whitespace, control
 	// bytes, non-ASCII, '"', '\', '<', '>' or a malformed %-escape. The 503
 	// body of FailClosed always says "about:blank": it is not a quota problem.
@@ -249,43 +286,163 @@ type Policy struct {
 	LimitedResponse func(ctx context.Context, r Request, d Decision) *LimitedResponse
 }
 
-// ProblemTypeQuotaExceeded is, for Policy.ProblemType, the problem type
-// that draft-ietf-httpapi-ratelimit-headers asks IANA to register for an
-// exceeded quota (registration pending when this was written).
-const ProblemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+// Rate is one quota of a policy with several (Policy.Quotas) or of a plan
+// (Policy.Plans): Limit per Window, and for a TokenBucket its capacity
+// Burst. Every quota of a policy uses the policy's Algorithm. Limit and
+// Window are required (no defaults); the bounds are the Policy's own
+// (Limit, Window, Burst).
+type Rate struct {
+	// Limit is the quota per Window, >= 1, at most 15 digits.
+	Limit int64
+	// Window is the quota's period, a whole number of milliseconds from
+	// 1 ms to 24 h.
+	Window time.Duration
+	// Burst is the TokenBucket capacity (0: Limit); other algorithms
+	// reject a non-zero Burst.
+	Burst int64
+}
 
-// resolved holds a validated policy's derived integers.
+// quotaSpec is one validated quota: its numbers, the state signature its
+// store key carries (key.go) and its name in RateLimit header fields.
+type quotaSpec struct {
+	limit, windowMS, burst int64
+	state                  string
+}
+
+// capacity is the most one request can take: Limit, or Burst for a
+// TokenBucket.
+func (q *quotaSpec) capacity(a Algorithm) int64 {
+	if a == TokenBucket {
+		return q.burst
+	}
+	return q.limit
+}
+
+// quotaSet is the quotas one decision applies, all or nothing: a plan's,
+// or its fallback bucket's tightened copy; hdr holds their rendered header
+// parts (response.go).
+type quotaSet struct {
+	n   int
+	q   [MaxQuotas]quotaSpec
+	hdr setHeaders
+}
+
+// plan is one plan's quotas: the Policy's own (the default plan, name "")
+// or one of Policy.Plans. sets[0] is for identified requests, sets[1] for
+// the fallback bucket (requests with no identity).
+type plan struct {
+	name string
+	sets [2]quotaSet
+}
+
+// resolved holds a validated policy's derived values.
 type resolved struct {
-	limit, burst, cost int64
-	windowMS           int64
-	signature          string
+	cost int64
+	// signature is the default plan's quotas' signatures joined by '+'
+	// ("100p60", "2p10+5p60"): the default bucket name.
+	signature string
+	// plans[0] is the default plan, then Policy.Plans in name order.
+	plans []plan
+}
+
+// checkRate validates one quota's numbers for algorithm a; field is ""
+// for the Policy's own Limit, Window and Burst (defaults applied), or the
+// quota's place ("Quotas[1].", `Plans["pro"][0].`), prefixed to every field
+// an error names.
+func checkRate(a Algorithm, field string, limit int64, window time.Duration, burst int64) (quotaSpec, error) {
+	var q quotaSpec
+	if field != "" {
+		if limit == 0 {
+			return q, fmt.Errorf("%w: %sLimit is 0: every quota needs a Limit and a Window", ErrInvalidPolicy, field)
+		}
+		if window == 0 {
+			return q, fmt.Errorf("%w: %sWindow is 0: every quota needs a Limit and a Window", ErrInvalidPolicy, field)
+		}
+	}
+	if limit < 0 {
+		return q, fmt.Errorf("%w: %sLimit %d is negative (0 means the default %d)", ErrInvalidPolicy, field, limit, defaultLimit)
+	}
+	if window < 0 {
+		return q, fmt.Errorf("%w: %sWindow %v is negative (0 means the default %v)", ErrInvalidPolicy, field, window, defaultWindow)
+	}
+	if window > maxWindow {
+		return q, fmt.Errorf("%w: %sWindow %v is over the maximum %v", ErrInvalidPolicy, field, window, maxWindow)
+	}
+	if window%time.Millisecond != 0 {
+		return q, fmt.Errorf("%w: %sWindow %v is not a whole number of milliseconds", ErrInvalidPolicy, field, window)
+	}
+	if burst < 0 {
+		return q, fmt.Errorf("%w: %sBurst %d is negative", ErrInvalidPolicy, field, burst)
+	}
+	// Limit and Burst reach clients as header integers (q=, r=,
+	// RateLimit-Limit, ...): RFC 9651 Integers have at most 15 digits.
+	if limit > maxHeaderInt {
+		return q, fmt.Errorf("%w: %sLimit %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Limit (or Window with it)", ErrInvalidPolicy, field, limit)
+	}
+	if burst > maxHeaderInt {
+		return q, fmt.Errorf("%w: %sBurst %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Burst", ErrInvalidPolicy, field, burst)
+	}
+	q.limit, q.windowMS = limit, window.Milliseconds()
+	if q.limit == 0 {
+		q.limit = defaultLimit
+	}
+	if q.windowMS == 0 {
+		q.windowMS = defaultWindow.Milliseconds()
+	}
+	switch a {
+	case TokenBucket:
+		q.burst = burst
+		if q.burst == 0 {
+			q.burst = q.limit
+		}
+		if err := checkTokenBucket(q.limit, q.windowMS, q.burst); err != nil {
+			if field != "" {
+				err = fmt.Errorf("%s: %w", strings.TrimSuffix(field, "."), err)
+			}
+			return q, err
+		}
+	default:
+		if burst != 0 {
+			return q, fmt.Errorf("%w: %sBurst is only used by TokenBucket (Algorithm is %v)", ErrInvalidPolicy, field, a)
+		}
+		// The sliding-window test sums prev*(W-e) + (curr+cost)*W with every
+		// count at most Limit: below 3*Limit*W. Keep 4*Limit*W under 2^53.
+		if q.limit > maxExact/4/q.windowMS {
+			return q, fmt.Errorf("%w: %sLimit %d with Window %d ms exceeds exact integer arithmetic (4*Limit*Window must stay below 2^53); lower Limit or Window", ErrInvalidPolicy, field, q.limit, q.windowMS)
+		}
+	}
+	return q, nil
+}
+
+// resolveSet validates the quotas of one plan (rates; field names their
+// place in errors) and checks the policy's Cost against each capacity.
+func (p *Policy) resolveSet(rates []Rate, field string, cost int64) (quotaSet, error) {
+	var set quotaSet
+	if len(rates) > MaxQuotas {
+		return set, fmt.Errorf("%w: %s holds %d quotas, more than MaxQuotas (%d)", ErrInvalidPolicy, field, len(rates), MaxQuotas)
+	}
+	for i, rt := range rates {
+		place := fmt.Sprintf("%s[%d].", field, i)
+		q, err := checkRate(p.Algorithm, place, rt.Limit, rt.Window, rt.Burst)
+		if err != nil {
+			return set, err
+		}
+		for j := range i {
+			if o := set.q[j]; o.limit == q.limit && o.windowMS == q.windowMS && o.burst == q.burst {
+				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]", ErrInvalidPolicy, field, i, field, j)
+			}
+		}
+		if c := q.capacity(p.Algorithm); cost > c {
+			return set, fmt.Errorf("%w: Cost %d exceeds the capacity %d of %s[%d], so no request could ever be admitted", ErrInvalidPolicy, cost, c, field, i)
+		}
+		set.q[i] = q
+	}
+	set.n = len(rates)
+	return set, nil
 }
 
 func (p *Policy) resolve() (resolved, error) {
 	var r resolved
-	if p.Limit < 0 {
-		return r, fmt.Errorf("%w: Limit %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Limit, defaultLimit)
-	}
-	if p.Window < 0 {
-		return r, fmt.Errorf("%w: Window %v is negative (0 means the default %v)", ErrInvalidPolicy, p.Window, defaultWindow)
-	}
-	if p.Window > maxWindow {
-		return r, fmt.Errorf("%w: Window %v is over the maximum %v", ErrInvalidPolicy, p.Window, maxWindow)
-	}
-	if p.Window%time.Millisecond != 0 {
-		return r, fmt.Errorf("%w: Window %v is not a whole number of milliseconds", ErrInvalidPolicy, p.Window)
-	}
-	if p.Burst < 0 {
-		return r, fmt.Errorf("%w: Burst %d is negative", ErrInvalidPolicy, p.Burst)
-	}
-	// Limit and Burst reach clients as header integers (q=, r=,
-	// RateLimit-Limit, ...): RFC 9651 Integers have at most 15 digits.
-	if p.Limit > maxHeaderInt {
-		return r, fmt.Errorf("%w: Limit %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Limit (or Window with it)", ErrInvalidPolicy, p.Limit)
-	}
-	if p.Burst > maxHeaderInt {
-		return r, fmt.Errorf("%w: Burst %d has more than 15 digits, the most a RateLimit header integer may carry (RFC 9651); lower Burst", ErrInvalidPolicy, p.Burst)
-	}
 	if p.Cost < 0 {
 		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)
 	}
@@ -305,7 +462,7 @@ func (p *Policy) resolve() (resolved, error) {
 		return r, fmt.Errorf("%w: HeaderStyle %d has unknown bits", ErrInvalidPolicy, p.HeaderStyle)
 	}
 	if p.Name != "" {
-		if err := checkName(p.Name); err != nil {
+		if err := checkName("Name", p.Name); err != nil {
 			return r, err
 		}
 	}
@@ -319,41 +476,58 @@ func (p *Policy) resolve() (resolved, error) {
 			return r, fmt.Errorf("%w: SkipPaths[%d] %q does not start with '/' (paths are compared with Request.Path exactly)", ErrInvalidPolicy, i, path)
 		}
 	}
-	r.limit, r.windowMS, r.cost = p.Limit, p.Window.Milliseconds(), p.Cost
-	if r.limit == 0 {
-		r.limit = defaultLimit
-	}
-	if r.windowMS == 0 {
-		r.windowMS = defaultWindow.Milliseconds()
-	}
+	r.cost = p.Cost
 	if r.cost == 0 {
 		r.cost = defaultCost
 	}
-	capacity := r.limit
-	switch p.Algorithm {
-	case TokenBucket:
-		r.burst = p.Burst
-		if r.burst == 0 {
-			r.burst = r.limit
+	var def quotaSet
+	if len(p.Quotas) > 0 {
+		if p.Limit != 0 || p.Window != 0 || p.Burst != 0 {
+			return r, fmt.Errorf("%w: Limit, Window and Burst must be zero when Quotas is set (each quota is a Rate in Quotas)", ErrInvalidPolicy)
 		}
-		capacity = r.burst
-		if err := checkTokenBucket(r.limit, r.windowMS, r.burst); err != nil {
+		var err error
+		if def, err = p.resolveSet(p.Quotas, "Quotas", r.cost); err != nil {
 			return r, err
 		}
-	default:
-		if p.Burst != 0 {
-			return r, fmt.Errorf("%w: Burst is only used by TokenBucket (Algorithm is %v)", ErrInvalidPolicy, p.Algorithm)
+	} else {
+		q, err := checkRate(p.Algorithm, "", p.Limit, p.Window, p.Burst)
+		if err != nil {
+			return r, err
 		}
-		// The sliding-window test sums prev*(W-e) + (curr+cost)*W with every
-		// count at most Limit: below 3*Limit*W. Keep 4*Limit*W under 2^53.
-		if r.limit > maxExact/4/r.windowMS {
-			return r, fmt.Errorf("%w: Limit %d with Window %d ms exceeds exact integer arithmetic (4*Limit*Window must stay below 2^53); lower Limit or Window", ErrInvalidPolicy, r.limit, r.windowMS)
+		if c := q.capacity(p.Algorithm); r.cost > c {
+			return r, fmt.Errorf("%w: Cost %d exceeds the capacity %d, so no request could ever be admitted", ErrInvalidPolicy, r.cost, c)
 		}
+		def.n, def.q[0] = 1, q
 	}
-	if r.cost > capacity {
-		return r, fmt.Errorf("%w: Cost %d exceeds the capacity %d, so no request could ever be admitted", ErrInvalidPolicy, r.cost, capacity)
+	if p.Plans != nil && p.Plan == nil {
+		return r, fmt.Errorf("%w: Plans is set but Plan is nil: set Plan, the function that names each request's plan", ErrInvalidPolicy)
 	}
-	r.signature = signature(p.Algorithm, r.limit, r.windowMS, r.burst)
+	r.plans = append(r.plans, plan{sets: [2]quotaSet{def}})
+	names := make([]string, 0, len(p.Plans))
+	for name := range p.Plans {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := checkName("Plans key", name); err != nil {
+			return r, err
+		}
+		rates := p.Plans[name]
+		if len(rates) == 0 {
+			return r, fmt.Errorf("%w: Plans[%q] holds no quota", ErrInvalidPolicy, name)
+		}
+		set, err := p.resolveSet(rates, fmt.Sprintf("Plans[%q]", name), r.cost)
+		if err != nil {
+			return r, err
+		}
+		r.plans = append(r.plans, plan{name: name, sets: [2]quotaSet{set}})
+	}
+	sigs := make([]string, def.n)
+	for i := range def.n {
+		q := &def.q[i]
+		sigs[i] = signature(p.Algorithm, q.limit, q.windowMS, q.burst)
+	}
+	r.signature = strings.Join(sigs, "+")
 	return r, nil
 }
 
@@ -380,20 +554,20 @@ func signature(a Algorithm, limit, windowMS, burst int64) string {
 	return string(b)
 }
 
-// checkName validates a policy Name: printable ASCII (0x20-0x7e), no ':', not
+// checkName validates a policy Name (or a Plans key, field says which): printable ASCII (0x20-0x7e), no ':', not
 // blank. Quotes and backslashes are allowed; header writers escape them as
 // RFC 9651 strings.
-func checkName(name string) error {
+func checkName(field, name string) error {
 	if strings.TrimSpace(name) == "" {
-		return fmt.Errorf("%w: Name %q is blank", ErrInvalidPolicy, name)
+		return fmt.Errorf("%w: %s %q is blank", ErrInvalidPolicy, field, name)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: Name %q contains a byte that is not printable ASCII at %d", ErrInvalidPolicy, name, i)
+			return fmt.Errorf("%w: %s %q contains a byte that is not printable ASCII at %d", ErrInvalidPolicy, field, name, i)
 		}
 		if c == ':' {
-			return fmt.Errorf("%w: Name %q contains ':', the store key separator", ErrInvalidPolicy, name)
+			return fmt.Errorf("%w: %s %q contains ':', the store key separator", ErrInvalidPolicy, field, name)
 		}
 	}
 	return nil

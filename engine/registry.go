@@ -54,7 +54,7 @@ func register(l *Limiter, s Store) error {
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().Elem().Size() == 0 {
 		return nil // zero-size values may share one address: not one store
 	}
-	k := registryKey{typ: v.Type(), ptr: v.Pointer(), state: l.cfg.keyPrefix + ":" + l.keys.state}
+	k := registryKey{typ: v.Type(), ptr: v.Pointer(), state: l.cfg.keyPrefix + ":" + l.state}
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if live(k) {
@@ -71,7 +71,7 @@ func register(l *Limiter, s Store) error {
 		if live(k) {
 			return fmt.Errorf("%w: another Limiter with no Name and the same numbers (%s) is alive on this Store, so both would draw on one allowance without saying so: "+
 				"set distinct Names to keep them apart (one Name on both shares on purpose), or reuse the first Limiter where one allowance is meant (one Limiter may serve several routes)",
-				ErrInvalidPolicy, l.keys.state)
+				ErrInvalidPolicy, l.state)
 		}
 	}
 	registry.m[k] = weak.Make(l)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // Case C-08 (issue 16): a cost above the quota's capacity (ConsumeN 6 on a
@@ -21,7 +22,7 @@ import (
 func TestRegressionC08NeverAdmissibleCost(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		store := storeAt(1_767_225_600_000)
-		l := limit.MustNew(store, limit.Policy{Algorithm: alg, Limit: 5, Window: time.Minute})
+		l := limittest.MustNew(store, limit.Policy{Algorithm: alg, Limit: 5, Window: time.Minute})
 		ctx := context.Background()
 		for _, n := range []int64{6, 1 << 62} {
 			d, err := l.ConsumeN(ctx, "u", n)
@@ -43,11 +44,11 @@ func TestRegressionC08NeverAdmissibleCost(t *testing.T) {
 	}
 	// Above a token bucket's Burst (but within Limit), and above the
 	// fallback bucket's capacity (Limit/10) for a blank identity.
-	tb := limit.MustNew(storeAt(0), limit.Policy{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 3})
+	tb := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 3})
 	if d, _ := tb.ConsumeN(context.Background(), "u", 4); !d.OverCapacity {
 		t.Fatalf("cost 4 on Burst 3: %+v, want OverCapacity", d)
 	}
-	fw := limit.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 100})
+	fw := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 100})
 	if d, _ := fw.ConsumeN(context.Background(), " ", 11); !d.OverCapacity || d.Limit != 10 {
 		t.Fatalf("cost 11 in the fallback bucket of 10: %+v, want OverCapacity", d)
 	}
@@ -62,7 +63,7 @@ func TestRegressionC08NeverAdmissibleCost(t *testing.T) {
 func TestRegressionC08NeverAdmissibleCostOverHTTP(t *testing.T) {
 	for _, d := range []limit.Disclosure{limit.DiscloseNone, limit.DiscloseRetryAfter, limit.DiscloseOnLimit, limit.DiscloseAlways} {
 		limited := 0
-		l := limit.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Disclosure: d,
+		l := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Disclosure: d,
 			HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy,
 			CostFunc:    func(limit.Request) int64 { return 6 },
 			OnLimited:   func(_ context.Context, _ limit.Request, d limit.Decision) { limited++ }})
@@ -87,7 +88,7 @@ func TestRegression2FailureResponses(t *testing.T) {
 	ctx := context.Background()
 	req := limit.Request{Peer: "192.0.2.1:1"}
 	// FailLocal denial from the local store.
-	l := limit.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailLocal, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy}, limit.WithLocalStore(storeAt(1_767_225_600_000)))
+	l := limittest.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailLocal, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy}, limit.WithLocalStore(storeAt(1_767_225_600_000)))
 	checkHTTP(l, req)
 	w := checkHTTP(l, req)
 	t.Logf("FailLocal denial: %d %v", w.Code, w.Header())
@@ -95,14 +96,14 @@ func TestRegression2FailureResponses(t *testing.T) {
 		t.Errorf("FailLocal denial: %d %v", w.Code, w.Header())
 	}
 	// FailClosed: 503, Retry-After 1, no RateLimit fields even at Always.
-	l = limit.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailClosed, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy | limit.HeadersTriplet})
+	l = limittest.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailClosed, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy | limit.HeadersTriplet})
 	w = checkHTTP(l, req)
 	t.Logf("FailClosed: %d %v %s", w.Code, w.Header(), w.Body)
 	if w.Code != 503 || w.Header().Get("Retry-After") != "1" || w.Header().Get("Cache-Control") != "no-store" || w.Header().Get("Ratelimit") != "" || w.Header().Get("X-Ratelimit-Reset") != "" {
 		t.Errorf("FailClosed: %d %v", w.Code, w.Header())
 	}
 	// FailOpen allowed: no RateLimit numbers at Always.
-	l = limit.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailOpen, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy | limit.HeadersTriplet})
+	l = limittest.MustNew(errStore, limit.Policy{Limit: 1, FailureMode: limit.FailOpen, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy | limit.HeadersTriplet})
 	r := check(l, ctx, req)
 	t.Logf("FailOpen fields: %v", r.Fields())
 	if r.Denied() || len(r.Fields()) > 1 {
@@ -117,7 +118,7 @@ func TestRegression2FailureResponses(t *testing.T) {
 
 func TestRegression2OverCapacitySlidingPrevOnly(t *testing.T) {
 	s := storeAt(1_767_225_600_000)
-	l := limit.MustNew(s, limit.Policy{Limit: 5, Window: 5 * time.Second, AlignWindows: true})
+	l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: 5 * time.Second, AlignWindows: true})
 	ctx := context.Background()
 	l.ConsumeN(ctx, "u", 2)
 	s.advance(5000) // the next window: only prev holds requests
@@ -128,7 +129,7 @@ func TestRegression2OverCapacitySlidingPrevOnly(t *testing.T) {
 }
 
 func TestRegression2ConsumeIdentityDomain(t *testing.T) {
-	l := limit.MustNew(storeAt(1_767_225_600_000), limit.Policy{Limit: 2})
+	l := limittest.MustNew(storeAt(1_767_225_600_000), limit.Policy{Limit: 2})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		l.Consume(ctx, "192.0.2.1")

@@ -63,21 +63,23 @@ func (r *reporter) storeFailure(bucket string, mode FailureMode, err error, logI
 	}
 }
 
-// Reasons of StoreSkipped.
+// Events of Observer.StoreEvent.
 const (
 	skipDenyCache   = "deny-cache"
 	skipBreakerOpen = "breaker-open"
+	eventOpened     = "opened"
+	eventClosed     = "closed"
 )
 
 // storeSkipped reports a decision that did not call the store.
 func (r *reporter) storeSkipped(store, reason string) {
-	r.observer.StoreSkipped(store, reason)
+	r.observer.StoreEvent(store, reason)
 }
 
 // storeOpened reports that the store's circuit breaker opened: an event
 // and a log line, once per transition (never gated).
 func (r *reporter) storeOpened(store string, silent bool, err error) {
-	r.observer.StoreBreaker(store, true)
+	r.observer.StoreEvent(store, eventOpened)
 	why := "it failed 5 calls in a row"
 	if silent {
 		why = "it answered nothing for a whole store timeout"
@@ -89,7 +91,7 @@ func (r *reporter) storeOpened(store string, silent bool, err error) {
 // storeRecovered reports that the store's circuit breaker closed: an event
 // and a log line, once per transition.
 func (r *reporter) storeRecovered(store string, openFor time.Duration) {
-	r.observer.StoreBreaker(store, false)
+	r.observer.StoreEvent(store, eventClosed)
 	r.logger.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
 		slog.String("store", store), slog.Duration("open_for", openFor.Round(time.Millisecond)))
 }

@@ -232,7 +232,7 @@ func TestObserverAllocationFree(t *testing.T) {
 				if observed {
 					opts = append(opts, limit.WithObserver(rec))
 				}
-				l := limit.MustNew(tc.store(), tc.p, opts...)
+				l := limittest.MustNew(tc.store(), tc.p, opts...)
 				do(l, peer) // warm: first key write, route cache
 				assertNoAllocs(t, l, func() { tc.run(l) })
 				if observed && (len(rec.Decisions()) == 0 || rec.Durations() == 0) {
@@ -250,13 +250,12 @@ func (panicObserver) Decision(limit.DecisionEvent)                { panic("decis
 func (panicObserver) ClientAddressIssue(string, limit.Issue)      { panic("issue") }
 func (panicObserver) StoreError(string, limit.FailureMode)        { panic("store error") }
 func (panicObserver) StoreDuration(string, string, time.Duration) { panic("duration") }
-func (panicObserver) StoreSkipped(string, string)                 { panic("skipped") }
-func (panicObserver) StoreBreaker(string, bool)                   { panic("breaker") }
+func (panicObserver) StoreEvent(string, string)                   { panic("store event") }
 
 func TestPanickingObserverDoesNotBreakRequests(t *testing.T) {
 	t.Parallel()
 	for _, s := range []limit.Store{limittest.NewStore(nil), errStore} {
-		l := limit.MustNew(s, limit.Policy{Limit: 1, KeyFunc: func(limit.Request) (string, error) { panic("key") }}, limit.WithObserver(panicObserver{}))
+		l := limittest.MustNew(s, limit.Policy{Limit: 1, KeyFunc: func(limit.Request) (string, error) { panic("key") }}, limit.WithObserver(panicObserver{}))
 		resp := check(l, context.Background(), limit.Request{})
 		if resp.Denied() || !resp.Decision.Allowed {
 			t.Fatalf("first request with a panicking observer: %+v, want allowed", resp.Decision)
@@ -277,7 +276,7 @@ func TestLogRateLimits(t *testing.T) {
 
 	// In-process: no circuit breaker, so every call fails and meets the gate.
 	failing := limittest.FailingStore{Err: errBackend, InProcess: true}
-	l := limit.MustNew(failing, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
+	l := limittest.MustNew(failing, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
 	limit.SetLogClock(l, func() time.Time { return time.Unix(0, now.Load()) })
 	ctx := context.Background()
 	lines := func(substr string) int {

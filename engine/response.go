@@ -151,6 +151,9 @@ const maxFields = 12
 // Check builds it in place on the caller's stack (no allocation).
 type response struct {
 	Decision Decision
+	// set is the quotaSet that decided (its rendered header parts); nil
+	// for a skipped request.
+	set *quotaSet
 	// status is 0 when the request proceeds, else the status to send (429
 	// Too Many Requests per RFC 6585, 503 under FailClosed, or what
 	// Policy.LimitedResponse chose).
@@ -197,33 +200,56 @@ func (r *response) replace(lr *LimitedResponse) {
 }
 
 // responder builds a limiter's responses; its constant parts are rendered
-// once, by New.
+// once, by New (the per-quota parts in each quotaSet's setHeaders).
 type responder struct {
-	level      int // Disclosure.level()
-	style      HeaderStyle
-	limit      int64  // the policy's quota per window
-	limitText  string // limit in decimal
-	quoted     string // the bucket name as an RFC 9651 sf-string: "100p60"
-	ietfPolicy string // "100p60";q=100;w=60
-	triplet    string // 100;w=60
-	windowS    int64
-	body429    []byte // the default 429 problem body, with ProblemType
+	level   int // Disclosure.level()
+	style   HeaderStyle
+	shadow  bool   // Policy.Shadow: no header field, ever
+	body429 []byte // the default 429 problem body, with ProblemType
 }
 
-func newResponder(p *Policy, name string, res resolved) responder {
-	r := responder{level: p.Disclosure.level(), style: p.HeaderStyle, limit: res.limit,
-		quoted: quoteSF(name), windowS: ceilDiv(res.windowMS, 1000), body429: problemBody(p.ProblemType, "", http.StatusTooManyRequests)}
+func newResponder(p *Policy) responder {
+	r := responder{level: p.Disclosure.level(), style: p.HeaderStyle, shadow: p.Shadow,
+		body429: problemBody(p.ProblemType, "", http.StatusTooManyRequests)}
 	if r.style == 0 {
 		r.style = HeadersIETF
 	}
-	r.limitText = strconv.FormatInt(res.limit, 10)
-	r.ietfPolicy = r.policyValue(res.limit)
-	r.triplet = r.limitText + ";w=" + strconv.FormatInt(r.windowS, 10)
 	return r
 }
 
-func (r *responder) policyValue(limit int64) string {
-	return r.quoted + ";q=" + strconv.FormatInt(limit, 10) + ";w=" + strconv.FormatInt(r.windowS, 10)
+// setHeaders is the rendered header parts of one quotaSet.
+type setHeaders struct {
+	quoted     [MaxQuotas]string // each quota's name as an RFC 9651 sf-string: "100p60"
+	limitText  [MaxQuotas]string // each quota's Limit in decimal
+	ietfPolicy string            // every quota: "2p10";q=2;w=10, "5p60";q=5;w=60
+	triplet    string            // every quota, the -06 form: 2;w=10, 5;w=60
+}
+
+// newSetHeaders renders the header parts of set, whose quota names come
+// from named (the plan's quotas: the fallback bucket's tightened copy keeps
+// their names). A quota's name is the policy Name, or with several quotas
+// Name + "/" + the quota's signature; without a Name, the quota's
+// signature ("100p60": the default bucket name of a one-quota policy).
+func newSetHeaders(p *Policy, named, set *quotaSet) setHeaders {
+	var h setHeaders
+	var ietf, triplet []string
+	for i := range set.n {
+		nq, q := &named.q[i], &set.q[i]
+		name := signature(p.Algorithm, nq.limit, nq.windowMS, nq.burst)
+		switch {
+		case p.Name != "" && set.n == 1:
+			name = p.Name
+		case p.Name != "":
+			name = p.Name + "/" + name
+		}
+		h.quoted[i] = quoteSF(name)
+		h.limitText[i] = strconv.FormatInt(q.limit, 10)
+		w := strconv.FormatInt(ceilDiv(q.windowMS, 1000), 10)
+		ietf = append(ietf, h.quoted[i]+";q="+h.limitText[i]+";w="+w)
+		triplet = append(triplet, h.limitText[i]+";w="+w)
+	}
+	h.ietfPolicy, h.triplet = strings.Join(ietf, ", "), strings.Join(triplet, ", ")
+	return h
 }
 
 // fill sets the header fields, status and body of resp from its Decision:
@@ -240,6 +266,9 @@ func (r *responder) policyValue(limit int64) string {
 // problem body, Content-Type and Cache-Control only: no Retry-After.
 func (r *responder) fill(resp *response) {
 	d := &resp.Decision
+	if r.shadow {
+		return // never limits, tells clients nothing
+	}
 	if d.Allowed {
 		if r.level >= 3 && d.numbers {
 			ms := d.ResetAfter.Milliseconds()
@@ -283,18 +312,15 @@ func (r *responder) fill(resp *response) {
 // store's clock.
 func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 	d := &resp.Decision
-	var buf [64]byte
-	limit := r.limitText
-	if d.Limit != r.limit { // the fallback bucket's tightened limit
-		limit = strconv.FormatInt(d.Limit, 10)
+	if resp.set == nil || d.quota >= resp.set.n {
+		return
 	}
+	h := &resp.set.hdr
+	var buf [64]byte
+	limit := h.limitText[d.quota]
 	if r.style&HeadersIETF != 0 {
-		pol := r.ietfPolicy
-		if d.Limit != r.limit {
-			pol = r.policyValue(d.Limit)
-		}
-		resp.add(hRateLimitPolicy, pol)
-		b := append(buf[:0], r.quoted...)
+		resp.add(hRateLimitPolicy, h.ietfPolicy)
+		b := append(buf[:0], h.quoted[d.quota]...)
 		b = append(b, ";r="...)
 		b = strconv.AppendInt(b, d.Remaining, 10)
 		b = append(b, ";t="...)
@@ -306,11 +332,7 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 		// only: one List field cannot mix -10 members (strings) with -06
 		// members (integers). Triplet clients read the other three fields.
 		if r.style&HeadersIETF == 0 {
-			tr := r.triplet
-			if d.Limit != r.limit {
-				tr = limit + ";w=" + strconv.FormatInt(r.windowS, 10)
-			}
-			resp.add(hRateLimitPolicy, tr)
+			resp.add(hRateLimitPolicy, h.triplet)
 		}
 		resp.add(hRateLimitLimit, limit)
 		resp.add(hRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))

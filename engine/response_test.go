@@ -193,7 +193,7 @@ func TestTwoLimitersMergeHeaders(t *testing.T) {
 
 func TestProblemType(t *testing.T) {
 	bodies := map[string]string{}
-	valid := []string{"", "about:blank", limit.ProblemTypeQuotaExceeded, "/problems/rate-limit", "urn:example:quota", "https://example.com/p?x=1&y=%41#frag", "tag:example.com,2026:quota"}
+	valid := []string{"", "about:blank", problemTypeQuotaExceeded, "/problems/rate-limit", "urn:example:quota", "https://example.com/p?x=1&y=%41#frag", "tag:example.com,2026:quota"}
 	for _, typ := range valid {
 		l, err := limit.New(storeAt(epochMS), limit.Policy{Limit: 1, ProblemType: typ})
 		if err != nil {
@@ -223,7 +223,7 @@ func TestProblemType(t *testing.T) {
 	if got := bodies[""]; got != `{"type":"about:blank","title":"Too Many Requests","status":429}` {
 		t.Fatalf("default body %s", got)
 	}
-	if got := bodies[limit.ProblemTypeQuotaExceeded]; got != `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}` {
+	if got := bodies[problemTypeQuotaExceeded]; got != `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429}` {
 		t.Fatalf("quota-exceeded body %s", got)
 	}
 	invalid := []string{"a b", `a"b`, `a\b`, "<x>", "caf\xc3\xa9", "%4", "%zz", "x\n", "{a}", "a|b", "http://[::1"}
@@ -397,3 +397,7 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 		}
 	}
 }
+
+// problemTypeQuotaExceeded is the problem type the ratelimit-headers draft
+// asks IANA to register.
+const problemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"

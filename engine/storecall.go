@@ -201,11 +201,12 @@ func (c *storeCall) take(ctx context.Context, sc *storeCtx, s *storeRef, op *Op)
 	return res, err
 }
 
-// call runs Store.Take with a recovered panic (reported as ErrStorePanic).
+// call runs Store.Take with a recovered panic, which is a store failure
+// like any other: its error says "limit: store panicked: " and the value.
 func (c *storeCall) call(ctx context.Context, s *storeRef, op *Op) (res Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %v", ErrStorePanic, p)
+			err = fmt.Errorf("limit: store panicked: %v", p)
 		}
 	}()
 	return s.Take(ctx, op)

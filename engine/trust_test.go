@@ -71,7 +71,7 @@ func TestLogLinesCarryNoControlCharacters(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newRawHandler()
-			l := limit.MustNew(limittest.NewStore(nil), tc.policy, append(tc.opts, limit.WithLogger(slog.New(h)))...)
+			l := limittest.MustNew(limittest.NewStore(nil), tc.policy, append(tc.opts, limit.WithLogger(slog.New(h)))...)
 			check(l, t.Context(), limit.Request{Peer: "10.0.0.2:1", Header: tc.header})
 			lines := h.lines()
 			if len(lines) != 1 || lines[0] == "" {
@@ -98,7 +98,7 @@ func TestIssueReporting(t *testing.T) {
 		t.Parallel()
 		h := newRawHandler()
 		obs := &limittest.Recorder{}
-		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithTrustedHeader("X-Forwarded-For", 2), limit.WithLogger(slog.New(h)), limit.WithObserver(obs))
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithTrustedHeader("X-Forwarded-For", 2), limit.WithLogger(slog.New(h)), limit.WithObserver(obs))
 		for range 3 {
 			check(l, t.Context(), limit.Request{Peer: "10.0.0.2:1", Header: headerOf("X-Forwarded-For: 203.0.113.9")})
 			check(l, t.Context(), limit.Request{Peer: "10.0.0.2:1", Header: headerOf("X-Forwarded-For: junk, 10.0.0.3")})
@@ -123,7 +123,7 @@ func TestIssueReporting(t *testing.T) {
 		t.Parallel()
 		h := newRawHandler()
 		obs := &limittest.Recorder{}
-		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithLogger(slog.New(h)), limit.WithObserver(obs))
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithLogger(slog.New(h)), limit.WithObserver(obs))
 		hdr := headerOf("X-Forwarded-For: junk", "Forwarded: for=unknown", "X-Real-IP: ", "True-Client-IP: 1.2.3.4, 5.6.7.8")
 		for range 5 {
 			check(l, t.Context(), limit.Request{Peer: "192.0.2.1:1", Header: hdr})
@@ -135,7 +135,7 @@ func TestIssueReporting(t *testing.T) {
 	t.Run("untrusted_peer_reports_nothing", func(t *testing.T) {
 		t.Parallel()
 		obs := &limittest.Recorder{}
-		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), limit.WithObserver(obs))
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{}, limit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8")), limit.WithObserver(obs))
 		for _, hdr := range []http.Header{nil, headerOf("X-Forwarded-For: junk")} {
 			check(l, t.Context(), limit.Request{Peer: "192.0.2.1:1", Header: hdr})
 		}
@@ -173,7 +173,7 @@ func TestAllowedPathAllocations(t *testing.T) {
 			if tc.raceAllocs && limittest.RaceEnabled {
 				t.Skip("SKIPPED under -race: the race detector's instrumentation makes the SHA-256 input escape; `go test -run TestAllowedPathAllocations` without -race checks this case")
 			}
-			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 30, Window: 1000 * 1e6}, tc.opts...)
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 30, Window: 1000 * 1e6}, tc.opts...)
 			r := limit.Request{Peer: tc.peer, Header: tc.hdr}
 			ctx := context.Background()
 			w := limittest.NewWriter()

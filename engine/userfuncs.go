@@ -8,7 +8,7 @@ import (
 )
 
 // This file runs the user-supplied functions of a Policy: Skip, KeyFunc,
-// CostFunc, OnLimited, OnStoreError and LimitedResponse. Each is called
+// CostFunc, Plan, OnLimited, OnStoreError and LimitedResponse. Each is called
 // synchronously and behind a recover, so that a bug in one of them costs at
 // most its own effect, never a 500 or a crashed server. Every failure is
 // reported as an Issue and logged at most once per 10 minutes per kind.
@@ -81,6 +81,43 @@ func (l *Limiter) cost(r *Request) (n int64) {
 		n = l.res.cost
 	}
 	return n
+}
+
+// plan returns the plan of r: the one Policy.Plan names, or the default
+// plan when there is no Plan function or it returns "". An error, a panic or
+// a name not in Plans means the default plan too, reported as
+// IssuePlanFallback.
+func (l *Limiter) plan(r *Request, bucket string) *plan {
+	if l.policy.Plan == nil {
+		return &l.res.plans[0]
+	}
+	name, p, err := l.callPlan(r)
+	var why string
+	switch {
+	case p != nil:
+		why = "Plan panicked"
+	case err != nil:
+		why = "Plan returned an error"
+	case name == "":
+		return &l.res.plans[0]
+	default:
+		if pl, ok := l.plans[name]; ok {
+			return pl
+		}
+		why = "Plan returned a name that is not a key of Plans"
+	}
+	l.cfg.rep.policyFuncFailed(bucket, IssuePlanFallback, why+"; the default plan applies", p)
+	return &l.res.plans[0]
+}
+
+func (l *Limiter) callPlan(r *Request) (name string, panicked any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			name, panicked, err = "", p, nil
+		}
+	}()
+	name, err = l.policy.Plan(*r)
+	return name, nil, err
 }
 
 // onLimited runs Policy.OnLimited, recovering a panic.

@@ -96,7 +96,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 		max  float64
 	}{{"default", limit.DiscloseRetryAfter, 0}, {"always", limit.DiscloseAlways, 3}} {
 		t.Run(tt.name, func(t *testing.T) {
-			l := limit.MustNew(newStore(), limit.Policy{Limit: 1 << 20, Window: time.Hour, Disclosure: tt.d})
+			l := limittest.MustNew(newStore(), limit.Policy{Limit: 1 << 20, Window: time.Hour, Disclosure: tt.d})
 			h := chilimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r, _ := http.NewRequest("GET", "/v1/notes/1", nil)
 			r.RemoteAddr = "192.0.2.10:5555"

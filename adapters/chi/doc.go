@@ -1,6 +1,9 @@
 // Package chilimit mounts a quotagate limit.Limiter on a go-chi/chi v5 router.
 //
-//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
 //	r := chi.NewRouter()
 //	r.Use(chilimit.Middleware(l))
 //

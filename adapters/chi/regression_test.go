@@ -46,7 +46,7 @@ func TestRegressionChiRoutePatternIgnoresRoutePath(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newStore()
-			login := limit.MustNew(store, limit.Policy{
+			login := limittest.MustNew(store, limit.Policy{
 				Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute,
 			})
 			var c counter
@@ -75,7 +75,7 @@ func TestRegressionChiRoutePatternIgnoresRoutePath(t *testing.T) {
 // it to another handler ("/{page}"), which is thereby unlimited.
 func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
 	store := newStore()
-	l := limit.MustNew(store, limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
+	l := limittest.MustNew(store, limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
 	var health, page counter
 	r := chi.NewRouter()
 	r.Use(chilimit.Middleware(l))
@@ -122,7 +122,7 @@ func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &limittest.Recorder{}
-			login := limit.MustNew(newStore(), limit.Policy{
+			login := limittest.MustNew(newStore(), limit.Policy{
 				Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute,
 			}, limit.WithObserver(rec))
 			var c counter
@@ -159,7 +159,7 @@ func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
 // counts in its route's bucket.
 func TestRewritingBeforeTheLimiterIsSafe(t *testing.T) {
 	rec := &limittest.Recorder{}
-	login := limit.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute},
+	login := limittest.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute},
 		limit.WithObserver(rec))
 	var c counter
 	r := chi.NewRouter()
@@ -196,7 +196,7 @@ func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
 		}
 		for _, q := range qs {
 			rec := &limittest.Recorder{}
-			l := limit.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute}, limit.WithObserver(rec))
+			l := limittest.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute}, limit.WithObserver(rec))
 			var c counter
 			h := routes(mount, chilimit.Middleware(l), c.handler(200, "note"))
 			got := serve(h, q.method, q.path, "192.0.2.23:1234")
@@ -236,7 +236,7 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
 	store := newStore()
 	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
-	a := limit.MustNew(store, p)
+	a := limittest.MustNew(store, p)
 	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "distinct Names") {
 		t.Fatalf("b built separately from a's policy: %v, want New to refuse it", err)
 	}
@@ -256,7 +256,7 @@ func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
 	}
 	outer, inner := p, p
 	outer.Name, inner.Name = "outer", "inner"
-	if n := run(limit.MustNew(newStore(), outer), limit.MustNew(newStore(), inner)); n != 5 {
+	if n := run(limittest.MustNew(newStore(), outer), limittest.MustNew(newStore(), inner)); n != 5 {
 		t.Fatalf("distinct Names: %d of 6 admitted, want 5", n)
 	}
 }

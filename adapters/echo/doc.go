@@ -1,7 +1,10 @@
 // Package echolimit mounts a quotagate limit.Limiter on a labstack/echo v4
 // server.
 //
-//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
 //	e := echo.New()
 //	e.Use(echolimit.Middleware(l))
 //

@@ -131,7 +131,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			obs := &limittest.Recorder{}
-			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			e := echo.New()
 			h := func(c echo.Context) error { return nil }
 			if tc.group {
@@ -166,7 +166,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 // An allowed handler's error still reaches echo's error handler.
 func TestHandlerErrorReachesTheErrorHandler(t *testing.T) {
 	e := echo.New()
-	e.Use(echolimit.Middleware(limit.MustNew(limittest.NewStore(nil), limit.Policy{})))
+	e.Use(echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), limit.Policy{})))
 	e.GET("/err", func(c echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "short and stout") })
 	if r := limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, e)+"/err"); r.Status != http.StatusTeapot {
 		t.Fatalf("handler error: %d, want 418", r.Status)
@@ -195,7 +195,7 @@ func BenchmarkMiddleware(b *testing.B) {
 // On the allowed path at the default disclosure the only allocation is the
 // middleware closure echo builds per request for e.Use middleware.
 func TestMiddlewareAllocations(t *testing.T) {
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	if got := conformance.AllocsPerRequest(t, echoWith(l)); got > 1 {
 		t.Fatalf("%.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
 	}

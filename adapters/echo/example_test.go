@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -22,7 +23,7 @@ func ExampleKeyFunc() {
 	if err != nil {
 		panic(err)
 	}
-	byKey := limit.MustNew(store, limit.Policy{Limit: 2, Window: time.Minute, KeyFunc: apiKey})
+	byKey := limittest.MustNew(store, limit.Policy{Limit: 2, Window: time.Minute, KeyFunc: apiKey})
 
 	e := echo.New()
 	e.GET("/v1/search", func(c echo.Context) error { return c.String(http.StatusOK, "results") }, echolimit.Middleware(byKey))

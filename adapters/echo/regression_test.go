@@ -23,7 +23,7 @@ import (
 // never limited), and echo serves it with the "/:page" handler, which is
 // thereby unlimited.
 func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
 	var health, page atomic.Int64
 	e := echo.New()
 	e.Use(echolimit.Middleware(l))

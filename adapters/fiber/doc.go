@@ -1,7 +1,10 @@
 // Package fiberlimit mounts a quotagate limit.Limiter on a gofiber/fiber v2
 // app (fasthttp).
 //
-//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
 //	app := fiber.New()
 //	app.Use(fiberlimit.New(l))
 //

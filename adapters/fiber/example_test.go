@@ -9,6 +9,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	fiberlimit "github.com/quotagate/quotagate/adapters/fiber"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -21,7 +22,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	global := limittest.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
 	app.Use(fiberlimit.New(global))
 	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
 	if err != nil {

@@ -51,10 +51,10 @@ func BenchmarkHandler(b *testing.B) {
 			case "fiber-only":
 				app.Get("/v1/notes/:id", h)
 			case "shared":
-				app.Use(fiberlimit.New(limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
+				app.Use(fiberlimit.New(limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
 				app.Get("/v1/notes/:id", h)
 			case "per-route":
-				l := limit.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
+				l := limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
 				app.Get("/v1/notes/:id", fiberlimit.New(l), h)
 			}
 			serve := serveOnce(app)
@@ -70,7 +70,7 @@ func BenchmarkHandler(b *testing.B) {
 // two copies it must make: the request path and the peer address text.
 func TestHandlerAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
-	l := limit.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
 	serve := serveOnce(app)
@@ -139,7 +139,7 @@ func TestPerRouteInUseMountFallsBackToShared(t *testing.T) {
 		t.Run(mount, func(t *testing.T) {
 			t.Parallel()
 			obs := &limittest.Recorder{}
-			l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			mw := fiberlimit.New(l)
 			app := newApp()
 			h := func(c *fiber.Ctx) error { return c.SendString("ok") }
@@ -181,7 +181,7 @@ func TestPerRouteInUseMountFallsBackToShared(t *testing.T) {
 // An allowed handler's error still reaches fiber's error handler.
 func TestHandlerErrorReachesTheErrorHandler(t *testing.T) {
 	app := newApp()
-	app.Use(fiberlimit.New(limit.MustNew(limittest.NewStore(nil), limit.Policy{})))
+	app.Use(fiberlimit.New(limittest.MustNew(limittest.NewStore(nil), limit.Policy{})))
 	app.Get("/err", func(c *fiber.Ctx) error { return fiber.NewError(http.StatusTeapot, "short and stout") })
 	if r := limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, app)+"/err"); r.Status != http.StatusTeapot || r.Body != "short and stout" {
 		t.Fatalf("handler error: %d %q, want fiber's 418 from the error handler", r.Status, r.Body)
@@ -197,7 +197,7 @@ func TestHandlerErrorReachesTheErrorHandler(t *testing.T) {
 func TestRequestStringsOutliveTheRequest(t *testing.T) {
 	var mu sync.Mutex
 	var kept []string
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1000,
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1000,
 		CostFunc: func(r limit.Request) int64 {
 			mu.Lock()
 			kept = append(kept, r.Method, r.Path)
@@ -241,7 +241,7 @@ func TestRequestStringsOutliveTheRequest(t *testing.T) {
 // the case of the name asked for.
 func TestHeaderValuesEveryLine(t *testing.T) {
 	var got []string
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10,
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10,
 		KeyFunc: func(r limit.Request) (string, error) {
 			got = r.Header.Values("x-forwarded-for")
 			return "", nil
@@ -268,7 +268,7 @@ func TestHeaderValuesEveryLine(t *testing.T) {
 // the client is the rightmost member of the last line.
 func TestTrustedHeaderAcrossLines(t *testing.T) {
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
 	app := newApp()
 	app.Use(fiberlimit.New(l))
 	app.Get("/x", func(c *fiber.Ctx) error { return nil })
@@ -382,7 +382,7 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 // 405 while they are allowed; served routes never pass through it.
 func TestUnmatchedMountCountsRequestsNoRouteServes(t *testing.T) {
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
 	app := newApp()
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(c *fiber.Ctx) error { return c.SendString("note") })
 	app.Use(fiberlimit.Unmatched(l))
@@ -427,7 +427,7 @@ func TestUnmatchedMountCountsRequestsNoRouteServes(t *testing.T) {
 func TestUseMountSharingARouteHandlerSlice(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		obs := &limittest.Recorder{}
-		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithObserver(obs))
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithObserver(obs))
 		hs := []fiber.Handler{fiberlimit.New(l), func(c *fiber.Ctx) error { return c.SendString("ok") }}
 		app := newApp()
 		if shared {

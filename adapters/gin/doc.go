@@ -1,7 +1,10 @@
 // Package ginlimit mounts a quotagate limit.Limiter on a gin-gonic/gin
 // engine.
 //
-//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
 //	r := gin.New()
 //	r.Use(ginlimit.Middleware(l))
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 	ginlimit "github.com/quotagate/quotagate/adapters/gin"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -23,7 +24,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	global := limit.MustNew(store, limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: slowDown})
+	global := limittest.MustNew(store, limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: slowDown})
 
 	r := gin.New()
 	r.Use(ginlimit.Middleware(global))

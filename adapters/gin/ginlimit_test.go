@@ -74,7 +74,7 @@ func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
 		status       int
 	}{{"GET", "/nothing", http.StatusNotFound}, {"DELETE", "/x", http.StatusMethodNotAllowed}, {"FOO", "/x", http.StatusMethodNotAllowed}} {
 		obs := &limittest.Recorder{}
-		l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 		r := gin.New()
 		r.HandleMethodNotAllowed = true
 		r.Use(ginlimit.Middleware(l))
@@ -127,7 +127,7 @@ func BenchmarkMiddleware(b *testing.B) {
 // gin and the middleware together allocate nothing on the allowed path at
 // the default disclosure.
 func TestMiddlewareAllocations(t *testing.T) {
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	if got := conformance.AllocsPerRequest(t, engineWith(l)); got > 0 {
 		t.Fatalf("%.1f allocations per allowed request, want 0", got)
 	}

@@ -1,7 +1,10 @@
 // Package httplimit mounts a quotagate limit.Limiter on a plain net/http
 // server routed by *http.ServeMux (Go 1.22+ patterns).
 //
-//	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
 //	mux := http.NewServeMux()
 //	mux.HandleFunc("GET /v1/notes/{id}", notes)
 //	http.ListenAndServe(addr, httplimit.Middleware(l)(mux))

@@ -9,6 +9,7 @@ import (
 
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -24,7 +25,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	global := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	global := limittest.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
 	perRoute, err := global.With(limit.Policy{Scope: limit.PerRoute, Limit: 2, Window: time.Minute, Algorithm: limit.FixedWindow})
 	if err != nil {
 		panic(err)

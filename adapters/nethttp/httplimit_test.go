@@ -59,7 +59,7 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 func TestHandlerLabelIsThePattern(t *testing.T) {
 	store := limittest.NewStore(nil)
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(store, limit.Policy{}, limit.WithObserver(obs))
+	l := limittest.MustNew(store, limit.Policy{}, limit.WithObserver(obs))
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
 	srv := httptest.NewServer(httplimit.Middleware(l)(mux))
@@ -75,7 +75,7 @@ func TestHandlerLabelIsThePattern(t *testing.T) {
 func TestStackedMountsSeeTheRoute(t *testing.T) {
 	store := limittest.NewStore(nil)
 	obs := &limittest.Recorder{}
-	outer := limit.MustNew(store, limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	outer := limittest.MustNew(store, limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
 	inner, err := outer.With(limit.Policy{Limit: 3, Scope: limit.PerRoute})
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 			t.Parallel()
 			store := limittest.NewStore(nil)
 			obs := &limittest.Recorder{}
-			l := limit.MustNew(store, limit.Policy{Limit: 1, Scope: limit.PerRoute}, limit.WithObserver(obs))
+			l := limittest.MustNew(store, limit.Policy{Limit: 1, Scope: limit.PerRoute}, limit.WithObserver(obs))
 			mux := http.NewServeMux()
 			mux.HandleFunc("GET /v1/notes/{id}", func(http.ResponseWriter, *http.Request) {})
 			var h http.Handler = mux
@@ -152,7 +152,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 	store := limittest.NewStore(nil)
 	obs := &limittest.Recorder{}
-	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute}, limit.WithObserver(obs))
+	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute}, limit.WithObserver(obs))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/files/{name}/", func(http.ResponseWriter, *http.Request) {})
 	srv := httptest.NewServer(httplimit.Middleware(l)(mux))
@@ -263,7 +263,7 @@ func BenchmarkMiddleware(b *testing.B) {
 // alone does).
 func TestMiddlewareAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
-	l := limit.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	h := httplimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	r := httptest.NewRequest("GET", "/v1/notes/7", nil)
 	r.RemoteAddr = "192.0.2.1:4711"

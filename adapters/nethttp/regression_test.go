@@ -28,7 +28,7 @@ func TestRegressionEndAnchorRouteSharesBucketWithAnotherRoute(t *testing.T) {
 		t.Errorf(`NormalizeRoute("GET /v1/notes/{$}") = %q, want "/v1/notes/" (only the anchor dropped)`, got)
 	}
 	store := limittest.NewStore(nil)
-	l := limit.MustNew(store, limit.Policy{Scope: limit.PerRoute, Limit: 1, Window: time.Minute})
+	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute, Limit: 1, Window: time.Minute})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/notes/{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "list") })
 	mux.HandleFunc("GET /v1/notes", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "other") })

@@ -54,15 +54,16 @@ func (r *Recorder) StoreDuration(store, op string, d time.Duration) {
 	r.add(event{kind: 't', store: store, op: op, d: d})
 }
 
-// StoreSkipped records a decision that did not call the store (op holds
-// the reason).
-func (r *Recorder) StoreSkipped(store, reason string) {
-	r.add(event{kind: 's', store: store, op: reason})
-}
-
-// StoreBreaker records a transition of a store's circuit breaker.
-func (r *Recorder) StoreBreaker(store string, open bool) {
-	r.add(event{kind: 'b', store: store, open: open})
+// StoreEvent records a decision that did not call the store (op holds
+// the reason: "deny-cache", "breaker-open"), or a transition of a store's
+// circuit breaker ("opened", "closed").
+func (r *Recorder) StoreEvent(store, ev string) {
+	switch ev {
+	case "opened", "closed":
+		r.add(event{kind: 'b', store: store, open: ev == "opened"})
+	default:
+		r.add(event{kind: 's', store: store, op: ev})
+	}
 }
 
 // Skipped returns how many decisions did not call the store for reason

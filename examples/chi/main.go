@@ -6,6 +6,8 @@
 //	GET  /v1/notes/{id}   global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
+//	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //
 // Run: go run ./chi -addr 127.0.0.1:8080
 package main
@@ -40,6 +42,8 @@ func main() {
 		r.Head("/v1/notes/{id}", text(""))
 		r.With(chilimit.Middleware(l.Login)).Post("/v1/login", text(app.LoginBody))
 		r.With(chilimit.Middleware(l.Search)).Get("/v1/search", text(app.SearchBody))
+		r.With(chilimit.Middleware(l.Reports)).Get("/v1/reports", text(app.ReportsBody))
+		r.With(chilimit.Middleware(l.Export)).Get("/v1/export", text(app.ExportBody))
 		return r
 	})
 }

@@ -56,7 +56,10 @@ func run(framework string) error {
 	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
 		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
 	}
-	base, banner, stop, err := start(framework)
+	// -disclosure always: every response carries the RateLimit fields, so
+	// the demo can show the quotas of /v1/reports and the plans of
+	// /v1/export.
+	base, banner, stop, err := start(framework, "-disclosure", "always")
 	if err != nil {
 		return err
 	}
@@ -66,13 +69,13 @@ func run(framework string) error {
 	fmt.Println()
 
 	var rows []row
-	send := func(route, client, method, path string, n int) row {
+	sendTo := func(base, route, client, method, path string, n int, header ...[2]string) row {
 		r := row{route: route, client: client}
 		c := limittest.ClientFrom(client)
 		defer c.CloseIdleConnections()
 		for i := 0; i < n; i++ {
 			p := strings.ReplaceAll(path, "{i}", fmt.Sprint(i%7+1))
-			status, h, err := request(c, method, base+p)
+			status, h, err := request(c, method, base+p, header...)
 			r.sent++
 			switch {
 			case err != nil:
@@ -94,6 +97,9 @@ func run(framework string) error {
 		rows = append(rows, r)
 		return r
 	}
+	send := func(route, client, method, path string, n int, header ...[2]string) row {
+		return sendTo(base, route, client, method, path, n, header...)
+	}
 
 	loginA := send("POST /v1/login", "127.0.0.2", "POST", "/v1/login", 8)
 	loginB := send("POST /v1/login", "127.0.0.3", "POST", "/v1/login", 3)
@@ -102,6 +108,28 @@ func run(framework string) error {
 	notes := send("GET /v1/notes/{id}", "127.0.0.5", "GET", "/v1/notes/{i}", 95)
 	heads := send("HEAD /v1/notes/{id}", "127.0.0.5", "HEAD", "/v1/notes/{i}", 10)
 	health := send("GET /health", "127.0.0.5", "GET", "/health", 3)
+	reports := send("GET /v1/reports", "127.0.0.10", "GET", "/v1/reports", 4)
+	exportPro := send("GET /v1/export X-API-Key: pro-demo", "127.0.0.12", "GET", "/v1/export", 22, [2]string{"X-API-Key", "pro-demo"})
+	exportFree := send("GET /v1/export X-API-Key: free-demo", "127.0.0.13", "GET", "/v1/export", 7, [2]string{"X-API-Key", "free-demo"})
+	exportNone := send("GET /v1/export (no key)", "127.0.0.15", "GET", "/v1/export", 6)
+	reportsPolicy := policyField(base+"/v1/reports", "127.0.0.14")
+	proPolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "pro-other"})
+	freePolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "other"})
+
+	// The same server with -shadow: every limiter decides and counts, none
+	// limits.
+	shadowBase, _, stopShadow, err := start(framework, "-shadow")
+	if err != nil {
+		return err
+	}
+	defer stopShadow()
+	shadowLogin := sendTo(shadowBase, "-shadow: POST /v1/login", "127.0.0.2", "POST", "/v1/login", 8)
+	shadowReports := sendTo(shadowBase, "-shadow: GET /v1/reports", "127.0.0.2", "GET", "/v1/reports", 4)
+	shadowLines, err := metricLines(shadowBase + "/metrics")
+	if err != nil {
+		return err
+	}
+	shadowM := parseRequests(shadowLines)
 
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tCLIENT\tSENT\t200\t429\tOTHER\tFIRST RETRY-AFTER")
@@ -129,6 +157,20 @@ func run(framework string) error {
 	check(expensive.ok >= 1 && expensive.limited >= 1 && expensive.ok < 3, "search: ?expensive=1 costs 3 of the burst of 5")
 	check(notes.ok+heads.ok == 100 && notes.limited+heads.limited == 5, "notes: GET and HEAD share the global 100/60s; request 101 gets 429")
 	check(health.ok == 3, "health: not limited, even for a limited client")
+	var reportsRetry int
+	fmt.Sscanf(reports.retryAfter, "%d s", &reportsRetry)
+	check(reports.ok == 2 && reports.limited == 2 && reportsRetry >= 1 && reportsRetry <= 15,
+		"reports: 2 x 200, then 429 from the 2 per 10 s quota (Retry-After at most 15 s: the sliding window weighs the previous 10 s)")
+	check(strings.Contains(reportsPolicy, `"reports/2p10";q=2;w=10, "reports/5p60";q=5;w=60`),
+		"reports: RateLimit-Policy lists both quotas: "+reportsPolicy)
+	check(exportPro.ok == 20 && exportPro.limited == 2, "export: a pro- key gets 20 per 60 s (plan pro)")
+	check(exportFree.ok == 5 && exportFree.limited == 2, "export: another key gets 5 per 60 s (the default plan)")
+	check(exportNone.ok == 5 && exportNone.limited == 1, "export: no key: keyed by client address, 5 per 60 s")
+	check(strings.Contains(proPolicy, `"export";q=20;w=60`) && strings.Contains(freePolicy, `"export";q=5;w=60`),
+		"export: RateLimit-Policy shows the plan's numbers: "+proPolicy+" / "+freePolicy)
+	check(shadowLogin.ok == 8 && shadowReports.ok == 4, "-shadow: no 429 at all (8 logins and 4 reports admitted)")
+	check(shadowM.sum("/v1/login", true, "shadow-limited") == 3 && shadowM.sum("/v1/reports", false, "shadow-limited") == 2 && shadowM.total("limited") == 0,
+		"-shadow: /metrics counts the would-be limits as outcome=\"shadow-limited\" (3 logins, 2 reports) and no limited")
 	for _, r := range rows {
 		check(r.other == 0, fmt.Sprintf("%s from %s: no status other than 200/429", r.route, r.client))
 	}
@@ -161,9 +203,9 @@ func run(framework string) error {
 	return nil
 }
 
-// start builds examples/<framework>, starts it on a free loopback port and
-// returns its base URL, its start-up line and a function that stops it.
-func start(framework string) (base, banner string, stop func(), err error) {
+// start builds examples/<framework>, starts it with flags on a free
+// loopback port and returns its base URL, its start-up line and a function that stops it.
+func start(framework string, flags ...string) (base, banner string, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "quotagate-demo-")
 	if err != nil {
 		return "", "", nil, err
@@ -176,7 +218,7 @@ func start(framework string) (base, banner string, stop func(), err error) {
 		os.RemoveAll(dir)
 		return "", "", nil, fmt.Errorf("go build ./%s: %w", framework, err)
 	}
-	srv := exec.Command(bin, "-addr", "127.0.0.1:0")
+	srv := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		os.RemoveAll(dir)
@@ -252,6 +294,18 @@ func unmatched(framework, base string, check func(bool, string)) {
 	check(ok == 100 && st404 == http.StatusTooManyRequests && st405 == http.StatusTooManyRequests && stFoo == fooLimited,
 		fmt.Sprintf("unmatched: once its global 100/60s is spent, a client gets 429 for GET /v1/nope %d, DELETE %d, FOO %d (want 429, 429, %d)", st404, st405, stFoo, fooLimited))
 	check(stPre != http.StatusTooManyRequests && raPre == "", fmt.Sprintf("preflight: still not limited for that client (%d)", stPre))
+}
+
+// policyField sends one GET to url from client and returns its
+// RateLimit-Policy field lines joined by ", " (one list).
+func policyField(url, client string, header ...[2]string) string {
+	c := limittest.ClientFrom(client)
+	defer c.CloseIdleConnections()
+	_, h, err := request(c, "GET", url, header...)
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(h.Values("Ratelimit-Policy"), ", ")
 }
 
 // metricLines fetches a Prometheus text exposition and returns its

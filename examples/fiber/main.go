@@ -6,6 +6,8 @@
 //	GET  /v1/notes/:id    global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
+//	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //
 // Run: go run ./fiber -addr 127.0.0.1:8080
 package main
@@ -53,6 +55,8 @@ func main() {
 	})
 	v1.Post("/login", global, fiberlimit.New(l.Login), text(app.LoginBody))
 	v1.Get("/search", global, fiberlimit.New(l.Search), text(app.SearchBody))
+	v1.Get("/reports", global, fiberlimit.New(l.Reports), text(app.ReportsBody))
+	v1.Get("/export", global, fiberlimit.New(l.Export), text(app.ExportBody))
 	a.Use(fiberlimit.Unmatched(l.Global))
 
 	ln, err := net.Listen("tcp", c.Addr)

@@ -6,6 +6,8 @@
 //	GET  /v1/notes/:id    global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
+//	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //
 // Run: go run ./gin -addr 127.0.0.1:8080
 package main
@@ -41,6 +43,8 @@ func main() {
 		r.HEAD("/v1/notes/:id", text(""))
 		r.POST("/v1/login", ginlimit.Middleware(l.Login), text(app.LoginBody))
 		r.GET("/v1/search", ginlimit.Middleware(l.Search), text(app.SearchBody))
+		r.GET("/v1/reports", ginlimit.Middleware(l.Reports), text(app.ReportsBody))
+		r.GET("/v1/export", ginlimit.Middleware(l.Export), text(app.ExportBody))
 		return r
 	})
 }

@@ -6,6 +6,8 @@
 //	GET  /v1/notes/{id}   global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
+//	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //
 // Run: go run ./nethttp -addr 127.0.0.1:8080
 package main
@@ -38,6 +40,8 @@ func main() {
 		})
 		mux.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
 		mux.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
+		mux.Handle("GET /v1/reports", httplimit.Middleware(l.Reports)(text(app.ReportsBody)))
+		mux.Handle("GET /v1/export", httplimit.Middleware(l.Export)(text(app.ExportBody)))
 		return httplimit.Middleware(l.Global)(mux)
 	})
 }

@@ -39,13 +39,22 @@ func newStoreSide() storeSide {
 	}
 }
 
-// StoreSkipped counts one decision made without calling the store in
-// quotagate_store_skipped_total.
-func (o *Observer) StoreSkipped(store, reason string) {
-	k := skipKey{store, reason}
+// StoreEvent counts one decision made without calling the store in
+// quotagate_store_skipped_total (events "deny-cache" and "breaker-open",
+// the reason label), or records a transition of a store's circuit breaker
+// (events "opened" and "closed"): quotagate_store_breaker_open is set to 1
+// or 0, and an opening counts in quotagate_store_breaker_opens_total. The
+// first transition of a store also creates its opens counter at 0 when it
+// closes (so that increase() sees the next opening).
+func (o *Observer) StoreEvent(store, event string) {
+	if event == "opened" || event == "closed" {
+		o.breaker(store, event == "opened")
+		return
+	}
+	k := skipKey{store, event}
 	c, ok := o.side.skipCache.get(k)
 	if !ok {
-		k = skipKey{label(store), label(reason)}
+		k = skipKey{label(store), label(event)}
 		var err error
 		if c, err = o.side.skipped.GetMetricWithLabelValues(k.store, k.reason); err != nil {
 			c = dropped
@@ -56,12 +65,7 @@ func (o *Observer) StoreSkipped(store, reason string) {
 	c.Inc()
 }
 
-// StoreBreaker records a transition of a store's circuit breaker:
-// quotagate_store_breaker_open is set to 1 or 0, and an opening counts in
-// quotagate_store_breaker_opens_total. The first transition of a store also
-// creates its opens counter at 0 when it closes (so that increase() sees
-// the next opening).
-func (o *Observer) StoreBreaker(store string, open bool) {
+func (o *Observer) breaker(store string, open bool) {
 	store = label(store)
 	g, err := o.side.open.GetMetricWithLabelValues(store)
 	if err != nil {

@@ -28,7 +28,7 @@ func TestEvictionsCollectorCountsTheMemoryStore(t *testing.T) {
 	c := promlimit.NewEvictionsCollector("memory", store)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
-	l := limit.MustNew(store, limit.Policy{Limit: 5, Window: time.Minute})
+	l := limittest.MustNew(store, limit.Policy{Limit: 5, Window: time.Minute})
 	ctx := context.Background()
 	for i := range 2000 {
 		if _, err := l.Consume(ctx, "client-"+strconv.Itoa(i)); err != nil {

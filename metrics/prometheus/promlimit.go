@@ -117,6 +117,10 @@ type durationKey struct{ store, op string }
 // outcomes are created together: the first event of a (bucket, handler,
 // key_source) also creates its other outcomes at 0, so that rate() and
 // increase() see the first limited or degraded request of a series.
+// shadow-limited (a Policy.Shadow policy's would-be limits) is not among
+// them: only shadow policies produce it, and creating it for every label
+// set would cost a fourth series each; its series starts at its first
+// event.
 var outcomes = [...]limit.Outcome{limit.OutcomeAllowed, limit.OutcomeLimited, limit.OutcomeDegraded}
 
 // New returns an Observer whose metrics are registered on reg.

@@ -178,7 +178,7 @@ func TestStoreOutage(t *testing.T) {
 	clock := limittest.NewClock(epoch)
 	down := &limittest.FlakyStore{Store: newMemstore(t, clock)} // every call fails
 	down.Fail()
-	local := limit.MustNew(down, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
+	local := limittest.MustNew(down, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
 		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
 	closed, err := local.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
 	if err != nil {

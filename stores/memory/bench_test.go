@@ -26,7 +26,7 @@ func BenchmarkDecision(b *testing.B) {
 				b.Fatal(err)
 			}
 			// a quota no benchmark can exhaust: measure the allowed path
-			return limit.MustNew(s, limit.Policy{Limit: 1 << 28, Window: time.Hour})
+			return limittest.MustNew(s, limit.Policy{Limit: 1 << 28, Window: time.Hour})
 		}
 		b.Run("serial/keys="+strconv.Itoa(keys), func(b *testing.B) {
 			l := newLimiter(b)

@@ -9,12 +9,18 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-func TestConformance(t *testing.T) {
-	conformance.RunStore(t, func(t testing.TB, clock func() time.Time) limit.Store {
-		s, err := memstore.New(memstore.WithClock(clock))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+// conformanceStore is a memory store on clock, for the conformance helpers.
+func conformanceStore(t testing.TB, clock func() time.Time) limit.Store {
+	s, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
+
+func TestConformance(t *testing.T) { conformance.RunStore(t, conformanceStore) }
+
+// C-13: TokenBucket 3 per second, 7 per minute and 3 000 per second,
+// accepted, with their own q= and w=, exact at a steady rate over 1 000
+// windows on a fake clock.
+func TestRegressionC13TokenBucketSteadyRateNoDrift(t *testing.T) { conformance.SteadyRate(t, conformanceStore) }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -18,7 +19,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	// 2 searches per minute per user, refilled one every 30 s.
-	search := limit.MustNew(store, limit.Policy{Name: "search", Algorithm: limit.TokenBucket, Limit: 2, Window: time.Minute})
+	search := limittest.MustNew(store, limit.Policy{Name: "search", Algorithm: limit.TokenBucket, Limit: 2, Window: time.Minute})
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		d, _ := search.Consume(ctx, "user-42")

@@ -47,7 +47,7 @@ func benchDecisions(b *testing.B, maxKeys, prefill int, newDecide func(*memstore
 // stay within 2x of the below-cap one.
 func BenchmarkC01FullStoreCost(b *testing.B) {
 	consume := func(s *memstore.Store) func(int) {
-		l := limit.MustNew(s, limit.Policy{})
+		l := limittest.MustNew(s, limit.Policy{})
 		id := make([]byte, 0, 32)
 		return func(i int) {
 			id = strconv.AppendInt(append(id[:0], "client-"...), int64(i), 10)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -103,7 +104,7 @@ func TestFloodKeepsLimitedClientsLimited(t *testing.T) {
 				}
 				d := viaStore(s, alg)
 				if maxKeys == 1024 {
-					d = viaEngine(limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 3, Window: time.Hour}))
+					d = viaEngine(limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 3, Window: time.Hour}))
 				}
 				lockOut(t, d, victims)
 				flood(t, d, 10*maxKeys)
@@ -130,7 +131,7 @@ func TestFloodKeepsLimitedClientsLimited(t *testing.T) {
 // picked an arbitrary live entry).
 func TestC02EvictionKeepsLimitedClientsLimited(t *testing.T) {
 	s, _ := newStore(t, memstore.WithMaxKeys(1024))
-	d := viaEngine(limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}))
+	d := viaEngine(limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}))
 	lockOut(t, d, 200)
 	flood(t, d, 3000)
 	denied := stillDenied(t, d, 200)
@@ -151,7 +152,7 @@ func TestC02EvictionKeepsLimitedClientsLimited(t *testing.T) {
 func TestSweepReclaimsExpiredEntries(t *testing.T) {
 	const clients = 100_000
 	s, clock := newStore(t, memstore.WithMaxKeys(1<<20))
-	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Second})
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Second})
 	d := viaEngine(l)
 	flood(t, d, clients)
 	if n := s.Len(); n < clients*9/10 {

@@ -46,7 +46,7 @@ func TestOptionsAreValidated(t *testing.T) {
 
 func TestMaxKeysBoundsMemory(t *testing.T) {
 	s, _ := newStore(t, memstore.WithMaxKeys(640))
-	l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
+	l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 	for i := 0; i < 20_000; i++ {
 		l.Check(context.Background(), limit.Request{Peer: peer(i)}, limittest.NewWriter())
 	}
@@ -57,8 +57,8 @@ func TestMaxKeysBoundsMemory(t *testing.T) {
 
 func TestExpiredEntriesAreReclaimedBeforeLiveOnes(t *testing.T) {
 	s, clock := newStore(t, memstore.WithMaxKeys(64*16)) // 16 per shard
-	short := limit.MustNew(s, limit.Policy{Name: "short", Limit: 5, Window: time.Second, Algorithm: limit.FixedWindow})
-	long := limit.MustNew(s, limit.Policy{Name: "long", Limit: 2, Window: time.Hour, Algorithm: limit.FixedWindow, AlignWindows: true})
+	short := limittest.MustNew(s, limit.Policy{Name: "short", Limit: 5, Window: time.Second, Algorithm: limit.FixedWindow})
+	long := limittest.MustNew(s, limit.Policy{Name: "long", Limit: 2, Window: time.Hour, Algorithm: limit.FixedWindow, AlignWindows: true})
 	ctx := context.Background()
 	// fill every shard with short-lived entries, then let them all expire
 	for i := 0; i < 3000; i++ {
@@ -93,7 +93,7 @@ func TestConcurrentDecisionsAreExact(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, _ := newStore(t)
 			p := limit.Policy{Algorithm: alg, Limit: 10, Window: 10 * time.Second}
-			l := limit.MustNew(s, p)
+			l := limittest.MustNew(s, p)
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
 			start := make(chan struct{})
@@ -118,7 +118,7 @@ func TestConcurrentDecisionsAreExact(t *testing.T) {
 
 func TestExpiredStateStartsAfresh(t *testing.T) {
 	s, clock := newStore(t)
-	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second})
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Second})
 	ctx := context.Background()
 	l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter())
 	if l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter()).Allowed {
@@ -134,7 +134,7 @@ func TestClockGoingBackwardsIsHandled(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, clock := newStore(t)
-			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 2, Window: 10 * time.Second})
+			l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 2, Window: 10 * time.Second})
 			ctx := context.Background()
 			for i := 0; i < 2; i++ {
 				l.Check(ctx, limit.Request{Peer: "192.0.2.1:1"}, limittest.NewWriter())
@@ -158,7 +158,7 @@ func TestAllowedPathAllocatesNothing(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
 			s, _ := newStore(t)
-			l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1_000_000, Window: 1000 * time.Second, Scope: limit.PerRoute})
+			l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1_000_000, Window: 1000 * time.Second, Scope: limit.PerRoute})
 			req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/1", Peer: "[2001:db8::7%eth0]:443"}
 			ctx := context.Background()
 			w := limittest.NewWriter()
@@ -206,7 +206,7 @@ func TestKeysOfOneShardKeepApart(t *testing.T) {
 func TestMaxKeysIsExact(t *testing.T) {
 	for _, max := range []int{256, 300, 1000} {
 		s, _ := newStore(t, memstore.WithMaxKeys(max))
-		l := limit.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
+		l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 		for i := 0; i < 20_000; i++ {
 			l.Check(context.Background(), limit.Request{Peer: peer(i)}, limittest.NewWriter())
 		}

@@ -23,8 +23,8 @@ func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hour := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
-	sec := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})
+	hour := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
+	sec := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})
 	ctx := context.Background()
 	admitted := map[*limit.Limiter]int{}
 	for i := 0; i < 10; i++ {
@@ -59,12 +59,12 @@ func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
-	a := limit.MustNew(s, p)
+	a := limittest.MustNew(s, p)
 	if _, err := limit.New(s, p); !errors.Is(err, limit.ErrInvalidPolicy) {
 		t.Fatalf("second unnamed Limiter with the same numbers: %v, want ErrInvalidPolicy", err)
 	}
 	p.Name = "shared"
-	b1, b2 := limit.MustNew(s, p), limit.MustNew(s, p)
+	b1, b2 := limittest.MustNew(s, p), limittest.MustNew(s, p)
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		[]*limit.Limiter{b1, b2}[i%2].Consume(ctx, "u")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"github.com/redis/rueidis"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkRedis(b *testing.B) {
 			Limit: 1_000_000, WindowMS: 60_000, PhaseMS: int64(i) * 37 % 60_000}, 1)
 		keys[i] = []string{k}
 	}
-	lim := limit.MustNew(s, limit.Policy{Limit: 1_000_000, Window: time.Minute},
+	lim := limittest.MustNew(s, limit.Policy{Limit: 1_000_000, Window: time.Minute},
 		limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(time.Second))
 	c := s.Client()
 	ctx := context.Background()

@@ -71,7 +71,7 @@ func TestOneCallPerDecision(t *testing.T) {
 		var lims []*limit.Limiter
 		rec := &limittest.Recorder{} // counts the denials the engine's deny cache answered without a call
 		for _, alg := range algorithms {
-			lims = append(lims, limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour},
+			lims = append(lims, limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour},
 				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second), limit.WithObserver(rec)))
 		}
 		// The client connects lazily: let it do its handshake before counting.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -34,7 +35,7 @@ func TestExactAcrossClients(t *testing.T) {
 				}
 				var lims [limiters]*limit.Limiter
 				for i := range lims {
-					lims[i] = limit.MustNew(newStore(t, be), p,
+					lims[i] = limittest.MustNew(newStore(t, be), p,
 						limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
 				}
 				t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
@@ -96,7 +97,7 @@ func TestClockSkew(t *testing.T) {
 			p := limit.Policy{Algorithm: limit.FixedWindow, Limit: quota, Window: 10 * time.Second, AlignWindows: true}
 			allowed := 0
 			for _, clock := range appClocks { // the slow clock first, then the fast one
-				l := limit.MustNew(newStore(t, be, WithClock(clock)), p, limit.WithKeyPrefix(prefix))
+				l := limittest.MustNew(newStore(t, be, WithClock(clock)), p, limit.WithKeyPrefix(prefix))
 				for range quota + 5 {
 					d, err := l.Consume(ctx, "client")
 					if err != nil {
@@ -127,7 +128,7 @@ func TestClockSkew(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					lims[i] = limit.MustNew(newStore(t, be), p, limit.WithKeyPrefix(prefix), limit.WithLocalStore(local))
+					lims[i] = limittest.MustNew(newStore(t, be), p, limit.WithKeyPrefix(prefix), limit.WithLocalStore(local))
 				}
 				allowed := 0
 				var resets []time.Time

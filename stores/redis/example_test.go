@@ -7,6 +7,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 )
 
@@ -22,7 +23,7 @@ func ExampleNewFromURL() {
 	if err := store.Ping(context.Background()); err != nil {
 		log.Printf("redis not reachable yet (%v): failing open until it is", err)
 	}
-	l := limit.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	l := limittest.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
 	d, _ := l.Consume(context.Background(), "user-42")
 	fmt.Println(d.Allowed, d.Outcome)
 }

@@ -24,8 +24,8 @@ func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		s := newStore(t, be)
 		prefix := testPrefix(t)
-		hour := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}, limit.WithKeyPrefix(prefix))
-		sec := limit.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second}, limit.WithKeyPrefix(prefix))
+		hour := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour}, limit.WithKeyPrefix(prefix))
+		sec := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second}, limit.WithKeyPrefix(prefix))
 		ctx := context.Background()
 		for i := 0; i < 10; i++ {
 			for _, l := range []*limit.Limiter{hour, sec} {
@@ -62,12 +62,12 @@ func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
 		s := newStore(t, be)
 		prefix := testPrefix(t)
 		p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
-		a := limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+		a := limittest.MustNew(s, p, limit.WithKeyPrefix(prefix))
 		if _, err := limit.New(s, p, limit.WithKeyPrefix(prefix)); !errors.Is(err, limit.ErrInvalidPolicy) {
 			t.Fatalf("second unnamed Limiter with the same numbers: %v, want ErrInvalidPolicy", err)
 		}
 		p.Name = "shared"
-		b1, b2 := limit.MustNew(s, p, limit.WithKeyPrefix(prefix)), limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+		b1, b2 := limittest.MustNew(s, p, limit.WithKeyPrefix(prefix)), limittest.MustNew(s, p, limit.WithKeyPrefix(prefix))
 		ctx := context.Background()
 		for i := 0; i < 5; i++ {
 			[]*limit.Limiter{b1, b2}[i%2].Consume(ctx, "u")
@@ -95,7 +95,7 @@ func TestBoundaryPoliciesKeepTTLsInRange(t *testing.T) {
 		ctx := context.Background()
 		for i, p := range limittest.BoundaryPolicies(t, rand.New(rand.NewPCG(5, 12))) {
 			prefix := base + "b" + strconv.Itoa(i)
-			l := limit.MustNew(s, p, limit.WithKeyPrefix(prefix))
+			l := limittest.MustNew(s, p, limit.WithKeyPrefix(prefix))
 			capacity := p.Limit
 			if p.Algorithm == limit.TokenBucket {
 				capacity = p.Burst

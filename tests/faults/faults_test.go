@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-const storeTimeout = limit.DefaultStoreTimeout
+const storeTimeout = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
 
 // newStore is a Store on url (a proxy or a server) closed with the test.
 func newStore(t *testing.T, url string) *redisstore.Store {
@@ -145,8 +145,16 @@ func (b *breakerLog) Decision(limit.DecisionEvent)                {}
 func (b *breakerLog) ClientAddressIssue(string, limit.Issue)      {}
 func (b *breakerLog) StoreError(string, limit.FailureMode)        {}
 func (b *breakerLog) StoreDuration(string, string, time.Duration) {}
-func (b *breakerLog) StoreSkipped(_, reason string)               { b.mu.Lock(); b.skipped[reason]++; b.mu.Unlock() }
-func (b *breakerLog) StoreBreaker(_ string, open bool)            { b.mu.Lock(); defer b.mu.Unlock(); b.at(open) }
+func (b *breakerLog) StoreEvent(_, ev string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev {
+	case "opened", "closed":
+		b.at(ev == "opened")
+	default:
+		b.skipped[ev]++
+	}
+}
 func (b *breakerLog) at(open bool) {
 	if open {
 		b.opened = append(b.opened, time.Now())

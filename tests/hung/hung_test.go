@@ -23,9 +23,9 @@ func TestMain(m *testing.M) {
 }
 
 const (
-	rate      = 200             // requests per second offered during the test
-	freeze    = 5 * time.Second // how long the server stays SIGSTOPped
-	storeWait = limit.DefaultStoreTimeout
+	rate      = 200                    // requests per second offered during the test
+	freeze    = 5 * time.Second        // how long the server stays SIGSTOPped
+	storeWait = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
 	// maxConnsPerSecond is issue 14's target: new connections to the hung
 	// server per second per process.
 	maxConnsPerSecond = 1

@@ -49,7 +49,7 @@ const (
 	rate = 200 // decisions per second offered during the test
 	// resumeMargin is the allowance past the failover time.
 	resumeMargin = time.Second
-	storeTimeout = limit.DefaultStoreTimeout
+	storeTimeout = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
 )
 
 type env struct {

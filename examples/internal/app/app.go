@@ -1,5 +1,5 @@
 // Package app is what every example server shares: the flags, the store, the
-// three policies of the example API, the JSON handlers' bodies and the start-up
+// policies of the example API, the JSON handlers' bodies and the start-up
 // line. Each examples/<framework> program only wires these into its router, so
 // the servers behave identically and the same black-box checks (make demo)
 // run against each.
@@ -40,6 +40,7 @@ type Config struct {
 	TrustedProxies string
 	Disclosure     string
 	Headers        string
+	Shadow         bool
 }
 
 // ParseFlags parses the example servers' flags from os.Args.
@@ -52,6 +53,7 @@ func ParseFlags() Config {
 	flag.StringVar(&c.TrustedProxies, "trusted-proxies", "", "comma-separated CIDRs of trusted proxies (walk X-Forwarded-For right to left); exclusive with -trusted-header")
 	flag.StringVar(&c.Disclosure, "disclosure", "retry-after", "none|retry-after|on-limit|always")
 	flag.StringVar(&c.Headers, "headers", "ietf", "comma-separated header styles: ietf,triplet,legacy")
+	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatal(fmt.Errorf("unexpected argument %q: every setting is a flag (run with -h to list them)", flag.Arg(0)))
@@ -59,7 +61,7 @@ func ParseFlags() Config {
 	return c
 }
 
-// Limiters are the example API's three policies.
+// Limiters are the example API's policies.
 type Limiters struct {
 	// Global: Shared sliding window, 100 per 60 s, on every request but
 	// /health and /metrics (its SkipPaths), those no route matches (404,
@@ -71,6 +73,14 @@ type Limiters struct {
 	// Search: PerRoute token bucket, 1 per second with a burst of 5, on
 	// GET /v1/search; ?expensive=1 costs 3.
 	Search *limit.Limiter
+	// Reports: two sliding-window quotas at once, 2 per 10 s and 5 per
+	// 60 s per client, on GET /v1/reports: a request is admitted only when
+	// both admit it.
+	Reports *limit.Limiter
+	// Export: keyed by the X-API-Key header (by client address without
+	// one); keys starting with "pro-" are on plan "pro", 20 per 60 s, every
+	// other identity 5 per 60 s (sliding window), on GET /v1/export.
+	Export *limit.Limiter
 	// StoreName describes the store for the start-up line.
 	StoreName string
 	// RedisStatus says whether Redis answered PING at start ("" with the
@@ -79,9 +89,34 @@ type Limiters struct {
 	// Metrics serves the limiters' Prometheus metrics (quotagate_*) for
 	// GET /metrics, which every example mounts outside the limiter.
 	Metrics http.Handler
+	shadow  bool
 }
 
-// Build creates the store and the three limiters from c. searchCost prices a
+// APIKey is the export policy's KeyFunc: the X-API-Key header, or "" (the
+// identity falls through to the client address). It reads limit.Request's
+// header, which every adapter fills, so one function serves all five.
+func APIKey(r limit.Request) (string, error) {
+	if r.Header == nil {
+		return "", nil
+	}
+	if v := r.Header.Values("X-Api-Key"); len(v) > 0 {
+		return v[0], nil
+	}
+	return "", nil
+}
+
+// PlanOf is the export policy's Plan: "pro" for API keys starting with
+// "pro-", else the default plan. A real service would look the key's tier
+// up; returning constant strings allocates nothing.
+func PlanOf(r limit.Request) (string, error) {
+	if k, _ := APIKey(r); strings.HasPrefix(k, "pro-") {
+		return "pro", nil
+	}
+	return "", nil
+}
+
+// Build creates the store and the limiters from c (-shadow puts every one
+// in shadow mode). searchCost prices a
 // search request (the framework's typed helper reading ?expensive=1).
 func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	trust, err := TrustOptions(c)
@@ -123,7 +158,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
-		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 		SkipPaths: []string{"/health", "/metrics"},
 	}, append(trust, limit.WithObserver(obs), limit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))...)
 	if err != nil {
@@ -131,20 +166,38 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	login, err := global.With(limit.Policy{
 		Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5, Window: 60 * time.Second,
-		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("login policy: %w", err)
 	}
 	search, err := global.With(limit.Policy{
 		Scope: limit.PerRoute, Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5, Cost: 1,
-		CostFunc: searchCost, Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+		CostFunc: searchCost, Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
+	reports, err := global.With(limit.Policy{
+		Name: "reports", Shadow: c.Shadow,
+		Quotas:     []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: 60 * time.Second}},
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reports policy: %w", err)
+	}
+	export, err := global.With(limit.Policy{
+		Name: "export", Limit: 5, Window: 60 * time.Second, Shadow: c.Shadow,
+		KeyFunc: APIKey, Plan: PlanOf,
+		Plans:      map[string][]limit.Rate{"pro": {{Limit: 20, Window: 60 * time.Second}}},
+		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export policy: %w", err)
+	}
 	return &Limiters{
-		Global: global, Login: login, Search: search, StoreName: storeName, RedisStatus: redisStatus,
+		Global: global, Login: login, Search: search, Reports: reports, Export: export,
+		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
 }
@@ -264,9 +317,11 @@ func ParseHeaderStyle(s string) (limit.HeaderStyle, error) {
 
 // JSON bodies of the example API.
 const (
-	HealthBody = `{"status":"ok"}`
-	LoginBody  = `{"ok":true}`
-	SearchBody = `{"results":[]}`
+	HealthBody  = `{"status":"ok"}`
+	LoginBody   = `{"ok":true}`
+	SearchBody  = `{"results":[]}`
+	ReportsBody = `{"reports":[]}`
+	ExportBody  = `{"export":"ready"}`
 )
 
 // NoteBody is the body of GET /v1/notes/{id}.
@@ -276,9 +331,15 @@ func NoteBody(id string) string {
 
 // Describe is the start-up line's policy part.
 func (l *Limiters) Describe() string {
-	return "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
+	d := "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
 		"POST /v1/login fixed-window 5/60s per route; " +
-		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3)"
+		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
+		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
+		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s"
+	if l.shadow {
+		d += "; SHADOW MODE: nothing is limited, would-be limits are counted (outcome=shadow-limited)"
+	}
+	return d
 }
 
 // Serve listens on c.Addr, prints the start-up line (which make demo reads:
