@@ -108,7 +108,7 @@ func (r *recorder) storeAnswersAgain(at time.Duration) time.Duration {
 type stats struct {
 	n             int
 	p50, p95, max time.Duration
-	within5ms     float64
+	fast          float64 // share answered within fastBound()
 }
 
 func latencies(ss []sample) stats {
@@ -119,17 +119,17 @@ func latencies(ss []sample) stats {
 	fast := 0
 	for i, s := range ss {
 		d[i] = s.took
-		if s.took <= 5*time.Millisecond {
+		if s.took <= fastBound() {
 			fast++
 		}
 	}
 	slices.Sort(d)
-	return stats{n: len(d), p50: d[len(d)/2], p95: d[len(d)*95/100], max: d[len(d)-1], within5ms: float64(fast) / float64(len(d))}
+	return stats{n: len(d), p50: d[len(d)/2], p95: d[len(d)*95/100], max: d[len(d)-1], fast: float64(fast) / float64(len(d))}
 }
 
 func (s stats) String() string {
-	return fmt.Sprintf("%d requests, p50 %v, p95 %v, max %v, %.1f%% within 5 ms",
-		s.n, s.p50.Round(10*time.Microsecond), s.p95.Round(10*time.Microsecond), s.max.Round(10*time.Microsecond), 100*s.within5ms)
+	return fmt.Sprintf("%d requests, p50 %v, p95 %v, max %v, %.1f%% within %v",
+		s.n, s.p50.Round(10*time.Microsecond), s.p95.Round(10*time.Microsecond), s.max.Round(10*time.Microsecond), 100*s.fast, fastBound())
 }
 
 // breakerLog is an Observer that keeps the instants of breaker transitions

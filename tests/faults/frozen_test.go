@@ -23,6 +23,17 @@ func latencyMargin() time.Duration {
 	return 25 * time.Millisecond
 }
 
+// fastBound is issue 14's "answered at once" bound: 5 ms. Under -race on
+// two shared cores next to other test processes, an HTTP round trip alone
+// can take longer; the bound is then 20 ms, still a fifth of the store
+// timeout, so a request that waited for the store cannot pass it.
+func fastBound() time.Duration {
+	if limittest.RaceEnabled {
+		return 20 * time.Millisecond
+	}
+	return 5 * time.Millisecond
+}
+
 // Case C-10 (issue 14, "Redis frozen"): an HTTP server limiting every
 // request through a Redis store (the engine's net/http handler, which the
 // chi and net/http adapters use), 200 requests a second, redis-server
@@ -104,8 +115,8 @@ func TestRegressionC10FrozenRedis(t *testing.T) {
 		during, connsFrozen, freeze, float64(connsFrozen)/freeze.Seconds(), log.skips("breaker-open"))
 	t.Logf("after SIGCONT: breaker closed after %v, first decision by Redis answered after %v", closedAfter, resumed)
 
-	if afterOpen.within5ms < 0.95 {
-		t.Errorf("after the breaker opened %.1f%% of requests answered within 5 ms, want >= 95%%", 100*afterOpen.within5ms)
+	if afterOpen.fast < 0.95 {
+		t.Errorf("after the breaker opened %.1f%% of requests answered within %v, want >= 95%%", 100*afterOpen.fast, fastBound())
 	}
 	if bound := storeTimeout + 10*time.Millisecond + latencyMargin(); during.max > bound {
 		t.Errorf("a request during the freeze took %v, want at most the store timeout + 10 ms (+ %v margin) = %v", during.max, latencyMargin(), bound)
@@ -160,8 +171,8 @@ func TestKilledRedis(t *testing.T) {
 	if bound := storeTimeout + 10*time.Millisecond + latencyMargin(); during.max > bound {
 		t.Errorf("a decision while Redis was down took %v, want at most %v", during.max, bound)
 	}
-	if during.within5ms < 0.95 {
-		t.Errorf("%.1f%% of decisions while Redis was down answered within 5 ms, want >= 95%%", 100*during.within5ms)
+	if during.fast < 0.95 {
+		t.Errorf("%.1f%% of decisions while Redis was down answered within %v, want >= 95%%", 100*during.fast, fastBound())
 	}
 	if bound := redisstore.ReconnectInterval + 250*time.Millisecond + time.Second; resumed < 0 || resumed > bound {
 		t.Errorf("decisions by Redis resumed %v after the restart, want within %v (reconnect interval + cool-down + 1 s margin)", resumed, bound)
