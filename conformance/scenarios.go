@@ -241,7 +241,10 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			Name:     "04-global-and-per-route-each-count-once",
+			// Stacked mounts (issue 15): an admitted request counts once in
+			// each mount; a request the per-route mount limits charges no
+			// mount (the global mount gives its charge back).
+			Name:     "04-a-limited-request-charges-no-mount",
 			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute), "login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true}},
 			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
 				{Method: "POST", Path: "/login", Mounts: []string{"login"}},
@@ -249,8 +252,9 @@ func Scenarios() []Scenario {
 			}},
 			Steps: []Step{
 				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 2),
-				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run"}},
-				// the global limit counted all three logins once each
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run"}}, 3),
+				// the global limit counted the two admitted logins only
+				get("127.0.0.2", "/a", ok),
 				get("127.0.0.2", "/a", limited),
 			},
 		},
@@ -586,7 +590,8 @@ func Scenarios() []Scenario {
 			// Two mounts on one request: the IETF list fields carry both
 			// policies in mount order; the single-value Triplet and Legacy
 			// fields carry the one closer to exhaustion; a limited response
-			// from the inner mount keeps the outer mount's members.
+			// from the inner mount keeps the outer mount's members (the
+			// outer one's as charged, before it gives the charge back).
 			Name: "19-two-mounts-merge-header-fields",
 			Policies: map[string]limit.Policy{
 				"g": {Name: "global", Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute, AlignWindows: true,
@@ -594,7 +599,7 @@ func Scenarios() []Scenario {
 				"login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 5, Window: 10 * time.Second, AlignWindows: true,
 					Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy},
 			},
-			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}, {Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok, Header: map[string]string{
 					"RateLimit-Policy": `"global";q=100;w=60, "login";q=5;w=10`,
@@ -607,6 +612,28 @@ func Scenarios() []Scenario {
 					"RateLimit":        `"global";r=94;t=60, "login";r=0;t=10`,
 					"RateLimit-Limit":  "5", "RateLimit-Remaining": "0", "RateLimit-Reset": "10",
 					"Retry-After": "10", "Cache-Control": "no-store", "Content-Type": problemJSON}}},
+				// a limited login charges no mount: 5 logins + this request
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit": `"global";r=94;t=60`}}},
+			},
+		},
+		{
+			// Case C-05: global Shared 10 per minute + PerRoute POST /login
+			// 2 per minute; 5 logins leave 8 in the global limit (the GET
+			// after them shows r=7, its own charge included; counting
+			// every mount left 5).
+			Name: "19b-c05-stacked-mounts-charge-only-admitted-requests",
+			Policies: map[string]limit.Policy{
+				"g":     {Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute, AlignWindows: true, Disclosure: limit.DiscloseAlways},
+				"login": {Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true},
+			},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}, {Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 2),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run",
+					Header: map[string]string{"RateLimit": `"10p60f";r=7;t=60`}}}, 3),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit": `"10p60f";r=7;t=60`}}},
 			},
 		},
 		{

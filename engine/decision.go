@@ -64,6 +64,8 @@ type Decision struct {
 	// one) produced Remaining, ResetAfter and ResetAt, so that they may be
 	// disclosed in RateLimit header fields.
 	numbers bool
+	// charge is what Limiter.Finish may give back (finish.go).
+	charge charge
 }
 
 // Outcome is what the engine did with a request; it is the outcome label of
@@ -135,4 +137,7 @@ func (d *Decision) fill(res *Result) {
 	d.RetryAfter = time.Duration(retry) * time.Millisecond
 	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
+	for i := range min(res.N, MaxQuotas) {
+		d.charge.windows[i] = res.Quotas[i].Window
+	}
 }

@@ -54,3 +54,7 @@ func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
 // fail: a call to a store that answers nothing fails at the store timeout +
 // the 1 ms tick + SilenceGrace.
 const SilenceGrace = silenceGrace
+
+// WithoutTicket returns d without what Finish would give back, so that
+// Decisions of separate Limiters compare equal.
+func WithoutTicket(d Decision) Decision { d.charge = charge{}; return d }

@@ -24,6 +24,14 @@ import "net/http"
 // another, limited handler), Peer is r.RemoteAddr (the socket peer: never a
 // forwarding header) and Header is r.Header. It is safe for concurrent use
 // and allocates nothing on an allowed request at the default disclosure.
+//
+// The Decision is the request's ticket: the adapter passes it to Finish
+// once the next handler has answered. A limited request is flagged in
+// r.Header under a field name no client can send (it contains a space, and
+// is never written on the wire), so that the mounts that charged it earlier
+// give their charges back in Finish (stacked mounts: a request limited by
+// any mount charges none). The flag is left in place: a request is limited
+// once.
 func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Request) Decision {
 	req := Request{Route: known.Route, Unmatched: known.Unmatched, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: known.Native}
 	if req.Native == nil {
@@ -38,6 +46,7 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 	var resp response
 	l.check(r.Context(), &req, &resp)
 	resp.writeHTTP(w)
+	settle(&resp.Decision, markOf(r.Header))
 	return resp.Decision
 }
 
@@ -54,7 +63,11 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 // 405; see Request.Unmatched); the handler calls it only when something
 // reads the route (a PerRoute bucket, the handler label of an Observer, a
 // policy function that receives the Request), and a nil route means the
-// route is never known. The handler is safe for concurrent use and adds no
+// route is never known. After next it calls Finish with status 0 (it does
+// not wrap the ResponseWriter, so it cannot see the status): a request that
+// a later mount limited gives its charge back, and a policy with
+// CountStatus counts every request (the adapters httplimit and chilimit
+// observe the status). The handler is safe for concurrent use and adds no
 // allocation of its own.
 func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool)) http.Handler {
 	if !l.needsRoute {
@@ -65,8 +78,9 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (temp
 		if route != nil {
 			known.Route, known.Unmatched = route(r)
 		}
-		if l.CheckHTTP(w, r, known).Allowed {
+		if d := l.CheckHTTP(w, r, known); d.Allowed {
 			next.ServeHTTP(w, r)
+			l.Finish(r.Context(), &d, 0)
 		}
 	})
 }

@@ -1,0 +1,200 @@
+package limit_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// stacked serves a global mount around a per-route mount of POST /login
+// (through the engine's HTTPHandler, as chi and net/http mount them), and
+// GET /other under the global mount only.
+func stacked(global, login *limit.Limiter) http.Handler {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	route := func(r *http.Request) (string, bool) { return r.URL.Path, false }
+	loginH := login.HTTPHandler(ok, route)
+	return global.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			loginH.ServeHTTP(w, r)
+			return
+		}
+		ok.ServeHTTP(w, r)
+	}), route)
+}
+
+func serveRec(h http.Handler, method, path string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// Case C-05: global Shared 10 per minute + PerRoute POST /login 2 per
+// minute; 5 logins. Only the 2 admitted logins stay charged to the global
+// limit: 8 remain afterwards (a GET then shows r=7, its own charge
+// included), where every mount counting once left 5.
+func TestRegressionC05StackedMountsChargeNoMountWhenLimited(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limit.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute,
+		AlignWindows: true, Disclosure: limit.DiscloseAlways})
+	login := limit.MustNew(s, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
+	h := stacked(global, login)
+	for i, want := range []int{204, 204, 429, 429, 429} {
+		w := serveRec(h, "POST", "/login")
+		if w.Code != want {
+			t.Fatalf("login %d: status %d, want %d", i+1, w.Code, want)
+		}
+		if i >= 2 && !strings.Contains(w.Header().Get("RateLimit"), `"global";r=7`) {
+			t.Fatalf("login %d: RateLimit %q: the global member should show 2 earlier logins + this one", i+1, w.Header().Get("RateLimit"))
+		}
+	}
+	w := serveRec(h, "GET", "/other")
+	if got := w.Header().Get("RateLimit"); !strings.HasPrefix(got, `"global";r=7;`) {
+		t.Fatalf("after 5 logins, GET /other: RateLimit %q; want r=7 (8 left before it: 2 admitted logins)", got)
+	}
+}
+
+// countFailures counts only the responses with status >= 400.
+func countFailures(s int) bool { return s >= 400 }
+
+// A policy that counts only failures: successes are charged before the
+// handler and given back after it; a refund never revives a window that
+// has rolled, and a panicking CountStatus counts the request.
+func TestFinishCountStatus(t *testing.T) {
+	s := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true,
+		CountStatus: countFailures}, limit.WithObserver(rec))
+	ctx := context.Background()
+	for i := range 10 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed {
+			t.Fatalf("success %d limited: successes must not count", i)
+		}
+		l.Finish(ctx, &d, 200)
+	}
+	for i := range 3 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed || d.Remaining != int64(2-i) {
+			t.Fatalf("failure %d: %+v", i, d)
+		}
+		l.Finish(ctx, &d, 401)
+		l.Finish(ctx, &d, 200) // a second Finish does nothing
+	}
+	if d, _ := l.Consume(ctx, "a"); d.Allowed {
+		t.Fatal("a 4th request after 3 failures was admitted")
+	}
+
+	// A charge in a window that has rolled is not given back to the next.
+	d, _ := l.Consume(ctx, "b")
+	s.advance(60_000)
+	for range 3 {
+		d2, _ := l.Consume(ctx, "b")
+		if !d2.Allowed {
+			t.Fatal("new window: limited")
+		}
+	}
+	l.Finish(ctx, &d, 200)
+	if d, _ := l.Consume(ctx, "b"); d.Allowed {
+		t.Fatal("a refund of the previous window's charge gave quota to the new window")
+	}
+
+	// Status 0 (unknown) counts.
+	d, _ = l.Consume(ctx, "c")
+	l.Finish(ctx, &d, 0)
+	if d, _ := l.Consume(ctx, "c"); d.Remaining != 1 {
+		t.Fatalf("after an unknown status: remaining %d, want 1", d.Remaining)
+	}
+
+	// A panicking CountStatus counts the request and is reported.
+	p := limit.MustNew(s, limit.Policy{Name: "p", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute,
+		CountStatus: func(int) bool { panic("boom") }}, limit.WithObserver(rec))
+	d, _ = p.Consume(ctx, "a")
+	p.Finish(ctx, &d, 200)
+	if d, _ := p.Consume(ctx, "a"); d.Allowed {
+		t.Fatal("a panicking CountStatus gave the charge back")
+	}
+	if rec.Issues(limit.IssueHookPanic) != 1 {
+		t.Fatalf("IssueHookPanic reported %d times, want 1", rec.Issues(limit.IssueHookPanic))
+	}
+
+	// Finish with another Limiter's Decision does nothing.
+	d, _ = l.Consume(ctx, "d")
+	p.Finish(ctx, &d, 200)
+	if d, _ := l.Consume(ctx, "d"); d.Remaining != 1 {
+		t.Fatalf("a foreign Finish refunded: remaining %d", d.Remaining)
+	}
+}
+
+// A refund drops this process's cached denial of its key: the next request
+// asks the store, which admits it.
+func TestFinishRefundDropsCachedDenial(t *testing.T) {
+	ref := limittest.NewStore(nil)
+	ref.Info = limit.StoreInfo{Name: "remote"} // does I/O: deny cache on
+	l := limit.MustNew(ref, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour, CountStatus: countFailures})
+	ctx := context.Background()
+	first, _ := l.Consume(ctx, "a") // its handler is still running
+	for range 3 {
+		if d, _ := l.Consume(ctx, "a"); d.Allowed {
+			t.Fatal("admitted over the limit")
+		}
+	}
+	calls := ref.Calls()
+	if d, _ := l.Consume(ctx, "a"); d.Allowed || ref.Calls() != calls {
+		t.Fatal("the denial was not cached")
+	}
+	l.Finish(ctx, &first, 200)
+	if d, _ := l.Consume(ctx, "a"); !d.Allowed {
+		t.Fatal("after the refund the cached denial still answered")
+	}
+}
+
+// Refunds racing admissions: many goroutines take, run a "handler" and give
+// back the successes. At no instant are more failures admitted than the
+// quota, and the store ends holding exactly the admitted failures.
+func TestFinishCountStatusExactUnderConcurrency(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		s := storeAt(epochMS)
+		l := limit.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour, CountStatus: countFailures})
+		ctx := context.Background()
+		var mu sync.Mutex
+		failures := 0
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(g), 1))
+				for range 40 {
+					d, _ := l.Consume(ctx, "a")
+					if !d.Allowed {
+						continue
+					}
+					status := 200
+					if rng.IntN(3) == 0 {
+						status = 401
+						mu.Lock()
+						failures++
+						mu.Unlock()
+					}
+					l.Finish(ctx, &d, status)
+				}
+			})
+		}
+		wg.Wait()
+		if failures > 10 {
+			t.Fatalf("%v: %d failures admitted, quota 10", alg, failures)
+		}
+		left := int64(10 - failures)
+		if d, _ := l.Consume(ctx, "a"); d.Allowed != (left > 0) || (d.Allowed && d.Remaining != left-1) {
+			t.Fatalf("%v: after %d failures: %+v; want %d left", alg, failures, d, left)
+		}
+	}
+}
