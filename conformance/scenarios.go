@@ -705,5 +705,51 @@ func Scenarios() []Scenario {
 				get("127.0.0.2", "/search", limited),
 			},
 		},
+		{
+			// Counting by outcome (issue 15): a policy that counts only
+			// failures (status >= 400) lets successes through free and
+			// limits the 4th attempt after 3 failures, whatever it would
+			// answer; the window's end gives the attempts back.
+			Name: "24-count-by-status-only-failures-count",
+			Policies: map[string]limit.Policy{"s": {Name: "signin", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute,
+				AlignWindows: true, CountStatus: func(s int) bool { return s >= 400 }}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "POST", Path: "/ok", Mounts: []string{"s"}, Status: 204},
+				{Method: "POST", Path: "/fail", Mounts: []string{"s"}, Status: 401},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: 204}}, 5),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/fail", Want: Want{Status: 401}}, 3),
+				{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: limited, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/fail", Want: Want{Status: limited, Handler: "not-run"}},
+				{Client: "127.0.0.3", Method: "POST", Path: "/ok", Want: Want{Status: 204}},
+				after(time.Minute, Step{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: 204}}),
+			},
+		},
+		{
+			// Only successes count (status < 400), under a global mount
+			// that counts everything: a failed request is given back to the
+			// per-route policy only, and a request the per-route policy
+			// limits charges the global one nothing.
+			Name: "24b-count-by-status-successes-under-a-global-mount",
+			Policies: map[string]limit.Policy{
+				"g": {Name: "global", Algorithm: limit.FixedWindow, Limit: 6, Window: time.Minute, AlignWindows: true, Disclosure: limit.DiscloseAlways},
+				"s": {Name: "uploads", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+					CountStatus: func(s int) bool { return s < 400 }},
+			},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
+				{Method: "POST", Path: "/upload", Mounts: []string{"s"}, Status: 201},
+				{Method: "POST", Path: "/bad", Mounts: []string{"s"}, Status: 422},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/bad", Want: Want{Status: 422}}, 2),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/upload", Want: Want{Status: 201}}, 2),
+				// 4 admitted so far, all charged to the global limit
+				{Client: "127.0.0.2", Method: "POST", Path: "/upload", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit": `"global";r=1;t=60`}}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/bad", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit": `"global";r=1;t=60`}}},
+			},
+		},
 	}
 }

@@ -20,14 +20,14 @@ import (
 func stacked(global, login *limit.Limiter) http.Handler {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	route := func(r *http.Request) (string, bool) { return r.URL.Path, false }
-	loginH := login.HTTPHandler(ok, route)
+	loginH := login.HTTPHandler(ok, route, nil)
 	return global.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/login" {
 			loginH.ServeHTTP(w, r)
 			return
 		}
 		ok.ServeHTTP(w, r)
-	}), route)
+	}), route, nil)
 }
 
 func serveRec(h http.Handler, method, path string) *httptest.ResponseRecorder {
@@ -196,5 +196,29 @@ func TestFinishCountStatusExactUnderConcurrency(t *testing.T) {
 		if d, _ := l.Consume(ctx, "a"); d.Allowed != (left > 0) || (d.Allowed && d.Remaining != left-1) {
 			t.Fatalf("%v: after %d failures: %+v; want %d left", alg, failures, d, left)
 		}
+	}
+}
+
+// A handler that panics never reaches Finish: its request stays counted
+// (a policy counting only failures counts it, as the 500 it becomes), and
+// the panic reaches the server unchanged.
+func TestFinishHandlerPanicStaysCounted(t *testing.T) {
+	s := storeAt(epochMS)
+	l := limit.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+		CountStatus: func(s int) bool { return s < 400 }})
+	observe := func(w http.ResponseWriter, status *int) http.ResponseWriter { *status = 200; return w }
+	h := l.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") }), nil, observe)
+	for range 2 {
+		func() {
+			defer func() {
+				if p := recover(); p != "handler bug" {
+					t.Fatalf("recovered %v", p)
+				}
+			}()
+			serveRec(h, "GET", "/x")
+		}()
+	}
+	if w := serveRec(h, "GET", "/x"); w.Code != 429 {
+		t.Fatalf("3rd request: %d; the panicking requests should stay counted", w.Code)
 	}
 }

@@ -63,24 +63,54 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 // 405; see Request.Unmatched); the handler calls it only when something
 // reads the route (a PerRoute bucket, the handler label of an Observer, a
 // policy function that receives the Request), and a nil route means the
-// route is never known. After next it calls Finish with status 0 (it does
-// not wrap the ResponseWriter, so it cannot see the status): a request that
-// a later mount limited gives its charge back, and a policy with
-// CountStatus counts every request (the adapters httplimit and chilimit
-// observe the status). The handler is safe for concurrent use and adds no
-// allocation of its own.
-func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool)) http.Handler {
+// route is never known.
+//
+// After next it settles the request (Finish): a request that a later mount
+// limited gives its charge back. For a policy with CountStatus, next gets
+// the ResponseWriter that observe returns for w, which must record in
+// *status the status next writes (the first WriteHeader, or 200 on the
+// first Write) and keep w's optional interfaces (http.Flusher,
+// http.Hijacker, http.Pusher...); httplimit's StatusWriter is one
+// (github.com/felixge/httpsnoop). A nil observe, or a policy without
+// CountStatus, leaves w as it is, and the status is unknown (CountStatus
+// then counts every request). The handler is safe for concurrent use and
+// adds no allocation of its own, except for a policy with CountStatus (the
+// status and observe's wrapper).
+func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool),
+	observe func(w http.ResponseWriter, status *int) http.ResponseWriter) http.Handler {
 	if !l.needsRoute {
 		route = nil
+	}
+	if l.policy.CountStatus == nil {
+		observe = nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var known Request
 		if route != nil {
 			known.Route, known.Unmatched = route(r)
 		}
-		if d := l.CheckHTTP(w, r, known); d.Allowed {
-			next.ServeHTTP(w, r)
-			l.Finish(r.Context(), &d, 0)
+		d := l.CheckHTTP(w, r, known)
+		if !d.Allowed {
+			return
 		}
+		if observe != nil {
+			l.serveObserved(w, r, next, observe, &d)
+			return
+		}
+		next.ServeHTTP(w, r)
+		l.Finish(r.Context(), &d, 0)
 	})
+}
+
+// serveObserved runs next with the ResponseWriter that observe returns and
+// settles the request with the status it recorded. It is a function of its
+// own so that only these requests pay for the status's escape to the heap.
+func (l *Limiter) serveObserved(w http.ResponseWriter, r *http.Request, next http.Handler,
+	observe func(http.ResponseWriter, *int) http.ResponseWriter, d *Decision) {
+	status := new(int)
+	next.ServeHTTP(observe(w, status), r)
+	if *status == 0 {
+		*status = http.StatusOK // nothing written: net/http answers 200
+	}
+	l.Finish(r.Context(), d, *status)
 }
