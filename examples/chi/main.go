@@ -6,6 +6,7 @@
 //	GET  /v1/notes/{id}   global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./chi -addr 127.0.0.1:8080
 package main
@@ -39,6 +40,9 @@ func main() {
 		})
 		r.Head("/v1/notes/{id}", text(""))
 		r.With(chilimit.Middleware(l.Login)).Post("/v1/login", text(app.LoginBody))
+		r.With(chilimit.Middleware(l.Signin)).Post("/v1/signin", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(app.SigninStatus(r.Header.Get("X-Password")))
+		})
 		r.With(chilimit.Middleware(l.Search)).Get("/v1/search", text(app.SearchBody))
 		return r
 	})

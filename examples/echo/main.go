@@ -6,6 +6,7 @@
 //	GET  /v1/notes/:id    global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./echo -addr 127.0.0.1:8080
 package main
@@ -39,6 +40,9 @@ func main() {
 		})
 		e.HEAD("/v1/notes/:id", text(""))
 		e.POST("/v1/login", text(app.LoginBody), echolimit.Middleware(l.Login))
+		e.POST("/v1/signin", func(c echo.Context) error {
+			return c.NoContent(app.SigninStatus(c.Request().Header.Get("X-Password")))
+		}, echolimit.Middleware(l.Signin))
 		e.GET("/v1/search", text(app.SearchBody), echolimit.Middleware(l.Search))
 		return e
 	})

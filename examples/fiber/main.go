@@ -6,6 +6,7 @@
 //	GET  /v1/notes/:id    global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./fiber -addr 127.0.0.1:8080
 package main
@@ -52,6 +53,9 @@ func main() {
 		return text(app.NoteBody(c.Params("id")))(c)
 	})
 	v1.Post("/login", global, fiberlimit.New(l.Login), text(app.LoginBody))
+	v1.Post("/signin", global, fiberlimit.New(l.Signin), func(c *fiber.Ctx) error {
+		return c.SendStatus(app.SigninStatus(c.Get("X-Password")))
+	})
 	v1.Get("/search", global, fiberlimit.New(l.Search), text(app.SearchBody))
 	a.Use(fiberlimit.Unmatched(l.Global))
 

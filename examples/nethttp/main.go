@@ -6,6 +6,7 @@
 //	GET  /v1/notes/{id}   global limit only (HEAD too)
 //	POST /v1/login        + per-route fixed window 5/60s
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./nethttp -addr 127.0.0.1:8080
 package main
@@ -37,6 +38,9 @@ func main() {
 			text(app.NoteBody(r.PathValue("id")))(w, r)
 		})
 		mux.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
+		mux.Handle("POST /v1/signin", httplimit.Middleware(l.Signin)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(app.SigninStatus(r.Header.Get("X-Password")))
+		})))
 		mux.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
 		return httplimit.Middleware(l.Global)(mux)
 	})
