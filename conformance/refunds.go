@@ -27,13 +27,17 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	stores := [2]limit.Store{newStore(t, clock.Now), limittest.NewStore(clock.Now)}
 	type pair struct{ outer, inner *limit.Limiter }
 	var ls [2]pair
+	// A store call that times out on a loaded machine would be decided by
+	// the FailureMode, not the store: the comparison is of store decisions,
+	// so the timeout is generous and a failed call fails the test loudly.
+	slow := limit.WithStoreTimeout(30 * time.Second)
 	for i, s := range stores {
 		var err error
-		if ls[i].outer, err = limit.New(s, limit.Policy{Name: "refund-outer-" + alg.String(), Algorithm: alg, Limit: 6, Window: 2 * time.Second}); err != nil {
+		if ls[i].outer, err = limit.New(s, limit.Policy{Name: "refund-outer-" + alg.String(), Algorithm: alg, Limit: 6, Window: 2 * time.Second}, slow); err != nil {
 			t.Fatal(err)
 		}
 		if ls[i].inner, err = limit.New(s, limit.Policy{Name: "refund-inner-" + alg.String(), Algorithm: alg, Limit: 3, Window: time.Second,
-			CountStatus: func(s int) bool { return s >= 400 }}); err != nil {
+			CountStatus: func(s int) bool { return s >= 400 }}, slow); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,6 +72,9 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 			}
 		}
 		for j := range 2 {
+			if p.d[0][j].StoreFailed {
+				t.Fatalf("step %d, mount %d: the store call failed (the FailureMode decided)", step, j)
+			}
 			if a, b := summary(p.d[0][j]), summary(p.d[1][j]); a != b {
 				t.Fatalf("step %d, mount %d: store %s, reference %s", step, j, a, b)
 			}
@@ -93,7 +100,7 @@ func countByStatusExact(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	s := newStore(t, clock.Now)
 	l, err := limit.New(s, limit.Policy{Name: "count-by-status-exact", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour,
-		CountStatus: func(s int) bool { return s >= 400 }})
+		CountStatus: func(s int) bool { return s >= 400 }, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
