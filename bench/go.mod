@@ -18,14 +18,17 @@ require (
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/quotagate/quotagate/adapters/nethttp v0.0.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
 
 replace (
+	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/adapters/chi => ../adapters/chi
 	github.com/quotagate/quotagate/conformance => ../conformance
 	github.com/quotagate/quotagate/engine => ../engine

@@ -252,7 +252,10 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			Name:     "04-global-and-per-route-each-count-once",
+			// Stacked mounts (issue 15): an admitted request counts once in
+			// each mount; a request the per-route mount limits charges no
+			// mount (the global mount gives its charge back).
+			Name:     "04-a-limited-request-charges-no-mount",
 			Policies: map[string]limit.Policy{"g": fixed(3, time.Minute), "login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true}},
 			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
 				{Method: "POST", Path: "/login", Mounts: []string{"login"}},
@@ -260,8 +263,9 @@ func Scenarios() []Scenario {
 			}},
 			Steps: []Step{
 				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 2),
-				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run"}},
-				// the global limit counted all three logins once each
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run"}}, 3),
+				// the global limit counted the two admitted logins only
+				get("127.0.0.2", "/a", ok),
 				get("127.0.0.2", "/a", limited),
 			},
 		},
@@ -597,7 +601,8 @@ func Scenarios() []Scenario {
 			// Two mounts on one request: the IETF list fields carry both
 			// policies in mount order; the single-value Triplet and Legacy
 			// fields carry the one closer to exhaustion; a limited response
-			// from the inner mount keeps the outer mount's members.
+			// from the inner mount keeps the outer mount's members (the
+			// outer one's as charged, before it gives the charge back).
 			Name: "19-two-mounts-merge-header-fields",
 			Policies: map[string]limit.Policy{
 				"g": {Name: "global", Algorithm: limit.FixedWindow, Limit: 100, Window: time.Minute, AlignWindows: true,
@@ -605,7 +610,7 @@ func Scenarios() []Scenario {
 				"login": {Name: "login", Algorithm: limit.FixedWindow, Limit: 5, Window: 10 * time.Second, AlignWindows: true,
 					Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy},
 			},
-			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}}},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}, {Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok, Header: map[string]string{
 					"RateLimit-Policy": `"global";q=100;w=60, "login";q=5;w=10`,
@@ -618,6 +623,28 @@ func Scenarios() []Scenario {
 					"RateLimit":        `"global";r=94;t=60, "login";r=0;t=10`,
 					"RateLimit-Limit":  "5", "RateLimit-Remaining": "0", "RateLimit-Reset": "10",
 					"Retry-After": "10", "Cache-Control": "no-store", "Content-Type": problemJSON}}},
+				// a limited login charges no mount: 5 logins + this request
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit": `"global";r=94;t=60`}}},
+			},
+		},
+		{
+			// Case C-05: global Shared 10 per minute + PerRoute POST /login
+			// 2 per minute; 5 logins leave 8 in the global limit (the GET
+			// after them shows r=7, its own charge included; counting
+			// every mount left 5).
+			Name: "19b-c05-stacked-mounts-charge-only-admitted-requests",
+			Policies: map[string]limit.Policy{
+				"g":     {Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute, AlignWindows: true, Disclosure: limit.DiscloseAlways},
+				"login": {Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true},
+			},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "POST", Path: "/login", Mounts: []string{"login"}}, {Method: "GET", Path: "/a"}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: ok}}, 2),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/login", Want: Want{Status: limited, Handler: "not-run",
+					Header: map[string]string{"RateLimit": `"10p60f";r=7;t=60`}}}, 3),
+				{Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Header: map[string]string{
+					"RateLimit": `"10p60f";r=7;t=60`}}},
 			},
 		},
 		{
@@ -764,6 +791,52 @@ func Scenarios() []Scenario {
 				Quotas: []limit.Rate{{Limit: 10, Window: time.Minute}, {Limit: 4, Window: time.Hour}}}},
 			App:        AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/a", Clients: 100, Allowed: 4},
+		},
+		{
+			// Counting by outcome (issue 15): a policy that counts only
+			// failures (status >= 400) lets successes through free and
+			// limits the 4th attempt after 3 failures, whatever it would
+			// answer; the window's end gives the attempts back.
+			Name: "24-count-by-status-only-failures-count",
+			Policies: map[string]limit.Policy{"s": {Name: "signin", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute,
+				AlignWindows: true, CountStatus: func(s int) bool { return s >= 400 }}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "POST", Path: "/ok", Mounts: []string{"s"}, Status: 204},
+				{Method: "POST", Path: "/fail", Mounts: []string{"s"}, Status: 401},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: 204}}, 5),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/fail", Want: Want{Status: 401}}, 3),
+				{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: limited, Handler: "not-run"}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/fail", Want: Want{Status: limited, Handler: "not-run"}},
+				{Client: "127.0.0.3", Method: "POST", Path: "/ok", Want: Want{Status: 204}},
+				after(time.Minute, Step{Client: "127.0.0.2", Method: "POST", Path: "/ok", Want: Want{Status: 204}}),
+			},
+		},
+		{
+			// Only successes count (status < 400), under a global mount
+			// that counts everything: a failed request is given back to the
+			// per-route policy only, and a request the per-route policy
+			// limits charges the global one nothing.
+			Name: "24b-count-by-status-successes-under-a-global-mount",
+			Policies: map[string]limit.Policy{
+				"g": {Name: "global", Algorithm: limit.FixedWindow, Limit: 6, Window: time.Minute, AlignWindows: true, Disclosure: limit.DiscloseAlways},
+				"s": {Name: "uploads", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+					CountStatus: func(s int) bool { return s < 400 }},
+			},
+			App: AppSpec{Global: []string{"g"}, Routes: []RouteSpec{
+				{Method: "POST", Path: "/upload", Mounts: []string{"s"}, Status: 201},
+				{Method: "POST", Path: "/bad", Mounts: []string{"s"}, Status: 422},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/bad", Want: Want{Status: 422}}, 2),
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/upload", Want: Want{Status: 201}}, 2),
+				// 4 admitted so far, all charged to the global limit
+				{Client: "127.0.0.2", Method: "POST", Path: "/upload", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit": `"global";r=1;t=60`}}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/bad", Want: Want{Status: limited, Header: map[string]string{
+					"RateLimit": `"global";r=1;t=60`}}},
+			},
 		},
 	}
 }

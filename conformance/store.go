@@ -25,7 +25,11 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
 	}
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run("refund-decisions-"+alg.String(), func(t *testing.T) { refundDecisions(t, alg, newStore) })
+	}
 	t.Run("concurrency-exactness", func(t *testing.T) { concurrency(t, newStore) })
+	t.Run("count-by-status-exactness", func(t *testing.T) { countByStatusExact(t, newStore) })
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })
 	t.Run("accepted-policies-give-in-range-numbers", func(t *testing.T) { bounds(t, newStore) })
 	t.Run("several-quotas-and-plans-as-the-reference", func(t *testing.T) { policies(t, newStore) })

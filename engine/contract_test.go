@@ -413,7 +413,7 @@ func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(l.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil))
+	srv := httptest.NewServer(l.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil, nil))
 	defer srv.Close()
 	c := limittest.ClientFrom("127.0.0.7")
 	defer c.CloseIdleConnections()

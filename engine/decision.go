@@ -71,6 +71,8 @@ type Decision struct {
 	// quota is the index of the quota reported (closest to exhaustion;
 	// for OverCapacity the one the cost exceeds) in the decision's quotaSet.
 	quota int
+	// charge is what Limiter.Finish may give back (finish.go).
+	charge charge
 }
 
 // Outcome is what the engine did with a request; it is the outcome label of
@@ -146,4 +148,7 @@ func (d *Decision) fill(res *Result) {
 	d.RetryAfter = time.Duration(retry) * time.Millisecond
 	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
+	for i := range min(res.N, MaxQuotas) {
+		d.charge.windows[i] = res.Quotas[i].Window
+	}
 }

@@ -25,7 +25,7 @@ func Example() {
 	l := limittest.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
 	h := l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "a note")
-	}), nil)
+	}), nil, nil)
 
 	for i := 0; i < 3; i++ {
 		r := httptest.NewRequest("GET", "/v1/notes/1", nil)

@@ -24,6 +24,14 @@ import "net/http"
 // another, limited handler), Peer is r.RemoteAddr (the socket peer: never a
 // forwarding header) and Header is r.Header. It is safe for concurrent use
 // and allocates nothing on an allowed request at the default disclosure.
+//
+// The Decision is the request's ticket: the adapter passes it to Finish
+// once the next handler has answered. A limited request is flagged in
+// r.Header under a field name no client can send (it contains a space, and
+// is never written on the wire), so that the mounts that charged it earlier
+// give their charges back in Finish (stacked mounts: a request limited by
+// any mount charges none). The flag is left in place: a request is limited
+// once.
 func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Request) Decision {
 	req := Request{Route: known.Route, Unmatched: known.Unmatched, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: known.Native}
 	if req.Native == nil {
@@ -38,6 +46,7 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 	var resp response
 	l.check(r.Context(), &req, &resp)
 	resp.writeHTTP(w)
+	settle(&resp.Decision, markOf(r.Header))
 	return resp.Decision
 }
 
@@ -54,19 +63,54 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 // 405; see Request.Unmatched); the handler calls it only when something
 // reads the route (a PerRoute bucket, the handler label of an Observer, a
 // policy function that receives the Request), and a nil route means the
-// route is never known. The handler is safe for concurrent use and adds no
-// allocation of its own.
-func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool)) http.Handler {
+// route is never known.
+//
+// After next it settles the request (Finish): a request that a later mount
+// limited gives its charge back. For a policy with CountStatus, next gets
+// the ResponseWriter that observe returns for w, which must record in
+// *status the status next writes (the first WriteHeader, or 200 on the
+// first Write) and keep w's optional interfaces (http.Flusher,
+// http.Hijacker, http.Pusher...); httplimit's StatusWriter is one
+// (github.com/felixge/httpsnoop). A nil observe, or a policy without
+// CountStatus, leaves w as it is, and the status is unknown (CountStatus
+// then counts every request). The handler is safe for concurrent use and
+// adds no allocation of its own, except for a policy with CountStatus (the
+// status and observe's wrapper).
+func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (template string, unmatched bool),
+	observe func(w http.ResponseWriter, status *int) http.ResponseWriter) http.Handler {
 	if !l.needsRoute {
 		route = nil
+	}
+	if l.policy.CountStatus == nil {
+		observe = nil
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var known Request
 		if route != nil {
 			known.Route, known.Unmatched = route(r)
 		}
-		if l.CheckHTTP(w, r, known).Allowed {
-			next.ServeHTTP(w, r)
+		d := l.CheckHTTP(w, r, known)
+		if !d.Allowed {
+			return
 		}
+		if observe != nil {
+			l.serveObserved(w, r, next, observe, &d)
+			return
+		}
+		next.ServeHTTP(w, r)
+		l.Finish(r.Context(), &d, 0)
 	})
+}
+
+// serveObserved runs next with the ResponseWriter that observe returns and
+// settles the request with the status it recorded. It is a function of its
+// own so that only these requests pay for the status's escape to the heap.
+func (l *Limiter) serveObserved(w http.ResponseWriter, r *http.Request, next http.Handler,
+	observe func(http.ResponseWriter, *int) http.ResponseWriter, d *Decision) {
+	status := new(int)
+	next.ServeHTTP(observe(w, status), r)
+	if *status == 0 {
+		*status = http.StatusOK // nothing written: net/http answers 200
+	}
+	l.Finish(r.Context(), d, *status)
 }

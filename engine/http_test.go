@@ -65,7 +65,7 @@ func TestHTTPHandler(t *testing.T) {
 				hits++
 				w.WriteHeader(http.StatusCreated)
 				io.WriteString(w, "made")
-			}), func(*http.Request) (string, bool) { calls++; return "/a/:id", false })
+			}), func(*http.Request) (string, bool) { calls++; return "/a/:id", false }, nil)
 			var last *httptest.ResponseRecorder
 			for i := 0; i < 3; i++ {
 				last = httptest.NewRecorder()
@@ -116,7 +116,7 @@ func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			asked := false
-			h := mustNew(t, limittest.NewStore(nil), tc.p, tc.opts...).HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { asked = true; return "/x", false })
+			h := mustNew(t, limittest.NewStore(nil), tc.p, tc.opts...).HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { asked = true; return "/x", false }, nil)
 			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
 			if asked != tc.want {
 				t.Fatalf("route asked: %v, want %v", asked, tc.want)

@@ -26,7 +26,7 @@ import (
 func engineHandler(l *limit.Limiter) http.Handler {
 	return l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
-	}), nil)
+	}), nil, nil)
 }
 
 // serve runs h on ln until the test ends.

@@ -172,6 +172,9 @@ func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decisi
 	if resp.n != 0 || resp.status != 0 {
 		resp.writeTo(w)
 	}
+	if m, ok := w.(limitMark); ok {
+		settle(&resp.Decision, m)
+	}
 	return resp.Decision
 }
 
@@ -229,6 +232,10 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		d.Outcome, d.OverCapacity = OutcomeLimited, true
 	} else {
 		err = l.store.decide(ctx, &sc.ctx, op, bucket.name, d)
+		if err == nil && d.Allowed {
+			// Taken from the shared store: Finish may give it back.
+			d.charge.lim, d.charge.bucket, d.charge.id, d.charge.set, d.charge.cost = l, *bucket, *id, set, cost
+		}
 	}
 	d.Limit = set.q[d.quota].limit
 	l.scratch.Put(sc)

@@ -24,11 +24,11 @@ const (
 	IssueRouteUnknown Issue = "route-unknown"
 	// IssueKeyFuncPanic: Policy.KeyFunc panicked; identity fell through.
 	IssueKeyFuncPanic Issue = "key-func-panic"
-	// IssueSkipPanic: Policy.Skip panicked; the request was limited as if
-	// the predicate had returned false.
-	IssueSkipPanic Issue = "skip-panic"
-	// IssueHookPanic: Policy.OnLimited or Policy.OnStoreError panicked; the
-	// panic was recovered and the request got its normal response.
+	// IssueHookPanic: Policy.Skip, OnLimited, OnStoreError or CountStatus
+	// panicked; the panic was recovered and the request went on as each
+	// field's doc says (Skip: limited as if it had returned false;
+	// OnLimited, OnStoreError: the normal response; CountStatus: the
+	// request stays counted). The log line names the function.
 	IssueHookPanic Issue = "hook-panic"
 	// IssueLimitedResponseFallback: Policy.LimitedResponse panicked, returned
 	// nil or a Status outside 400-599; the default response was sent.
@@ -46,7 +46,7 @@ const (
 
 // issueKinds is the number of log gates: one per Issue kind, one for
 // unknown kinds.
-const issueKinds = 11
+const issueKinds = 10
 
 // index is the kind's log gate.
 func (i Issue) index() int {
@@ -61,18 +61,16 @@ func (i Issue) index() int {
 		return 3
 	case IssueKeyFuncPanic:
 		return 4
-	case IssueSkipPanic:
-		return 5
 	case IssueHookPanic:
-		return 6
+		return 5
 	case IssueLimitedResponseFallback:
-		return 7
+		return 6
 	case IssueNativeMismatch:
-		return 8
+		return 7
 	case IssuePlanFallback:
-		return 9
+		return 8
 	}
-	return 10
+	return 9
 }
 
 // DecisionEvent describes one decision for an Observer. Every field comes from

@@ -221,6 +221,23 @@ type Policy struct {
 	// query). A result <= 0 means Cost; a panic is recovered and means Cost.
 	// A cost above the capacity is denied without consuming anything.
 	CostFunc func(r Request) int64
+	// CountStatus, when set, makes the policy count only the requests whose
+	// response status it names: true counts the request, false gives its
+	// cost back once the handler has answered (e.g. func(s int) bool
+	// { return s >= 400 } limits failed logins and lets successful ones
+	// through free; s < 400 counts only successes). The cost is taken
+	// before the handler, as for any request, and refunded after it when
+	// the status does not count, so concurrent requests never take more
+	// than the quota: a request waiting for its handler holds its charge.
+	// The adapter reports the status through Limiter.Finish (every adapter
+	// of this project does; the engine's own HTTPHandler cannot see the
+	// status and counts every request). A request whose status is unknown
+	// (a handler that panicked, a Finish that never came, a store that
+	// failed the refund) stays counted: the safe direction. A panic is
+	// recovered, counts the request and is reported as IssueHookPanic. It
+	// runs synchronously and must be safe for concurrent use. nil: every
+	// request counts.
+	CountStatus func(status int) bool
 	// FailureMode applies when the store fails: FailOpen (default), FailLocal
 	// or FailClosed.
 	FailureMode FailureMode
@@ -260,7 +277,7 @@ type Policy struct {
 	// skips it (as SkipPaths). It runs synchronously on the request path and
 	// must be safe for concurrent use. A panic counts as false (the request
 	// is limited as usual: a broken predicate never opens the limiter) and is
-	// reported as IssueSkipPanic.
+	// reported as IssueHookPanic.
 	Skip func(r Request) bool
 
 	// OnLimited, when set, is called synchronously for every limited request

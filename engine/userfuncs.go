@@ -44,7 +44,7 @@ func (l *Limiter) callSkip(r *Request) (skip bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			skip = false
-			l.cfg.rep.policyFuncFailed(l.shared.name, IssueSkipPanic, "Skip panicked; the request is limited as if it had returned false", p)
+			l.cfg.rep.policyFuncFailed(l.shared.name, IssueHookPanic, "Skip panicked; the request is limited as if it had returned false", p)
 		}
 	}()
 	return l.policy.Skip(*r)

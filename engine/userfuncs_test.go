@@ -86,8 +86,8 @@ func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	if statuses[0] != 0 || statuses[1] != 0 || statuses[2] != 429 {
 		t.Fatalf("statuses %v, want the request limited as usual (0 0 429)", statuses)
 	}
-	if obs.Issues(limit.IssueSkipPanic) != 3 || store.Calls() != 3 {
-		t.Fatalf("skip-panic reported %d times, store called %d times; want 3 and 3", obs.Issues(limit.IssueSkipPanic), store.Calls())
+	if obs.Issues(limit.IssueHookPanic) != 3 || store.Calls() != 3 {
+		t.Fatalf("hook-panic (Skip) reported %d times, store called %d times; want 3 and 3", obs.Issues(limit.IssueHookPanic), store.Calls())
 	}
 	if n := logs.count("Skip panicked"); n != 1 || !strings.Contains(logs.String(), "skip bug") {
 		t.Fatalf("logged %d times, want once with the panic value:\n%s", n, logs.String())

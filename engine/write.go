@@ -21,6 +21,18 @@ import (
 // implementations may treat them case-insensitively. Get, Set and Add need
 // not be safe for concurrent use: the engine calls them from the request's
 // goroutine only.
+//
+// A ResponseWriter may also carry a flag of the request that every mount on
+// it sees, with the methods
+//
+//	SetLimited()   // a mount limited the request
+//	Limited() bool // whether one did
+//
+// (fiber's keeps it in c.Locals). Check sets it when it limits the request,
+// and Limiter.Finish reads it for the mounts that charged the request
+// earlier, which then give their charges back: a request limited by any
+// mount charges none. Without them each mount keeps its own charge.
+// (CheckHTTP keeps the flag in the request's header map itself.)
 type ResponseWriter interface {
 	// Get returns the first value of a header field, "" when absent.
 	Get(name string) string

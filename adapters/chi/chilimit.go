@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	limit "github.com/quotagate/quotagate/engine"
 )
 
@@ -116,8 +117,16 @@ func urlFormat(p string) string {
 // Policy.LimitedResponse built) and next is not called. Requests the policy
 // skips (SkipPaths, Skip) reach next untouched. Safe for concurrent use; l
 // may be shared by several mounts, which then draw on the same buckets.
+//
+// After next the request is settled (limit.Limiter.Finish): a request that
+// a later mount limited (an r.With or group mount under r.Use) gives this
+// mount's charge back, and a policy with CountStatus gives it back when it
+// does not count the status next wrote, observed through
+// httplimit.StatusWriter (only for such a policy; it keeps http.Flusher,
+// http.Hijacker and http.Pusher). A handler that panics leaves the request
+// counted.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, route) }
+	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, route, httplimit.StatusWriter) }
 }
 
 // KeyFunc adapts a key function over the *http.Request (chi.URLParam works in

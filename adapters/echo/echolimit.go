@@ -1,6 +1,8 @@
 package echolimit
 
 import (
+	"errors"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
@@ -22,16 +24,28 @@ import (
 // handlers or a RouteNotFound catch-all such as the one a Group with
 // middleware registers) is passed to the engine as unmatched
 // (limit.Request.Unmatched): it counts in the Shared bucket.
+//
+// When next returns, it settles the request (limit.Limiter.Finish): a
+// request that a later mount limited (a route or group mount under e.Use)
+// gives this mount's charge back, and a policy with CountStatus gives it
+// back when it does not count the status: c.Response().Status, or when next
+// returned an error before writing, the status echo's default error handler
+// gives it (an *echo.HTTPError's Code, else 500; a custom HTTPErrorHandler
+// that answers otherwise is not seen). A handler that panics leaves the
+// request counted.
 func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 	rt := &routeTable{}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			p := c.Path()
 			known := limit.Request{Route: p, Unmatched: rt.unmatched(c, p), Native: c}
-			if !l.CheckHTTP(c.Response(), c.Request(), known).Allowed {
+			d := l.CheckHTTP(c.Response(), c.Request(), known)
+			if !d.Allowed {
 				return nil
 			}
-			return next(c)
+			err := next(c)
+			l.Finish(c.Request().Context(), &d, status(c, err))
+			return err
 		}
 	}
 }
@@ -43,6 +57,20 @@ func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 // table stays as small as the route list. Reads are lock-free (an immutable
 // map behind an atomic pointer); a path not seen yet rebuilds it from
 // Echo.Routes and Echo.Routers, once.
+// status is the status of the response to c: what the handler wrote, or
+// when it returned an error before writing, the status echo's default
+// error handler answers it with (an *echo.HTTPError's Code, else 500).
+func status(c echo.Context, err error) int {
+	r := c.Response()
+	if err == nil || r.Committed {
+		return r.Status
+	}
+	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
+		return he.Code
+	}
+	return http.StatusInternalServerError
+}
+
 type routeTable struct {
 	t  atomic.Pointer[routes]
 	mu sync.Mutex

@@ -1,6 +1,7 @@
 package fiberlimit
 
 import (
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,10 +29,7 @@ import (
 func New(l *limit.Limiter) fiber.Handler {
 	var routes routeSet
 	return func(c *fiber.Ctx) error {
-		if !l.Check(c.UserContext(), request(c, routes.template(c), false), (*response)(c.Response())).Allowed {
-			return nil
-		}
-		return c.Next()
+		return serve(l, c, routes.template(c), false)
 	}
 }
 
@@ -61,10 +59,7 @@ func New(l *limit.Limiter) fiber.Handler {
 // no mount sees those requests.
 func Unmatched(l *limit.Limiter) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		if !l.Check(c.UserContext(), request(c, "", true), (*response)(c.Response())).Allowed {
-			return nil
-		}
-		return c.Next()
+		return serve(l, c, "", true)
 	}
 }
 
@@ -72,6 +67,35 @@ func Unmatched(l *limit.Limiter) fiber.Handler {
 // c.Method() and c.Path() for the next request: they are copied, since the
 // Request may outlive the handler (a KeyFunc, CostFunc or Observer may keep
 // its strings).
+// serve decides c with l, continues with c.Next() when allowed and then
+// settles the request (limit.Limiter.Finish): a request that a later mount
+// limited gives this mount's charge back, and a policy with CountStatus gives
+// it back when it does not count the status (the response's, or when the
+// chain returned an error, the status fiber's default ErrorHandler answers
+// it with: a *fiber.Error's Code, else 500). A handler that panics leaves
+// the request counted.
+func serve(l *limit.Limiter, c *fiber.Ctx, route string, unmatched bool) error {
+	ctx := c.UserContext()
+	d := l.Check(ctx, request(c, route, unmatched), (*response)(c))
+	if !d.Allowed {
+		return nil
+	}
+	err := c.Next()
+	l.Finish(ctx, &d, status(c, err))
+	return err
+}
+
+// status is the status fiber answers c with after the chain returned err.
+func status(c *fiber.Ctx, err error) int {
+	if err == nil {
+		return c.Response().StatusCode()
+	}
+	if fe, ok := errors.AsType[*fiber.Error](err); ok {
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
+}
+
 func request(c *fiber.Ctx, route string, unmatched bool) limit.Request {
 	fc := c.Context()
 	return limit.Request{
@@ -189,33 +213,37 @@ func (h *header) Values(name string) []string {
 	return out
 }
 
-// response is limit.ResponseWriter over fasthttp's response: the engine
-// decides every field, status and body, and response only stores them the
-// fasthttp way. The pointer conversion does not allocate.
-type response fasthttp.Response
+// response is limit.ResponseWriter over the request's fiber context: the
+// engine decides every field, status and body, and response only stores
+// them the fasthttp way in c.Response(). It also carries the per-request
+// flag that stacked mounts share (SetLimited, Limited: c.Locals). The
+// pointer conversion does not allocate.
+type response fiber.Ctx
 
 var (
 	_ limit.ResponseWriter = (*response)(nil)
 	_ limit.Header         = (*header)(nil)
 )
 
+func (r *response) resp() *fasthttp.Response { return (*fiber.Ctx)(r).Response() }
+
 // Get returns the first value of name ("" when absent). It allocates a copy;
 // the engine calls it only to merge the fields of two mounts.
 func (r *response) Get(name string) string {
-	return string((*fasthttp.Response)(r).Header.Peek(name))
+	return string(r.resp().Header.Peek(name))
 }
 
 // Set replaces every value of name; fasthttp copies name and value.
-func (r *response) Set(name, value string) { (*fasthttp.Response)(r).Header.Set(name, value) }
+func (r *response) Set(name, value string) { r.resp().Header.Set(name, value) }
 
 // Add appends a value of name; fasthttp copies name and value.
-func (r *response) Add(name, value string) { (*fasthttp.Response)(r).Header.Add(name, value) }
+func (r *response) Add(name, value string) { r.resp().Header.Add(name, value) }
 
 // Send sets the status and the body (SetBody copies: the engine's body is
 // shared). A bodiless response (DiscloseNone) carries no Content-Type, as
 // in the net/http adapters, although fasthttp would add text/plain.
 func (r *response) Send(status int, body []byte) {
-	fr := (*fasthttp.Response)(r)
+	fr := r.resp()
 	fr.SetStatusCode(status)
 	if len(body) > 0 {
 		fr.SetBody(body)
@@ -224,6 +252,16 @@ func (r *response) Send(status int, body []byte) {
 	fr.ResetBody()
 	fr.Header.SetNoDefaultContentType(true)
 }
+
+// limitedKey is the c.Locals key of the flag a limiting mount sets.
+type limitedKey struct{}
+
+// SetLimited flags the request as limited by a mount, so that the mounts
+// that charged it earlier give their charges back (limit.Limiter.Finish).
+func (r *response) SetLimited() { (*fiber.Ctx)(r).Locals(limitedKey{}, true) }
+
+// Limited reports whether a mount limited the request.
+func (r *response) Limited() bool { return (*fiber.Ctx)(r).Locals(limitedKey{}) != nil }
 
 // KeyFunc adapts a key function over *fiber.Ctx to Policy.KeyFunc, e.g. to
 // limit by API key or authenticated user: limit.KeyFuncOf, which explains

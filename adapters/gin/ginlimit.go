@@ -15,6 +15,12 @@ import (
 // requests the policy skips continue untouched. Safe for concurrent use; l
 // may be shared by several mounts, which then draw on the same buckets.
 //
+// After the rest of the chain it settles the request (limit.Limiter.Finish
+// with c.Writer.Status()): a request that a later mount limited (a per-route
+// mount under a global one) gives this mount's charge back, and a policy
+// with CountStatus gives it back when it does not count the status. A
+// handler that panics leaves the request counted.
+//
 // A request no route matches (gin runs the engine-level handlers, r.Use,
 // for a 404, and for a 405 when Engine.HandleMethodNotAllowed is set) is
 // passed to the engine as unmatched (limit.Request.Unmatched): it counts in
@@ -25,9 +31,13 @@ func Middleware(l *limit.Limiter) gin.HandlerFunc {
 		// chain means no route matched (the engine-level handlers of a 404,
 		// or of a 405 with HandleMethodNotAllowed).
 		p := c.FullPath()
-		if !l.CheckHTTP(c.Writer, c.Request, limit.Request{Route: p, Unmatched: p == "", Native: c}).Allowed {
+		d := l.CheckHTTP(c.Writer, c.Request, limit.Request{Route: p, Unmatched: p == "", Native: c})
+		if !d.Allowed {
 			c.Abort()
+			return
 		}
+		c.Next()
+		l.Finish(c.Request.Context(), &d, c.Writer.Status())
 	}
 }
 

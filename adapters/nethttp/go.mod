@@ -3,6 +3,7 @@ module github.com/quotagate/quotagate/adapters/nethttp
 go 1.26
 
 require (
+	github.com/felixge/httpsnoop v1.1.0
 	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0

@@ -1,7 +1,12 @@
 package httplimit
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
+
+	"github.com/felixge/httpsnoop"
 	"path"
 	"strings"
 
@@ -22,6 +27,12 @@ import (
 // (RoutePattern); otherwise it is r.Pattern, set by the ServeMux that routed r
 // to this middleware. Safe for concurrent use; l may be shared by several
 // mounts, which then draw on the same buckets.
+//
+// After next the request is settled (limit.Limiter.Finish): a request that
+// a later mount limited gives this mount's charge back, and a policy with
+// CountStatus gives it back when it does not count the status next wrote,
+// which the mount observes through StatusWriter (only for such a policy).
+// A handler that panics leaves the request counted.
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		var mux *http.ServeMux
@@ -38,7 +49,7 @@ func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 				return p, p == ""
 			}
 		}
-		return &mount{Handler: l.HTTPHandler(next, route), mux: mux}
+		return &mount{Handler: l.HTTPHandler(next, route, StatusWriter), mux: mux}
 	}
 }
 
@@ -97,3 +108,43 @@ func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc { return lim
 // CostFunc adapts a pricing function over the *http.Request to
 // Policy.CostFunc: limit.CostFuncOf.
 func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// StatusWriter returns w wrapped so that the status written through it is
+// recorded in *status: the code of the first WriteHeader that is not
+// informational (1xx), or 200 on the first Write, ReadFrom or Flush before
+// any, as net/http answers. The wrapper keeps exactly w's optional
+// interfaces (http.Flusher, http.Hijacker, http.Pusher, io.ReaderFrom,
+// http.CloseNotifier, and Unwrap for http.ResponseController), through
+// github.com/felixge/httpsnoop. It is the observe function of
+// limit.Limiter.HTTPHandler for policies with CountStatus, which the
+// Middleware of this package and of chilimit pass; one wrapper and its
+// hooks are allocated per call. A connection hijacked before any status
+// (a WebSocket upgrade) records 101 Switching Protocols; nothing written at
+// all leaves 0, which HTTPHandler reads as the 200 net/http then sends.
+func StatusWriter(w http.ResponseWriter, status *int) http.ResponseWriter {
+	set := func(code int) {
+		if *status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+			*status = code
+		}
+	}
+	return httpsnoop.Wrap(w, httpsnoop.Hooks{
+		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+			return func(code int) { set(code); next(code) }
+		},
+		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
+			return func(b []byte) (int, error) { set(http.StatusOK); return next(b) }
+		},
+		WriteString: func(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
+			return func(s string) (int, error) { set(http.StatusOK); return next(s) }
+		},
+		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
+			return func(src io.Reader) (int64, error) { set(http.StatusOK); return next(src) }
+		},
+		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+			return func() { set(http.StatusOK); next() }
+		},
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			return func() (net.Conn, *bufio.ReadWriter, error) { set(http.StatusSwitchingProtocols); return next() }
+		},
+	})
+}

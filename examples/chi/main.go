@@ -8,6 +8,7 @@
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./chi -addr 127.0.0.1:8080
 package main
@@ -41,6 +42,9 @@ func main() {
 		})
 		r.Head("/v1/notes/{id}", text(""))
 		r.With(chilimit.Middleware(l.Login)).Post("/v1/login", text(app.LoginBody))
+		r.With(chilimit.Middleware(l.Signin)).Post("/v1/signin", func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(app.SigninStatus(r.Header.Get("X-Password")))
+		})
 		r.With(chilimit.Middleware(l.Search)).Get("/v1/search", text(app.SearchBody))
 		r.With(chilimit.Middleware(l.Reports)).Get("/v1/reports", text(app.ReportsBody))
 		r.With(chilimit.Middleware(l.Export)).Get("/v1/export", text(app.ExportBody))

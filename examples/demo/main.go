@@ -192,6 +192,7 @@ func run(framework string) error {
 	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
 	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
 	unmatched(framework, base, check)
+	signinAndStacked(base, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -306,6 +307,44 @@ func policyField(url, client string, header ...[2]string) string {
 		return err.Error()
 	}
 	return strings.Join(h.Values("Ratelimit-Policy"), ", ")
+}
+
+// signinAndStacked shows counting by outcome (POST /v1/signin counts only
+// failed attempts) and stacked mounts (a login the per-route limit answers
+// 429 charges the global limit nothing).
+func signinAndStacked(base string, check func(bool, string)) {
+	c := limittest.ClientFrom("127.0.0.7")
+	defer c.CloseIdleConnections()
+	var got []string
+	attempt := func(password string) int {
+		st, _, err := request(c, "POST", base+"/v1/signin", [2]string{"X-Password", password})
+		if err != nil {
+			st = 0
+		}
+		got = append(got, fmt.Sprint(st))
+		return st
+	}
+	ok := attempt("open-sesame") == http.StatusNoContent && attempt("open-sesame") == http.StatusNoContent
+	for range 3 {
+		ok = attempt("guess") == http.StatusUnauthorized && ok
+	}
+	ok = attempt("open-sesame") == http.StatusTooManyRequests && ok
+	ok = attempt("guess") == http.StatusTooManyRequests && ok
+	fmt.Println("\nPOST /v1/signin from 127.0.0.7 (right, right, wrong x3, right, wrong):", strings.Join(got, " "))
+	check(ok, "signin: successes are free; after 3 failed attempts the next gets 429 whatever its password (fixed window 3 failures/60s)")
+
+	// 127.0.0.2 sent 8 logins above: 5 admitted, 3 limited by the login
+	// limit. Only the 5 stay charged to the global limit, so one more
+	// request shows r=94 in the global member (100 - 5 - itself).
+	lc := limittest.ClientFrom("127.0.0.2")
+	defer lc.CloseIdleConnections()
+	_, h, err := request(lc, "GET", base+"/v1/notes/1")
+	rl := ""
+	if err == nil {
+		rl = h.Get("RateLimit")
+	}
+	fmt.Println("GET /v1/notes/1 from 127.0.0.2 after its 8 logins: RateLimit:", rl)
+	check(strings.Contains(rl, `"100p60";r=94;`), "stacked mounts: the 3 limited logins charged the global limit nothing (global member r=94, not 91)")
 }
 
 // metricLines fetches a Prometheus text exposition and returns its

@@ -8,6 +8,7 @@
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./fiber -addr 127.0.0.1:8080
 package main
@@ -54,6 +55,9 @@ func main() {
 		return text(app.NoteBody(c.Params("id")))(c)
 	})
 	v1.Post("/login", global, fiberlimit.New(l.Login), text(app.LoginBody))
+	v1.Post("/signin", global, fiberlimit.New(l.Signin), func(c *fiber.Ctx) error {
+		return c.SendStatus(app.SigninStatus(c.Get("X-Password")))
+	})
 	v1.Get("/search", global, fiberlimit.New(l.Search), text(app.SearchBody))
 	v1.Get("/reports", global, fiberlimit.New(l.Reports), text(app.ReportsBody))
 	v1.Get("/export", global, fiberlimit.New(l.Export), text(app.ExportBody))

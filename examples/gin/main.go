@@ -8,6 +8,7 @@
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./gin -addr 127.0.0.1:8080
 package main
@@ -42,6 +43,9 @@ func main() {
 		r.GET("/v1/notes/:id", func(c *gin.Context) { text(app.NoteBody(c.Param("id")))(c) })
 		r.HEAD("/v1/notes/:id", text(""))
 		r.POST("/v1/login", ginlimit.Middleware(l.Login), text(app.LoginBody))
+		r.POST("/v1/signin", ginlimit.Middleware(l.Signin), func(c *gin.Context) {
+			c.Status(app.SigninStatus(c.GetHeader("X-Password")))
+		})
 		r.GET("/v1/search", ginlimit.Middleware(l.Search), text(app.SearchBody))
 		r.GET("/v1/reports", ginlimit.Middleware(l.Reports), text(app.ReportsBody))
 		r.GET("/v1/export", ginlimit.Middleware(l.Export), text(app.ExportBody))

@@ -8,6 +8,7 @@
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
+//	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
 //
 // Run: go run ./nethttp -addr 127.0.0.1:8080
 package main
@@ -39,6 +40,9 @@ func main() {
 			text(app.NoteBody(r.PathValue("id")))(w, r)
 		})
 		mux.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
+		mux.Handle("POST /v1/signin", httplimit.Middleware(l.Signin)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(app.SigninStatus(r.Header.Get("X-Password")))
+		})))
 		mux.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
 		mux.Handle("GET /v1/reports", httplimit.Middleware(l.Reports)(text(app.ReportsBody)))
 		mux.Handle("GET /v1/export", httplimit.Middleware(l.Export)(text(app.ExportBody)))

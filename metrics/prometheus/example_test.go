@@ -29,7 +29,7 @@ func Example() {
 	}
 	// The limiter in front of a handler, as an adapter mounts it; the route
 	// function names the matched route template (the handler label).
-	notes := l.HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { return "/v1/notes/{id}", false })
+	notes := l.HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { return "/v1/notes/{id}", false }, nil)
 	for range 3 {
 		r := httptest.NewRequest("GET", "/v1/notes/7", nil)
 		r.RemoteAddr = "192.0.2.1:4000"

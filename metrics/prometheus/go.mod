@@ -14,17 +14,21 @@ require (
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/quotagate/quotagate/adapters/nethttp v0.0.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../../adapters/chi
+	github.com/quotagate/quotagate/adapters/nethttp => ../../adapters/nethttp
 	github.com/quotagate/quotagate/conformance => ../../conformance
 	github.com/quotagate/quotagate/engine => ../../engine
 	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
+	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
 )

@@ -59,7 +59,7 @@ func TestRegressionC10FrozenRedis(t *testing.T) {
 	}
 	app := httptest.NewServer(lim.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok")
-	}), nil))
+	}), nil, nil))
 	defer app.Close()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}, Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()

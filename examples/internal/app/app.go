@@ -81,6 +81,11 @@ type Limiters struct {
 	// one); keys starting with "pro-" are on plan "pro", 20 per 60 s, every
 	// other identity 5 per 60 s (sliding window), on GET /v1/export.
 	Export *limit.Limiter
+	// Signin: PerRoute fixed window, 3 failed attempts per 60 s, on
+	// POST /v1/signin: it counts only the answers >= 400 (CountStatus), so
+	// successful sign-ins are free, and once 3 have failed the next attempt
+	// gets 429 whatever its password.
+	Signin *limit.Limiter
 	// StoreName describes the store for the start-up line.
 	StoreName string
 	// RedisStatus says whether Redis answered PING at start ("" with the
@@ -195,8 +200,16 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("export policy: %w", err)
 	}
+	signin, err := global.With(limit.Policy{
+		Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 3, Window: 60 * time.Second, Shadow: c.Shadow,
+		CountStatus: func(status int) bool { return status >= 400 },
+		Disclosure:  disclosure, HeaderStyle: style, FailureMode: failure,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signin policy: %w", err)
+	}
 	return &Limiters{
-		Global: global, Login: login, Search: search, Reports: reports, Export: export,
+		Global: global, Login: login, Search: search, Reports: reports, Export: export, Signin: signin,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
@@ -329,13 +342,28 @@ func NoteBody(id string) string {
 	return fmt.Sprintf(`{"id":%q,"text":"a note"}`, id)
 }
 
+// Password is the password POST /v1/signin accepts, in the X-Password
+// request header.
+const Password = "open-sesame"
+
+// SigninStatus is the answer of POST /v1/signin for the X-Password header's
+// value: 204 No Content for Password, 401 Unauthorized otherwise.
+func SigninStatus(password string) int {
+	if password == Password {
+		return http.StatusNoContent
+	}
+	return http.StatusUnauthorized
+}
+
 // Describe is the start-up line's policy part.
 func (l *Limiters) Describe() string {
 	d := "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
 		"POST /v1/login fixed-window 5/60s per route; " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
-		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s"
+		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
+		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
+		"a request a per-route limit answers 429 charges the global limit nothing"
 	if l.shadow {
 		d += "; SHADOW MODE: nothing is limited, would-be limits are counted (outcome=shadow-limited)"
 	}

@@ -1,0 +1,139 @@
+package limit
+
+import (
+	"context"
+	"net/http"
+)
+
+// This file settles a request after its handler (issue 15): a charge is
+// given back when a later mount on the same request limited it (stacked
+// mounts: a limited request charges no mount), or when the policy does not
+// count the status the handler wrote (Policy.CountStatus). The refund is one
+// Op with Refund set through the same store call as the charge (storecall.go),
+// which also drops this process's cached denials of its keys (denycache.go).
+
+// charge is what an admitted request took from the store, kept in its
+// Decision (the request's ticket) so that Finish can give it back: the key
+// is rebuilt from the bucket and identity (nothing is copied on the allowed
+// path), and the windows the cost counted in make the refund exact (a
+// refund never revives a window that has rolled or expired).
+type charge struct {
+	lim     *Limiter // the Limiter that charged; nil: nothing to give back
+	bucket  bucketRef
+	id      who
+	set     *quotaSet // the quotas (of the plan) that charged it
+	cost    int64
+	windows [MaxQuotas]int64 // QuotaResult.Window of each quota (filled by Decision.fill)
+	mark    limitMark        // the request's "limited by a mount" flag; nil: none reachable
+}
+
+// limitMark is a per-request flag that every mount on one request sees: a
+// mount that limits the request sets it, and the mounts that charged it
+// earlier read it when their handler returns (Finish) and give their charge
+// back. For net/http requests it lives in the request's header map (see
+// headerMark); a ResponseWriter given to Check may carry it (see
+// ResponseWriter).
+type limitMark interface {
+	SetLimited()
+	Limited() bool
+}
+
+// markField is the request header field name of the net/http flag. It
+// contains a space, which RFC 9110 field names cannot: net/http's server
+// refuses such a line from a client (400), so only a mount can set it, and
+// it is never written on the wire.
+const markField = "Quotagate limited"
+
+var markValue = []string{"1"}
+
+// headerMark is the flag kept in an *http.Request's header map, which the
+// request's shallow copies (WithContext, the routers' own copies) share.
+type headerMark http.Header
+
+func (h headerMark) SetLimited() { h[markField] = markValue }
+
+func (h headerMark) Limited() bool {
+	_, ok := h[markField]
+	return ok
+}
+
+// markOf returns the flag of a net/http request's header map (nil: none).
+func markOf(h http.Header) limitMark {
+	if h == nil {
+		return nil
+	}
+	return headerMark(h)
+}
+
+// settle records the flag on d after Check or CheckHTTP: a limited request
+// sets it (so that earlier mounts give their charges back), an admitted one
+// keeps it in its charge for Finish.
+func settle(d *Decision, m limitMark) {
+	if m == nil {
+		return
+	}
+	if !d.Allowed {
+		m.SetLimited()
+		return
+	}
+	if d.charge.lim != nil {
+		d.charge.mark = m
+	}
+}
+
+// Finish settles a request once its handler has answered: d is the
+// Decision that Check or CheckHTTP returned for it (its ticket; also one of
+// Consume or ConsumeN) and status the response status the handler wrote (0
+// when unknown). It gives the request's cost back to the store when
+//   - a later mount on the same request limited it (stacked mounts: a
+//     limited request charges no mount; the limiting mount flags the
+//     request, see ResponseWriter), or
+//   - Policy.CountStatus is set and does not count status.
+//
+// Otherwise, and for a Decision that took nothing (limited, skipped,
+// decided by the FailureMode), it does nothing and costs nothing. The refund is one
+// store call, on those requests only; it gives back only what is still
+// there (never a count below zero, never a window that has rolled or
+// expired: see Op.Refund) and, when the store fails, the request stays
+// counted (reported as a store error, decided by no FailureMode: over-denial,
+// never over-admission). Finish is called at most once per Decision: it
+// clears d's charge. The adapters of this project call it after the next
+// handler; a handler that panics never reaches it, so the request stays
+// counted. Safe for concurrent use.
+func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
+	c := &d.charge
+	if c.lim != l {
+		return
+	}
+	c.lim = nil
+	refund := c.mark != nil && c.mark.Limited()
+	if !refund && status > 0 && l.policy.CountStatus != nil {
+		refund = !l.countStatus(status)
+	}
+	if !refund {
+		return
+	}
+	sc := l.scratch.Get().(*scratch)
+	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
+	if !over {
+		op.Refund = true
+		for i := range min(op.N, MaxQuotas) {
+			op.Quotas[i].Window = c.windows[i]
+		}
+		if _, err := l.store.take(ctx, &sc.ctx, &l.store.primary, op); err != nil {
+			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !l.store.primary.shared.breaker.isOpen())
+		}
+	}
+	l.scratch.Put(sc)
+}
+
+// countStatus runs Policy.CountStatus; a panic counts the request.
+func (l *Limiter) countStatus(status int) (counts bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			counts = true
+			l.cfg.rep.policyFuncFailed(l.shared.name, IssueHookPanic, "CountStatus panicked; the request stays counted", p)
+		}
+	}()
+	return l.policy.CountStatus(status)
+}

@@ -1,0 +1,227 @@
+package limit_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// stacked serves a global mount around a per-route mount of POST /login
+// (through the engine's HTTPHandler, as chi and net/http mount them), and
+// GET /other under the global mount only.
+func stacked(global, login *limit.Limiter) http.Handler {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	route := func(r *http.Request) (string, bool) { return r.URL.Path, false }
+	loginH := login.HTTPHandler(ok, route, nil)
+	return global.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/login" {
+			loginH.ServeHTTP(w, r)
+			return
+		}
+		ok.ServeHTTP(w, r)
+	}), route, nil)
+}
+
+func serveRec(h http.Handler, method, path string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// Case C-05: global Shared 10 per minute + PerRoute POST /login 2 per
+// minute; 5 logins. Only the 2 admitted logins stay charged to the global
+// limit: 8 remain afterwards (a GET then shows r=7, its own charge
+// included), where every mount counting once left 5.
+func TestRegressionC05StackedMountsChargeNoMountWhenLimited(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute,
+		AlignWindows: true, Disclosure: limit.DiscloseAlways})
+	login := limittest.MustNew(s, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true})
+	h := stacked(global, login)
+	for i, want := range []int{204, 204, 429, 429, 429} {
+		w := serveRec(h, "POST", "/login")
+		if w.Code != want {
+			t.Fatalf("login %d: status %d, want %d", i+1, w.Code, want)
+		}
+		if i >= 2 && !strings.Contains(w.Header().Get("RateLimit"), `"global";r=7`) {
+			t.Fatalf("login %d: RateLimit %q: the global member should show 2 earlier logins + this one", i+1, w.Header().Get("RateLimit"))
+		}
+	}
+	w := serveRec(h, "GET", "/other")
+	if got := w.Header().Get("RateLimit"); !strings.HasPrefix(got, `"global";r=7;`) {
+		t.Fatalf("after 5 logins, GET /other: RateLimit %q; want r=7 (8 left before it: 2 admitted logins)", got)
+	}
+}
+
+// countFailures counts only the responses with status >= 400.
+func countFailures(s int) bool { return s >= 400 }
+
+// A policy that counts only failures: successes are charged before the
+// handler and given back after it; a refund never revives a window that
+// has rolled, and a panicking CountStatus counts the request.
+func TestFinishCountStatus(t *testing.T) {
+	s := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true,
+		CountStatus: countFailures}, limit.WithObserver(rec))
+	ctx := context.Background()
+	for i := range 10 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed {
+			t.Fatalf("success %d limited: successes must not count", i)
+		}
+		l.Finish(ctx, &d, 200)
+	}
+	for i := range 3 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed || d.Remaining != int64(2-i) {
+			t.Fatalf("failure %d: %+v", i, d)
+		}
+		l.Finish(ctx, &d, 401)
+		l.Finish(ctx, &d, 200) // a second Finish does nothing
+	}
+	if d, _ := l.Consume(ctx, "a"); d.Allowed {
+		t.Fatal("a 4th request after 3 failures was admitted")
+	}
+
+	// A charge in a window that has rolled is not given back to the next.
+	d, _ := l.Consume(ctx, "b")
+	s.advance(60_000)
+	for range 3 {
+		d2, _ := l.Consume(ctx, "b")
+		if !d2.Allowed {
+			t.Fatal("new window: limited")
+		}
+	}
+	l.Finish(ctx, &d, 200)
+	if d, _ := l.Consume(ctx, "b"); d.Allowed {
+		t.Fatal("a refund of the previous window's charge gave quota to the new window")
+	}
+
+	// Status 0 (unknown) counts.
+	d, _ = l.Consume(ctx, "c")
+	l.Finish(ctx, &d, 0)
+	if d, _ := l.Consume(ctx, "c"); d.Remaining != 1 {
+		t.Fatalf("after an unknown status: remaining %d, want 1", d.Remaining)
+	}
+
+	// A panicking CountStatus counts the request and is reported.
+	p := limittest.MustNew(s, limit.Policy{Name: "p", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute,
+		CountStatus: func(int) bool { panic("boom") }}, limit.WithObserver(rec))
+	d, _ = p.Consume(ctx, "a")
+	p.Finish(ctx, &d, 200)
+	if d, _ := p.Consume(ctx, "a"); d.Allowed {
+		t.Fatal("a panicking CountStatus gave the charge back")
+	}
+	if rec.Issues(limit.IssueHookPanic) != 1 {
+		t.Fatalf("IssueHookPanic reported %d times, want 1", rec.Issues(limit.IssueHookPanic))
+	}
+
+	// Finish with another Limiter's Decision does nothing.
+	d, _ = l.Consume(ctx, "d")
+	p.Finish(ctx, &d, 200)
+	if d, _ := l.Consume(ctx, "d"); d.Remaining != 1 {
+		t.Fatalf("a foreign Finish refunded: remaining %d", d.Remaining)
+	}
+}
+
+// A refund drops this process's cached denial of its key: the next request
+// asks the store, which admits it.
+func TestFinishRefundDropsCachedDenial(t *testing.T) {
+	ref := limittest.NewStore(nil)
+	ref.Info = limit.StoreInfo{Name: "remote"} // does I/O: deny cache on
+	l := limittest.MustNew(ref, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour, CountStatus: countFailures})
+	ctx := context.Background()
+	first, _ := l.Consume(ctx, "a") // its handler is still running
+	for range 3 {
+		if d, _ := l.Consume(ctx, "a"); d.Allowed {
+			t.Fatal("admitted over the limit")
+		}
+	}
+	calls := ref.Calls()
+	if d, _ := l.Consume(ctx, "a"); d.Allowed || ref.Calls() != calls {
+		t.Fatal("the denial was not cached")
+	}
+	l.Finish(ctx, &first, 200)
+	if d, _ := l.Consume(ctx, "a"); !d.Allowed {
+		t.Fatal("after the refund the cached denial still answered")
+	}
+}
+
+// A handler that panics never reaches Finish: its request stays counted
+// (a policy counting only failures counts it, as the 500 it becomes), and
+// the panic reaches the server unchanged.
+func TestFinishHandlerPanicStaysCounted(t *testing.T) {
+	s := storeAt(epochMS)
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+		CountStatus: func(s int) bool { return s < 400 }})
+	observe := func(w http.ResponseWriter, status *int) http.ResponseWriter { *status = 200; return w }
+	h := l.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") }), nil, observe)
+	for range 2 {
+		func() {
+			defer func() {
+				if p := recover(); p != "handler bug" {
+					t.Fatalf("recovered %v", p)
+				}
+			}()
+			serveRec(h, "GET", "/x")
+		}()
+	}
+	if w := serveRec(h, "GET", "/x"); w.Code != 429 {
+		t.Fatalf("3rd request: %d; the panicking requests should stay counted", w.Code)
+	}
+}
+
+// A refund gives the cost back to every quota of the plan that charged the
+// request (issue 15: several quotas and plans are one Op, so is the
+// refund): after successes that do not count, each quota of each plan
+// still holds its whole allowance; after failures, each quota shows them.
+func TestFinishRefundsEveryQuotaOfThePlan(t *testing.T) {
+	s := storeAt(epochMS)
+	plan := func(r limit.Request) (string, error) {
+		if id, _ := r.Native.(string); strings.HasPrefix(id, "pro-") {
+			return "pro", nil
+		}
+		return "", nil
+	}
+	for _, a := range []limit.Algorithm{limit.SlidingWindow, limit.FixedWindow, limit.TokenBucket} {
+		t.Run(a.String(), func(t *testing.T) {
+			l := limittest.MustNew(s, limit.Policy{Name: "q-" + a.String(), Algorithm: a, AlignWindows: a == limit.FixedWindow,
+				Quotas:      []limit.Rate{{Limit: 3, Window: 10 * time.Second}, {Limit: 5, Window: time.Minute}},
+				Plans:       map[string][]limit.Rate{"pro": {{Limit: 6, Window: 10 * time.Second}, {Limit: 9, Window: time.Minute}}},
+				Plan:        plan,
+				CountStatus: countFailures})
+			ctx := context.Background()
+			for _, tc := range []struct {
+				id       string
+				capacity int64 // of the tighter quota
+			}{{"free", 3}, {"pro-1", 6}} {
+				for i := range 20 {
+					d, _ := l.Consume(ctx, tc.id)
+					if !d.Allowed || d.Remaining != tc.capacity-1 {
+						t.Fatalf("%s: success %d: allowed %v remaining %d; want admitted with %d left (every success given back)", tc.id, i, d.Allowed, d.Remaining, tc.capacity-1)
+					}
+					l.Finish(ctx, &d, 200)
+				}
+				for i := range tc.capacity {
+					d, _ := l.Consume(ctx, tc.id)
+					if !d.Allowed || d.Remaining != tc.capacity-1-i {
+						t.Fatalf("%s: failure %d: allowed %v remaining %d, want %d", tc.id, i, d.Allowed, d.Remaining, tc.capacity-1-i)
+					}
+					l.Finish(ctx, &d, 500)
+				}
+				if d, _ := l.Consume(ctx, tc.id); d.Allowed {
+					t.Fatalf("%s: admitted after %d counted failures", tc.id, tc.capacity)
+				}
+			}
+		})
+	}
+}
