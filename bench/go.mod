@@ -28,9 +28,8 @@ require (
 )
 
 replace (
-	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/adapters/chi => ../adapters/chi
-	github.com/quotagate/quotagate/conformance => ../conformance
+	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory
 	github.com/quotagate/quotagate/stores/redis => ../stores/redis

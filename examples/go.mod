@@ -76,7 +76,6 @@ replace (
 	github.com/quotagate/quotagate/adapters/fiber => ../adapters/fiber
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
-	github.com/quotagate/quotagate/conformance => ../conformance
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory

@@ -19,6 +19,10 @@
 # pids redis.sh recorded. Otherwise (or with QUOTAGATE_NO_REDIS=1) those
 # variables are unset and the Redis tests run against miniredis only.
 #
+# Consumers: then scripts/consumers.sh checks what an application's module
+# graph gets from each published module (README's replace block, offline
+# go mod tidy; see the script); it counts as one more entry, "consumers".
+#
 # Conformance matrix: QUOTAGATE_MATRIX_DIR is a fresh temp dir; the conformance
 # suite writes *.tsv lines "adapter<TAB>store<TAB>passed<TAB>failed<TAB>skipped"
 # there, and this script prints them summed as a table at the end.
@@ -26,7 +30,7 @@
 # Env knobs:
 #   QUOTAGATE_NO_REDIS=1   force the miniredis-only path even if redis-server exists
 #   TEST_TIMEOUT=20m       go test -timeout per module
-#   MODULES="engine ..."   only these module dirs (relative to the repo root)
+#   MODULES="engine ..."   only these module dirs (relative to the repo root); no consumers check
 set -uo pipefail   # no -e: we keep going after failures and count them
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -132,6 +136,44 @@ for m in "${mods[@]}"; do
   results+=("$line")
   echo "result: $line"
 done
+
+# ---- Allocation guards without -race ------------------------------------------
+# The race detector allocates on its own, so every allocation guard skips
+# itself under -race (loudly); the pass above runs only -race. This pass runs
+# the guards again without it, in every module that has one.
+ALLOC_RUN='Alloc|DoesNotAllocate|AllocatesNothing|AllocationFree'
+hr
+echo "allocation guards (go test -run '$ALLOC_RUN', without -race)"
+hr
+t0=$(date +%s)
+alloc=ok
+for m in "${mods[@]}"; do
+  grep -rlqE "^func Test[A-Za-z0-9_]*($ALLOC_RUN)" --include='*_test.go' "$m" 2>/dev/null || continue
+  echo "+ (cd $m && GOWORK=off go test -count=1 -run '$ALLOC_RUN' ./...)"
+  (cd "$m" && go test -count=1 -run "$ALLOC_RUN" ./...) || alloc=FAIL
+done
+if [ $alloc = ok ]; then passed=$(( passed + 1 )); status=PASS; else failed=$(( failed + 1 )); status=FAIL; failed_mods+=("alloc-guards"); fi
+line=$(printf '%-4s %-28s check %-4s %4ss' "$status" "alloc-guards (no -race)" "$alloc" "$(( $(date +%s) - t0 ))")
+results+=("$line")
+echo "result: $line"
+
+# ---- Consumers' module graphs (issue 16) -------------------------------------
+# After every module's tests (they fill the module cache the offline tidy
+# reads); skipped with MODULES=..., which may leave the cache short.
+if [ -z "${MODULES:-}" ]; then
+  hr
+  echo "consumers (scripts/consumers.sh): an application's module graph"
+  hr
+  t0=$(date +%s)
+  if "$ROOT/scripts/consumers.sh"; then
+    passed=$(( passed + 1 )); status=PASS; cons=ok
+  else
+    failed=$(( failed + 1 )); status=FAIL; cons=FAIL; failed_mods+=("consumers")
+  fi
+  line=$(printf '%-4s %-28s check %-4s %4ss' "$status" "consumers" "$cons" "$(( $(date +%s) - t0 ))")
+  results+=("$line")
+  echo "result: $line"
+fi
 
 # ---- Conformance matrix ------------------------------------------------------
 shopt -s nullglob

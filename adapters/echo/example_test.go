@@ -10,7 +10,6 @@ import (
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // Limit by API key on one route: the typed key function reads echo's own
@@ -19,10 +18,10 @@ func ExampleKeyFunc() {
 	apiKey := echolimit.KeyFunc(func(c echo.Context) (string, error) {
 		return c.Request().Header.Get("X-Api-Key"), nil
 	})
-	store, err := memstore.New()
-	if err != nil {
-		panic(err)
-	}
+	// An application passes memstore.New() or a Redis store; the engine's
+	// reference store keeps this module's tests free of other quotagate
+	// modules.
+	store := limittest.NewStore(nil)
 	byKey := limittest.MustNew(store, limit.Policy{Limit: 2, Window: time.Minute, KeyFunc: apiKey})
 
 	e := echo.New()

@@ -4,17 +4,13 @@ go 1.26
 
 require (
 	github.com/labstack/echo/v4 v4.16.0
-	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
-	github.com/quotagate/quotagate/stores/memory v0.0.0
-	github.com/quotagate/quotagate/stores/redis v0.0.0
 )
 
 require (
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
 	github.com/mattn/go-isatty v0.0.22 // indirect
-	github.com/redis/rueidis v1.0.79 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	golang.org/x/crypto v0.54.0 // indirect
@@ -23,9 +19,4 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-replace (
-	github.com/quotagate/quotagate/conformance => ../../conformance
-	github.com/quotagate/quotagate/engine => ../../engine
-	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
-	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
-)
+replace github.com/quotagate/quotagate/engine => ../../engine

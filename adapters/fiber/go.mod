@@ -4,10 +4,7 @@ go 1.26
 
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
-	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
-	github.com/quotagate/quotagate/stores/memory v0.0.0
-	github.com/quotagate/quotagate/stores/redis v0.0.0
 	github.com/valyala/fasthttp v1.51.0
 )
 
@@ -18,16 +15,10 @@ require (
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
-	github.com/redis/rueidis v1.0.79 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )
 
-replace (
-	github.com/quotagate/quotagate/conformance => ../../conformance
-	github.com/quotagate/quotagate/engine => ../../engine
-	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
-	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
-)
+replace github.com/quotagate/quotagate/engine => ../../engine

@@ -11,7 +11,6 @@ import (
 	ginlimit "github.com/quotagate/quotagate/adapters/gin"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // A global limit whose limited requests get the application's own JSON body
@@ -20,10 +19,10 @@ func Example() {
 	slowDown := func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
 		return &limit.LimitedResponse{Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"error":"slow down"}`)}
 	}
-	store, err := memstore.New()
-	if err != nil {
-		panic(err)
-	}
+	// An application passes memstore.New() or a Redis store; the engine's
+	// reference store keeps this module's tests free of other quotagate
+	// modules.
+	store := limittest.NewStore(nil)
 	global := limittest.MustNew(store, limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: slowDown})
 
 	r := gin.New()

@@ -4,10 +4,7 @@ go 1.26
 
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
-	github.com/quotagate/quotagate/stores/memory v0.0.0
-	github.com/quotagate/quotagate/stores/redis v0.0.0
 )
 
 require (
@@ -31,7 +28,6 @@ require (
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
-	github.com/redis/rueidis v1.0.79 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
@@ -43,9 +39,4 @@ require (
 	google.golang.org/protobuf v1.36.10 // indirect
 )
 
-replace (
-	github.com/quotagate/quotagate/conformance => ../../conformance
-	github.com/quotagate/quotagate/engine => ../../engine
-	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
-	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
-)
+replace github.com/quotagate/quotagate/engine => ../../engine

@@ -23,5 +23,3 @@ replace (
 	github.com/quotagate/quotagate/engine => ../../engine
 	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
 )
-
-replace github.com/quotagate/quotagate/conformance => ../../conformance

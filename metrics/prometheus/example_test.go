@@ -11,8 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // A limiter reporting to a caller-owned registry, served on /metrics.
@@ -22,7 +22,10 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	store, _ := memstore.New()
+	// An application passes memstore.New() or a Redis store; the engine's
+	// reference store keeps this module's tests free of other quotagate
+	// modules.
+	store := limittest.NewStore(nil)
 	l, err := limit.New(store, limit.Policy{Limit: 2, Window: time.Minute}, limit.WithObserver(obs))
 	if err != nil {
 		panic(err)

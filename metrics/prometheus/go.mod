@@ -3,32 +3,19 @@ module github.com/quotagate/quotagate/metrics/prometheus
 go 1.26.0
 
 require (
-	github.com/go-chi/chi/v5 v5.5.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/prometheus/client_model v0.6.3
-	github.com/quotagate/quotagate/adapters/chi v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
-	github.com/quotagate/quotagate/stores/memory v0.0.0
 )
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	github.com/felixge/httpsnoop v1.1.0 // indirect
-	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/quotagate/quotagate/adapters/nethttp v0.0.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/quotagate/quotagate/adapters/chi => ../../adapters/chi
-	github.com/quotagate/quotagate/adapters/nethttp => ../../adapters/nethttp
-	github.com/quotagate/quotagate/conformance => ../../conformance
-	github.com/quotagate/quotagate/engine => ../../engine
-	github.com/quotagate/quotagate/stores/memory => ../../stores/memory
-	github.com/quotagate/quotagate/stores/redis => ../../stores/redis
-)
+replace github.com/quotagate/quotagate/engine => ../../engine

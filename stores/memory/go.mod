@@ -2,12 +2,6 @@ module github.com/quotagate/quotagate/stores/memory
 
 go 1.26
 
-require (
-	github.com/quotagate/quotagate/conformance v0.0.0
-	github.com/quotagate/quotagate/engine v0.0.0
-)
+require github.com/quotagate/quotagate/engine v0.0.0
 
-replace (
-	github.com/quotagate/quotagate/conformance => ../../conformance
-	github.com/quotagate/quotagate/engine => ../../engine
-)
+replace github.com/quotagate/quotagate/engine => ../../engine

@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"bufio"
@@ -18,6 +18,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // redisProc is a redis-server this test started (not daemonized: it is our

@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // fakeClockStores returns the Redis store (on be, deciding at *now) and a

@@ -16,7 +16,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
-	"github.com/quotagate/quotagate/stores/redis/redistest"
+	"github.com/quotagate/quotagate/tests/redistest"
 )
 
 // newStore returns a reference store at a fake clock.

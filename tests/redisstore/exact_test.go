@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // TestExactAcrossClients: 4 limiters, each on its own rueidis client (as 4

@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	limit "github.com/quotagate/quotagate/engine"
+	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 )

@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
+	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // conformanceStores makes stores on be for the conformance helpers: each on

@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 )
 
@@ -42,6 +43,26 @@ func commandCalls(t *testing.T, nodes []rueidis.Client) map[string]int64 {
 	return calls
 }
 
+// loadScript has the store's script cached on the node at addr: one Take
+// through a Store on a client of that node alone, on a key of a slot the
+// node serves (a Cluster node answers MOVED for the others).
+func loadScript(t *testing.T, node rueidis.Client, prefix, addr string) {
+	t.Helper()
+	s, err := New(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for i := range 1000 {
+		op := oneQuota(taggedKey(prefix, fmt.Sprintf("{w%d}", i), "warm", limit.FixedWindow, "x"),
+			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		if _, last = takeOne(s, &op); last == nil {
+			return
+		}
+	}
+	t.Fatalf("no key of 1000 was served by %s: %v", addr, last)
+}
+
 // TestOneCallPerDecision counts server-side commands (INFO commandstats,
 // which also counts the commands a script runs): N decisions are exactly N
 // EVALSHA and no EVAL; inside, one TIME, one GET (MGET for an Op of several
@@ -54,16 +75,14 @@ func TestOneCallPerDecision(t *testing.T) {
 			nodes[i] = nodeClient(t, a)
 		}
 		ctx := ctxT(t)
-		// Load the scripts everywhere first: a node's first EVALSHA would
-		// answer NOSCRIPT and be followed by an EVAL.
-		for _, n := range nodes {
-			if err := n.Do(ctx, n.B().ScriptLoad().Script(takeSource).Build()).Error(); err != nil {
-				t.Fatalf("SCRIPT LOAD: %v", err)
-			}
-		}
 		prefix := testPrefix(t)
 		client := be.newClient(t)
 		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		// Load the script everywhere first: a node's first EVALSHA would
+		// answer NOSCRIPT and be followed by an EVAL (which caches it).
+		for i, n := range nodes {
+			loadScript(t, n, prefix, addrs[i])
+		}
 		s, err := New(client)
 		if err != nil {
 			t.Fatal(err)

@@ -1,8 +1,7 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	limit "github.com/quotagate/quotagate/engine"
+	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 )
 
@@ -107,67 +107,6 @@ func TestParseURL(t *testing.T) {
 			}
 			tc.check(t, o)
 		})
-	}
-}
-
-// TestDecideRejectsBadReplies feeds replies of the wrong shape, produced
-// by a real script call on miniredis, to the reply decoder; and a reply
-// whose decision limit.Op.Apply does not reproduce from the states in it.
-func TestDecideRejectsBadReplies(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
-	ctx := context.Background()
-	eval := func(src string) rueidis.RedisResult {
-		return c.Do(ctx, c.B().Eval().Script(src).Numkeys(0).Build())
-	}
-	op := oneQuota("k", limit.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}, 1)
-	const now = 1_764_457_000_123
-	idx := int64(now / 1000)
-	// reply is a script returning the reply of a decision at now (negated:
-	// denied) that read a fixed-window state of count 5 in window idx,
-	// expiring at exp.
-	reply := func(now int64, state ...int64) rueidis.RedisResult {
-		b := binary.LittleEndian.AppendUint64(nil, uint64(now))
-		for _, v := range state {
-			b = binary.LittleEndian.AppendUint64(b, uint64(v))
-		}
-		return c.Do(ctx, c.B().Eval().Script("return ARGV[1]").Numkeys(0).Arg(string(b)).Build())
-	}
-	full := func(exp int64) []int64 { return []int64{idx, 5, 0, exp, exp} }
-	for _, src := range []string{"return {1, 2}", "return {1, 2, 3, 4, 5}", "return 5", "return 'five'"} {
-		if _, err := decide(&op, eval(src)); err == nil {
-			t.Errorf("%s: no error", src)
-		}
-	}
-	for _, r := range [][]int64{{0}, {1, 2}, {1, 2, 3, 4, 5, 6, 7}} {
-		if _, err := decide(&op, reply(r[0], r[1:]...)); !errors.Is(err, ErrBadReply) {
-			t.Errorf("reply %v: %v, want ErrBadReply", r, err)
-		}
-	}
-	if _, err := decide(&op, eval("return 'five'")); !errors.Is(err, ErrBadReply) {
-		t.Errorf("a reply of the wrong length: %v, want ErrBadReply", err)
-	}
-	if _, err := decide(&op, eval("return redis.error_reply('boom')")); err == nil || !strings.Contains(err.Error(), "boom") {
-		t.Errorf("script error: %v, want it passed on", err)
-	}
-	// A full window the script claims it admitted: the engine disagrees.
-	if _, err := decide(&op, reply(now, full(now+1000)...)); !errors.Is(err, ErrBadReply) {
-		t.Errorf("disagreeing decision: %v, want ErrBadReply", err)
-	}
-	got, err := decide(&op, reply(-now, full(now+1000)...))
-	if err != nil || got.Allowed || got.NowMS != now || got.Quotas[0].Remaining != 0 || got.Quotas[0].RetryAfterMS != 1000-now%1000 {
-		t.Errorf("got %+v, %v; want a denial at %d with Retry-After %d", got, err, now, 1000-now%1000)
-	}
-	// The same state expired (or absurdly far ahead): no state, admitted.
-	for _, exp := range []int64{now, now + 1<<35 + 1} {
-		got, err = decide(&op, reply(now, full(exp)...))
-		if err != nil || !got.Allowed || got.Quotas[0].Remaining != 4 {
-			t.Errorf("expiry %d: got %+v, %v; want a fresh window admitted", exp, got, err)
-		}
-	}
-	// No value read: the clock reading alone.
-	if got, err = decide(&op, reply(now)); err != nil || !got.Allowed || got.Quotas[0].Remaining != 4 {
-		t.Errorf("no state: got %+v, %v; want a fresh window admitted", got, err)
 	}
 }
 

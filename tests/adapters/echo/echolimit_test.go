@@ -14,7 +14,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
-	"github.com/quotagate/quotagate/stores/redis/redistest"
+	"github.com/quotagate/quotagate/tests/redistest"
 )
 
 func TestConformance(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
-	"github.com/quotagate/quotagate/stores/redis/redistest"
+	"github.com/quotagate/quotagate/tests/redistest"
 )
 
 // routes builds the same API under each kind of ServeMux mount; mount says

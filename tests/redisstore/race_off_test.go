@@ -1,6 +1,6 @@
 //go:build !race
 
-package redisstore
+package redisstore_test
 
 // raceEnabled: the race detector changes allocation counts.
 const raceEnabled = false

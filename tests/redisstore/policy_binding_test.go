@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"

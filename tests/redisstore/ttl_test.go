@@ -1,4 +1,4 @@
-package redisstore
+package redisstore_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // ttlOps returns one one-quota op per algorithm (60 s windows) for

@@ -1,4 +1,4 @@
-// Package redistest gives tests of other modules (the adapters' conformance
+// Package redistest gives the tests of the tests module (the adapters' conformance
 // runs) Redis stores on the servers `make test` starts: Standalone reads
 // QUOTAGATE_REDIS_URL, Cluster reads QUOTAGATE_REDIS_CLUSTER. Without them the
 // calling test is skipped with a loud reason. Each store decides at an

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# scripts/consumers.sh — what an application's module graph gets from quotagate
+# (issue 16; scripts/test.sh runs it after the modules' tests).
+#
+# For every published module, and for three applications (chi + memory store,
+# gin + memory store + Prometheus, net/http + Redis store), it writes a scratch
+# module in a temp dir whose main package imports those packages, with exactly
+# the replace block of README.md ("Using the modules from your own module",
+# the fenced block after the `consumer-replace` marker, copied verbatim; the
+# checkout it points at, ../quotagate, is a symlink to this repository), runs
+#   GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go mod tidy     (offline: module cache only)
+# and fails when `go list -m -e all` holds
+#   - a quotagate module the scratch module does not import, other than the
+#     engine (so: tests, bench, docs/plots, examples, conformance unless
+#     imported, an adapter or store the application does not use);
+#   - miniredis, gopher-lua or goleak (test server and leak-check libraries)
+#     required by a quotagate module or by the scratch module itself (one that
+#     only third-party modules require is printed as a note: client_golang
+#     v1.25.0's go.mod requires goleak, so every Prometheus user has it);
+#   - the router of an adapter that is not imported (go-chi, echo, gin, fiber),
+#     rueidis without the Redis store, client_golang without promlimit;
+# or when the README block misses a published module, or tidy fails.
+# The graph of each case is printed. Last line: "consumers: N passed, M failed".
+#
+# Each case first runs the same tidy through GOPROXY as configured, to fill the
+# module cache (a no-op when it is warm), then starts again from the same files
+# and runs the checked tidy offline. The scratch go.sum starts from the
+# repository's go.sum files, so the offline tidy needs no checksum lookup.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
+Q=github.com/quotagate/quotagate
+
+# Published modules (directory = module path suffix).
+published=(engine stores/memory stores/redis adapters/chi adapters/echo adapters/fiber
+  adapters/gin adapters/nethttp metrics/prometheus conformance)
+
+# Third-party modules a published module brings, allowed only when it is imported.
+brings() {
+  case "$1" in
+    adapters/chi) echo github.com/go-chi/chi/v5 ;;
+    adapters/echo) echo github.com/labstack/echo/v4 ;;
+    adapters/gin) echo github.com/gin-gonic/gin ;;
+    adapters/fiber) echo github.com/gofiber/fiber/v2 ;;
+    stores/redis) echo github.com/redis/rueidis ;;
+    metrics/prometheus) echo github.com/prometheus/client_golang ;;
+  esac
+}
+# quotagate modules a published module imports itself (allowed with it):
+# chilimit uses httplimit.StatusWriter (issue 15, counting by status).
+needs() {
+  case "$1" in
+    adapters/chi) echo adapters/nethttp ;;
+  esac
+}
+# Never in an application's graph.
+never=(github.com/alicebob/miniredis/v2 github.com/yuin/gopher-lua go.uber.org/goleak)
+
+# ---- the README block ----------------------------------------------------------
+block=$(awk '
+  /<!-- consumer-replace/ { armed = 1; next }
+  armed && /^```/ { if (inblock) exit; inblock = 1; next }
+  inblock { print }
+' "$ROOT/README.md")
+if [ -z "$block" ]; then
+  echo "consumers: FAIL: no replace block after the consumer-replace marker in README.md"
+  echo "consumers: 0 passed, 1 failed"
+  exit 1
+fi
+
+passed=0
+failed=0
+fail() { echo "FAIL: $*"; ok=0; }
+
+ok=1
+for m in "${published[@]}"; do
+  grep -Eq "^[[:space:]]*$Q/$m[[:space:]]+=>[[:space:]]+\.\./quotagate/$m[[:space:]]*\$" <<<"$block" \
+    || fail "README.md's replace block has no line for $Q/$m => ../quotagate/$m"
+done
+if [ $ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/quotagate-consumers.XXXXXX")
+trap 'rm -rf -- "$TMP"' EXIT
+ln -s "$ROOT" "$TMP/quotagate"
+sums=$(cat "$ROOT"/*/go.sum "$ROOT"/*/*/go.sum 2>/dev/null | sort -u)
+
+# check NAME MODULE... : a scratch module importing each MODULE's package.
+check() {
+  local name=$1; shift
+  local dir="$TMP/$name" mods=("$@") m p
+  ok=1
+  echo "------------------------------------------------------------------"
+  echo "consumer $name: imports ${mods[*]}"
+  mkdir -p "$dir"
+  { echo "package main"; echo; echo "import ("
+    for m in "${mods[@]}"; do echo "	_ \"$Q/$m\""; done
+    echo ")"; echo; echo "func main() {}"; } >"$dir/main.go"
+  # Warm-up, through GOPROXY as configured: fills the module cache with what
+  # this module's tidy needs (after the modules' tests nothing, on a cold
+  # cache the modules only a consumer's tidy reads: tests' imports of
+  # dependencies, other build tags, the versions this combination selects).
+  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"; } >"$dir/go.mod"
+  echo "$sums" >"$dir/go.sum"
+  (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1)
+  # The check: the same files again, tidy offline.
+  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"; } >"$dir/go.mod"
+  echo "$sums" >"$dir/go.sum"
+  if ! (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go mod tidy); then
+    fail "go mod tidy (offline, with README.md's replace block) failed"
+    failed=$((failed + 1)); return
+  fi
+  local graph
+  # -e: offline, the cache may hold only the go.mod (not the .info) of a
+  # module the graph names without building it; the list is complete anyway.
+  if ! graph=$(cd "$dir" && GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go list -m -e all); then
+    fail "go list -m all failed"
+    failed=$((failed + 1)); return
+  fi
+  sed 's/^/    /' <<<"$graph"
+  # Module paths only (first field), without the scratch module itself.
+  local paths
+  paths=$(awk 'NR > 1 { print $1 }' <<<"$graph")
+  local allowed=" $Q/engine "
+  for m in "${mods[@]}"; do
+    allowed+="$Q/$m "
+    for p in $(needs "$m"); do allowed+="$Q/$p "; done
+  done
+  while read -r p; do
+    case "$p" in
+      "$Q"/*) [[ "$allowed" == *" $p "* ]] || fail "$p is in the graph but not imported" ;;
+    esac
+  done <<<"$paths"
+  # A test library in the graph fails unless only third-party modules require
+  # it (client_golang's own go.mod requires goleak: any Prometheus user's
+  # graph has it, with or without quotagate).
+  local edges by
+  edges=$(cd "$dir" && GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go mod graph) || fail "go mod graph failed"
+  for p in "${never[@]}"; do
+    grep -qxF "$p" <<<"$paths" || continue
+    by=$(awk -v p="$p" '{ split($2, t, "@") } t[1] == p { print $1 }' <<<"$edges" | sort -u | tr '\n' ' ')
+    if grep -Eq "(^| )(example\.com/|$Q/)" <<<"$by"; then
+      fail "$p is in the graph, required by: $by"
+    else
+      echo "note: $p is in the graph, required only by third-party modules: $by"
+    fi
+  done
+  for m in "${published[@]}"; do
+    [[ "$allowed" == *" $Q/$m "* ]] && continue
+    p=$(brings "$m")
+    [ -n "$p" ] && grep -qxF "$p" <<<"$paths" && fail "$p is in the graph without $Q/$m"
+  done
+  if [ $ok = 1 ]; then echo "ok: $name"; passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+
+for m in "${published[@]}"; do
+  check "$(tr / - <<<"$m")" "$m"
+done
+check chi-memory-app adapters/chi stores/memory engine
+check gin-prometheus-app adapters/gin stores/memory metrics/prometheus engine
+check redis-app adapters/nethttp stores/redis engine
+
+echo "------------------------------------------------------------------"
+echo "consumers: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
