@@ -204,8 +204,16 @@ func assertNoAllocs(t *testing.T, l *limit.Limiter, f func()) {
 	}
 	// Allocations beyond the pool refills must stay far below one per call
 	// (the process allocates a little in the background: timers, the testing
-	// framework; an allocation per call would count 2000 here).
+	// framework; an allocation per call would count 2000 here). Under -race
+	// the runtime allocates more on its own (26 in one run on a loaded
+	// machine, with sync.Pool dropping a quarter of its items), so the bound
+	// is 5% of the calls there, 1% otherwise; the exact 0 above runs without
+	// -race (scripts/test.sh's allocation-guard pass).
 	const runs = 2000
+	bound := int64(runs / 100)
+	if limittest.RaceEnabled {
+		bound = runs / 20
+	}
 	var before, after runtime.MemStats
 	refills.Store(0)
 	runtime.ReadMemStats(&before)
@@ -213,7 +221,7 @@ func assertNoAllocs(t *testing.T, l *limit.Limiter, f func()) {
 		f()
 	}
 	runtime.ReadMemStats(&after)
-	if extra := int64(after.Mallocs-before.Mallocs) - limit.ScratchObjects*refills.Load(); extra*100 >= runs {
+	if extra := int64(after.Mallocs-before.Mallocs) - limit.ScratchObjects*refills.Load(); extra >= bound {
 		t.Fatalf("%d allocations in %d calls beyond %d scratch refills: the path allocates", extra, runs, refills.Load())
 	}
 }
