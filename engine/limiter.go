@@ -138,7 +138,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		}
 	}
 	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 256)} } // room for the keys of several quotas
-	if err := register(l, s); err != nil {
+	if err := l.store.primary.shared.register(l); err != nil {
 		return nil, err
 	}
 	return l, nil

@@ -13,8 +13,8 @@ import (
 // (one set per store timeout). Limiters from one New (and its With) share it
 // through their storeRef; Limiters built by separate New calls on the same
 // Store find it in the process-wide registry (sharedFor). It is the one
-// place for per-Store state: a record of the Limiters on a Store belongs
-// here too. It lives as long as a Limiter refers to it (the registry holds
+// place for per-Store state, the record of its unnamed Limiters included
+// (registry.go). It lives as long as a Limiter refers to it (the registry holds
 // it weakly).
 type storeShared struct {
 	name    string
@@ -25,6 +25,10 @@ type storeShared struct {
 
 	mu    sync.Mutex
 	ticks map[time.Duration]*tickSource
+	// unnamed holds the live unnamed Limiters on the Store by key prefix
+	// and state signature (registry.go); swept at unnamedNext entries.
+	unnamed     map[string]weak.Pointer[Limiter]
+	unnamedNext int
 }
 
 // now reads the store's clock: monotonic nanoseconds since the process
@@ -96,14 +100,7 @@ func sharedFor(s Store, info StoreInfo) *storeShared {
 	}
 	sh := newStoreShared(info)
 	stores.m[id] = weak.Make(sh)
-	if len(stores.m) >= stores.next {
-		for k, p := range stores.m {
-			if p.Value() == nil {
-				delete(stores.m, k)
-			}
-		}
-		stores.next = 2*len(stores.m) + 64
-	}
+	sweepWeak(stores.m, &stores.next)
 	return sh
 }
 
