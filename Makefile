@@ -15,7 +15,7 @@ test:
 
 ## demo: run the demo load driver against one framework's example server
 demo:
-	cd examples && go run ./demo -framework $(strip $(FRAMEWORK))
+	cd examples && go run ./demo -framework=$(strip $(FRAMEWORK))
 
 ## redis-up: start a standalone Redis, a 3-master Cluster and (with redis-sentinel) a Sentinel set on free loopback ports
 redis-up:

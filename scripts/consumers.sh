@@ -2,8 +2,9 @@
 # scripts/consumers.sh — what an application's module graph gets from quotagate
 # (issue 16; scripts/test.sh runs it after the modules' tests).
 #
-# For every published module, and for three applications (chi + memory store,
-# gin + memory store + Prometheus, net/http + Redis store), it writes a scratch
+# For every published module, for three applications (chi + memory store,
+# gin + memory store + Prometheus, net/http + Redis store) and for the README's
+# Quick start program (which must also build), it writes a scratch
 # module in a temp dir whose main package imports those packages, with exactly
 # the replace block of README.md ("Using the modules from your own module",
 # the fenced block after the `consumer-replace` marker, copied verbatim; the
@@ -70,6 +71,7 @@ fi
 
 passed=0
 failed=0
+main_src=  # a check's main.go when set (the README's Quick start); else blank imports
 fail() { echo "FAIL: $*"; ok=0; }
 
 ok=1
@@ -92,9 +94,13 @@ check() {
   echo "------------------------------------------------------------------"
   echo "consumer $name: imports ${mods[*]}"
   mkdir -p "$dir"
-  { echo "package main"; echo; echo "import ("
-    for m in "${mods[@]}"; do echo "	_ \"$Q/$m\""; done
-    echo ")"; echo; echo "func main() {}"; } >"$dir/main.go"
+  if [ -n "$main_src" ]; then
+    printf '%s\n' "$main_src" >"$dir/main.go"
+  else
+    { echo "package main"; echo; echo "import ("
+      for m in "${mods[@]}"; do echo "	_ \"$Q/$m\""; done
+      echo ")"; echo; echo "func main() {}"; } >"$dir/main.go"
+  fi
   # Warm-up, through GOPROXY as configured: fills the module cache with what
   # this module's tidy needs (after the modules' tests nothing, on a cold
   # cache the modules only a consumer's tidy reads: tests' imports of
@@ -149,6 +155,9 @@ check() {
     p=$(brings "$m")
     [ -n "$p" ] && grep -qxF "$p" <<<"$paths" && fail "$p is in the graph without $Q/$m"
   done
+  if [ -n "$main_src" ] && ! (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go build -o /dev/null .); then
+    fail "the program does not build"
+  fi
   if [ $ok = 1 ]; then echo "ok: $name"; passed=$((passed + 1)); else failed=$((failed + 1)); fi
 }
 
@@ -158,6 +167,20 @@ done
 check chi-memory-app adapters/chi stores/memory engine
 check gin-prometheus-app adapters/gin stores/memory metrics/prometheus engine
 check redis-app adapters/nethttp stores/redis engine
+
+# The README's Quick start, as a program of its own: it must build with the
+# replace block alone.
+main_src=$(awk '
+  /<!-- quickstart/ { armed = 1; next }
+  armed && /^```/ { if (inblock) exit; inblock = 1; next }
+  inblock { print }
+' "$ROOT/README.md")
+if [ -z "$main_src" ]; then
+  echo "FAIL: no Go block after the quickstart marker in README.md"; failed=$((failed + 1))
+else
+  check readme-quickstart adapters/chi stores/memory engine
+fi
+main_src=
 
 echo "------------------------------------------------------------------"
 echo "consumers: $passed passed, $failed failed"

@@ -218,6 +218,6 @@ fi
 [ -n "${QUOTAGATE_REDIS_URL:-}" ] && [ -z "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: no Sentinel set (redis-sentinel not on PATH): the failover test did NOT run"
 [ -n "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: Sentinel set (primary, replica, 3 sentinels) at $QUOTAGATE_REDIS_SENTINEL"
 [ -n "$infra_failed" ] && echo "INFRASTRUCTURE FAILURE: $infra_failed"
-echo "modules: $passed passed, $failed failed"
+echo "entries: ${#mods[@]} modules and the checks after them; $passed passed, $failed failed"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ -z "$infra_failed" ]

@@ -118,6 +118,7 @@ func run(framework string) error {
 
 	// The same server with -shadow: every limiter decides and counts, none
 	// limits.
+	fmt.Println("\nthe same server again with -shadow, for the shadow-mode checks below (its log lines, if any, follow):")
 	shadowBase, _, stopShadow, err := start(framework, "-shadow")
 	if err != nil {
 		return err
@@ -196,6 +197,11 @@ func run(framework string) error {
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
+	}
+	// The dump is read last, so it also counts the probes the checks above
+	// sent (RateLimit-Policy reads, unmatched requests, sign-ins).
+	if final, err := metricLines(base + "/metrics"); err == nil {
+		lines = final
 	}
 	printMetrics(lines)
 	if len(problems) > 0 {
@@ -371,7 +377,7 @@ func metricLines(url string) ([]string, error) {
 // printMetrics prints the quotagate_ lines of /metrics, leaving out the
 // histogram's per-bucket lines (its _sum and _count stay).
 func printMetrics(lines []string) {
-	fmt.Println("\nGET /metrics (quotagate_ lines):")
+	fmt.Println("\nGET /metrics of the first server after every request above, the checks' own probes included (quotagate_ lines):")
 	omitted := 0
 	for _, l := range lines {
 		if strings.HasPrefix(l, "quotagate_store_duration_seconds_bucket") {
