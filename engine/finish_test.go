@@ -225,3 +225,53 @@ func TestFinishRefundsEveryQuotaOfThePlan(t *testing.T) {
 		})
 	}
 }
+
+// A token-bucket charge fades as the bucket refills: a request charged at
+// t0 and settled (not counted) after the bucket has refilled past it must
+// give back nothing, since nothing of it is left. TAT = max(TAT - cost*T,
+// now) gave back a whole token from whatever later requests had taken: a
+// client holding a slow request whose status does not count (its own
+// successful sign-in, a slow upload) had one counted failure erased per
+// such request, so a "3 failures per minute" policy admitted 6 in a minute
+// (3 after the refill, 3 more once the 3 slow requests ended).
+func TestRegressionTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *testing.T) {
+	s := storeAt(epochMS)
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.TokenBucket, Limit: 3, Window: time.Minute, CountStatus: countFailures})
+	ctx := context.Background()
+	var slow [3]limit.Decision
+	for i := range slow {
+		if slow[i], _ = l.Consume(ctx, "a"); !slow[i].Allowed {
+			t.Fatalf("slow request %d limited", i)
+		}
+	}
+	s.advance(60_000) // the bucket is full again: the slow requests' charges have faded
+	for i := range 3 {
+		if d, _ := l.Consume(ctx, "a"); !d.Allowed {
+			t.Fatalf("failure %d limited on a full bucket", i)
+		} else {
+			l.Finish(ctx, &d, 401)
+		}
+	}
+	for i := range slow {
+		l.Finish(ctx, &slow[i], 200) // the slow requests end: successes, not counted
+	}
+	if d, _ := l.Consume(ctx, "a"); d.Allowed {
+		t.Fatalf("a 4th failure within a moment was admitted (remaining %d): the late refunds gave back the failures' tokens", d.Remaining)
+	}
+
+	// Partly faded: d1 charged at t0 on a full bucket (TAT t0+20 s), d2 at
+	// t0+15 s (TAT t0+40 s), d1 settled then: 5 s of it are left, a quarter
+	// of a token, and only those are given back.
+	s.advance(60_000)
+	d1, _ := l.Consume(ctx, "b")
+	s.advance(15_000)
+	d2, _ := l.Consume(ctx, "b")
+	l.Finish(ctx, &d2, 401)
+	l.Finish(ctx, &d1, 200)
+	// As if d1 had never been: d2 on a full bucket (TAT t0+35 s), the next
+	// request to t0+55 s, 40 s from now. A whole token given back left
+	// 25 s.
+	if d, _ := l.Consume(ctx, "b"); !d.Allowed || d.ResetAfter != 40*time.Second {
+		t.Fatalf("after a partly faded refund: allowed %v reset after %v, want admitted, whole again in 40s", d.Allowed, d.ResetAfter)
+	}
+}
