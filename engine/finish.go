@@ -67,7 +67,11 @@ func markOf(h http.Header) limitMark {
 
 // settle records the flag on d after Check or CheckHTTP: a limited request
 // sets it (so that earlier mounts give their charges back), an admitted one
-// keeps it in its charge for Finish.
+// keeps it in its charge for Finish, unless it is set already: a flag set
+// before this mount charged belongs to an earlier request that handed on
+// its header map (an in-process dispatcher serving sub-requests on shallow
+// copies, a reused http.Header), not to a mount after this one, so it
+// refunds nothing.
 func settle(d *Decision, m limitMark) {
 	if m == nil {
 		return
@@ -76,7 +80,7 @@ func settle(d *Decision, m limitMark) {
 		m.SetLimited()
 		return
 	}
-	if d.charge.lim != nil {
+	if d.charge.lim != nil && !m.Limited() {
 		d.charge.mark = m
 	}
 }

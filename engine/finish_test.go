@@ -2,8 +2,10 @@ package limit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -273,5 +275,35 @@ func TestRegressionTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *
 	// 25 s.
 	if d, _ := l.Consume(ctx, "b"); !d.Allowed || d.ResetAfter != 40*time.Second {
 		t.Fatalf("after a partly faded refund: allowed %v reset after %v, want admitted, whole again in 40s", d.Allowed, d.ResetAfter)
+	}
+}
+
+// The flag of a limited request stays in its header map, and a header map
+// can outlive the request: an in-process dispatcher (a batch endpoint that
+// serves its sub-requests through the router on shallow copies of the
+// request, a test harness reusing one http.Header) hands the same map to
+// the next request. That request's mounts then found the flag set, and
+// each gave its charge back: one limited sub-request made every later one
+// in the batch free. A mount gives its charge back only for a flag set
+// after it charged.
+func TestRegressionLimitedFlagOfAnEarlierRequestRefundsNothing(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
+	login := limittest.MustNew(s, limit.Policy{Name: "login", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour})
+	h := stacked(global, login)
+	batch := httptest.NewRequest("POST", "/batch", nil)
+	batch.RemoteAddr = "192.0.2.1:4711"
+	var got []int
+	for _, path := range []string{"/login", "/login", "/a", "/b", "/c", "/d", "/e", "/f"} {
+		sub := batch.WithContext(batch.Context()) // shares batch.Header
+		sub.URL = &url.URL{Path: path}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, sub)
+		got = append(got, w.Code)
+	}
+	// global: login 1 and /a-/d are charged (5); login 2 is limited by
+	// login and charges neither.
+	if want := []int{204, 429, 204, 204, 204, 204, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sub-requests sharing one header map: %v, want %v", got, want)
 	}
 }
