@@ -307,3 +307,31 @@ func TestRegressionLimitedFlagOfAnEarlierRequestRefundsNothing(t *testing.T) {
 		t.Fatalf("sub-requests sharing one header map: %v, want %v", got, want)
 	}
 }
+
+// Only a mount sets the flag: a field of that name that reached the header
+// map some other way refunds nothing. Go's server and fasthttp refuse the
+// name from a client, but not everything between a client and a mount
+// does: a middleware that merges fields from an envelope (a batch body, a
+// serverless event, a custom transport) into r.Header after the global
+// mount charged made that mount give its charge back on every request.
+func TestLimitedFlagFromOutsideRefundsNothing(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Hour})
+	h := global.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range map[string]string{"Quotagate limited": "1"} { // fields from the client's envelope
+			r.Header[k] = []string{v}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), nil, nil)
+	var got []int
+	for range 4 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		got = append(got, w.Code)
+	}
+	if want := []int{204, 204, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("requests given a forged flag: %v, want %v", got, want)
+	}
+}
