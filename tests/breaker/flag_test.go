@@ -33,17 +33,38 @@ func twoPerHour(t *testing.T) http.Handler {
 	}))
 }
 
-// rawStatus sends one HTTP/1.1 request with the extra header lines from the
-// loopback address from (127.0.0.x) to addr and returns the status code.
-func rawStatus(t *testing.T, from, addr string, extra ...string) int {
+// dialFrom opens a TCP connection from the loopback address from
+// (127.0.0.x) to addr, with a 10 s deadline.
+func dialFrom(t *testing.T, from, addr string) net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c
+}
+
+// serve serves srv on a loopback port until t ends and returns its address.
+func serve(t *testing.T, srv *http.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.ReadHeaderTimeout = 5 * time.Second
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// rawStatus sends one HTTP/1.1 request with the extra header lines from the
+// loopback address from (127.0.0.x) to addr and returns the status code.
+func rawStatus(t *testing.T, from, addr string, extra ...string) int {
+	t.Helper()
+	c := dialFrom(t, from, addr)
+	defer c.Close()
 	req := "GET /x HTTP/1.1\r\nHost: example.com\r\nConnection: close\r\n"
 	for _, h := range extra {
 		req += h + "\r\n"
@@ -98,14 +119,7 @@ func TestForgedLimitedFlagThroughFiberAdaptor(t *testing.T) {
 // Go's own server refuses the flag's field name from a client (400), and
 // look-alike names are ordinary fields that refund nothing.
 func TestForgedLimitedFlagOverHTTP1(t *testing.T) {
-	srv := &http.Server{Handler: twoPerHour(t), ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	addr := ln.Addr().String()
+	addr := serve(t, &http.Server{Handler: twoPerHour(t)})
 
 	for _, forged := range []string{"Quotagate limited: 1", "quotagate limited: 1", "Quotagate limited : 1", "Quotagate\tlimited: 1"} {
 		if got := rawStatus(t, "127.0.0.2", addr, forged); got != http.StatusBadRequest {

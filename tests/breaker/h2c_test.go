@@ -3,10 +3,8 @@ package breaker_test
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -19,13 +17,8 @@ import (
 // the stream or closed the connection.
 func h2cStatuses(t *testing.T, from, addr string, extra [][2]string) []int {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dialFrom(t, from, addr)
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +85,7 @@ func TestForgedLimitedFlagOverH2C(t *testing.T) {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	srv := &http.Server{Handler: twoPerHour(t), Protocols: &p, ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	addr := ln.Addr().String()
+	addr := serve(t, &http.Server{Handler: twoPerHour(t), Protocols: &p})
 
 	forged := [][2]string{{"quotagate limited", "1"}, {"Quotagate limited", "1"}, {"quotagate limited", "1"}}
 	if got := h2cStatuses(t, "127.0.0.2", addr, forged); fmt.Sprint(got) != "[-1 -1 -1]" {

@@ -1,7 +1,6 @@
 package breaker_test
 
 import (
-	"net"
 	"net/http"
 	"os"
 	"testing"
@@ -50,14 +49,7 @@ func TestLimitedFlagWriteRacesATimeoutHandlerBetweenMounts(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	})))
 	h := httplimit.Middleware(global)(http.TimeoutHandler(inner, 50*time.Millisecond, "timeout"))
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	addr := ln.Addr().String()
+	addr := serve(t, &http.Server{Handler: h})
 	get := func(q string) int {
 		res, err := http.Get("http://" + addr + "/x" + q)
 		if err != nil {
