@@ -60,8 +60,10 @@ type Quota struct {
 	// identity spans [n*WindowMS + PhaseMS, (n+1)*WindowMS + PhaseMS).
 	// TokenBucket: 0.
 	PhaseMS int64
-	// Window is read by Refund only: the window index (window algorithms)
-	// the refunded charge was counted in, as returned in QuotaResult.Window.
+	// Window is read by Refund only, as returned in QuotaResult.Window:
+	// the window index the refunded charge was counted in (window
+	// algorithms), or the TAT just after the charge, Unix ms rounded up
+	// (TokenBucket).
 	Window int64
 }
 
@@ -99,7 +101,8 @@ type QuotaResult struct {
 	// which it admits the same cost with no further traffic; 0 otherwise.
 	RetryAfterMS int64
 	// Window is the window index the cost counted in (window algorithms),
-	// to be passed back in Quota.Window by a Refund.
+	// or the TAT after the decision, Unix ms rounded up (TokenBucket), to
+	// be passed back in Quota.Window by a Refund.
 	Window int64
 	// TTLMS is the time to live of the new State, > 0 when the store must
 	// write it. For a Refund it is > 0 when the State changed; the store
@@ -376,6 +379,7 @@ func (q *Quota) gcra(r *QuotaResult, s *State, cost, now int64, m mode) {
 		*s = State{TAT: now + off/lim, TATFrac: off % lim}
 		r.TTLMS = max(ceilDiv(off, lim), 1)
 	}
+	r.Window = now + ceilDiv(off, lim) // the TAT, rounded up: what a Refund gives back depends on it
 	r.Remaining = (tau - off) / t
 	r.ResetAfterMS = ceilDiv(off, lim)
 	switch {
@@ -392,7 +396,9 @@ func (q *Quota) gcra(r *QuotaResult, s *State, cost, now int64, m mode) {
 // answers with the quota's numbers at now. Window algorithms refund only a
 // charge whose window the state still holds (Quota.Window is the state's
 // window, or for SlidingWindow the one before); never below zero; an expired
-// or rolled window is left alone. TokenBucket: TAT = max(TAT - cost*T, now).
+// or rolled window is left alone. TokenBucket: TAT = max(TAT - g, now), where
+// g is what is left of the charge at now: cost*T, or less once now is within
+// cost*T of the charge's TAT (Quota.Window), none once now has passed it.
 // A state the clock has fallen far behind is then normalized as a take
 // would (windowView, tatOffset), so that the numbers hold.
 func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
@@ -400,7 +406,18 @@ func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	switch q.Algorithm {
 	case TokenBucket:
 		if off, _ := q.tatOffset(s, now); off > 0 {
-			off = max(off-min(cost, q.Burst)*q.WindowMS, 0)
+			// Only what is left of the charge: it ends at its TAT
+			// (q.Window, ms rounded up), and the part of it before now
+			// has refilled already; a charge the bucket has refilled
+			// past gives back nothing (not the tokens of later
+			// requests).
+			g := min(cost, q.Burst) * q.WindowMS
+			if d := q.Window - now; d <= 0 {
+				g = 0
+			} else if d <= g/q.Limit {
+				g = d * q.Limit
+			}
+			off = max(off-g, 0)
 			s.TAT, s.TATFrac = now+off/q.Limit, off%q.Limit
 		}
 	default:

@@ -236,20 +236,34 @@ func (m *refBucket) normalize(t int64) bool {
 func (m *refBucket) admit(t, cost int64) int64 {
 	lv, _ := m.at(t)
 	m.level, m.t0 = lv-cost*m.w, t
-	return 0
+	return m.window(t)
 }
 
-func (m *refBucket) refund(t, cost, _ int64) bool {
+// refund gives back what is left at t of a charge whose bucket was empty
+// down to win (the TAT after it, ms rounded up): the charge's last
+// min(cost, burst) tokens, less what the bucket has refilled past win - t.
+func (m *refBucket) refund(t, cost, win int64) bool {
 	lv, below := m.at(t)
 	full := m.burst * m.w
 	if lv == full {
 		return false
 	}
-	m.level, m.t0 = min(lv+min(cost, m.burst)*m.w, full), t
-	return below || cost > 0
+	g := min(cost, m.burst) * m.w
+	if win <= t {
+		g = 0
+	} else {
+		g = min(g, (win-t)*m.limit)
+	}
+	m.level, m.t0 = min(lv+g, full), t
+	return below || g > 0
 }
 
-func (m *refBucket) window(int64) int64 { return 0 }
+// window is the TAT at t, ms rounded up: t plus the time the missing level
+// takes to refill.
+func (m *refBucket) window(t int64) int64 {
+	lv, _ := m.at(t)
+	return t + (m.burst*m.w-lv+m.limit-1)/m.limit
+}
 func (m *refBucket) whole(t int64) bool {
 	lv, _ := m.at(t)
 	return lv == m.burst*m.w
@@ -625,7 +639,7 @@ func TestClockStepForward(t *testing.T) {
 // TestRefundRules pins the refund rules on hand-made cases: a refund gives
 // back at most what the charge's window still holds, never below zero,
 // never touches a rolled window, never creates state; a token bucket is
-// never refunded past full.
+// never refunded past full, nor by more than is left of the charge.
 func TestRefundRules(t *testing.T) {
 	const now = 1_000_000
 	tests := []struct {
@@ -642,8 +656,13 @@ func TestRefundRules(t *testing.T) {
 		{"sliding_previous_window", Quota{Algorithm: SlidingWindow, Limit: 5, WindowMS: 1000, Window: 999}, State{Window: 1000, Count: 3, Prev: 4}, 1, State{Window: 1000, Count: 3, Prev: 3}, true},
 		{"sliding_expired_window_left_alone", Quota{Algorithm: SlidingWindow, Limit: 5, WindowMS: 1000, Window: 998}, State{Window: 1000, Count: 3, Prev: 4}, 1, State{Window: 1000, Count: 3, Prev: 4}, false},
 		{"fresh_state_not_created", Quota{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000, Window: 1000}, State{}, 1, State{}, false},
-		{"bucket_gives_tokens_back", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3}, State{TAT: now + 1000}, 2, State{TAT: now + 333, TATFrac: 1}, true},
-		{"bucket_never_past_full", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3}, State{TAT: now + 100}, 3, State{TAT: now}, true},
+		{"bucket_gives_tokens_back", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 1000}, State{TAT: now + 1000}, 2, State{TAT: now + 333, TATFrac: 1}, true},
+		{"bucket_never_past_full", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 100}, State{TAT: now + 100}, 3, State{TAT: now}, true},
+		// The charge's TAT (Window) is behind now: the bucket has refilled
+		// past it, later requests' tokens stay taken.
+		{"bucket_faded_charge_gives_nothing", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now}, State{TAT: now + 1000}, 1, State{TAT: now + 1000}, false},
+		// 100 ms of a 2-token charge (666 ms) are left: 100 ms given back.
+		{"bucket_partly_faded_charge", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 100}, State{TAT: now + 1000}, 2, State{TAT: now + 900}, true},
 		{"bucket_full_untouched", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3}, State{TAT: now - 5}, 1, State{TAT: now - 5}, false},
 	}
 	for _, tc := range tests {

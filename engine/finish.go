@@ -40,10 +40,14 @@ type limitMark interface {
 
 // markField is the request header field name of the net/http flag. It
 // contains a space, which RFC 9110 field names cannot: net/http's server
-// refuses such a line from a client (400), so only a mount can set it, and
-// it is never written on the wire.
+// (and fasthttp's) refuses such a line from a client (400), and it is never
+// written on the wire.
 const markField = "Quotagate limited"
 
+// markValue is the flag's value, and what makes it the engine's: Limited
+// accepts only this very slice (its backing array), so a field of the same
+// name that reached the map another way (a middleware or transport copying
+// fields from elsewhere into r.Header) is not the flag.
 var markValue = []string{"1"}
 
 // headerMark is the flag kept in an *http.Request's header map, which the
@@ -53,8 +57,8 @@ type headerMark http.Header
 func (h headerMark) SetLimited() { h[markField] = markValue }
 
 func (h headerMark) Limited() bool {
-	_, ok := h[markField]
-	return ok
+	v := h[markField]
+	return len(v) == 1 && &v[0] == &markValue[0]
 }
 
 // markOf returns the flag of a net/http request's header map (nil: none).
@@ -67,7 +71,11 @@ func markOf(h http.Header) limitMark {
 
 // settle records the flag on d after Check or CheckHTTP: a limited request
 // sets it (so that earlier mounts give their charges back), an admitted one
-// keeps it in its charge for Finish.
+// keeps it in its charge for Finish, unless it is set already: a flag set
+// before this mount charged belongs to an earlier request that handed on
+// its header map (an in-process dispatcher serving sub-requests on shallow
+// copies, a reused http.Header), not to a mount after this one, so it
+// refunds nothing.
 func settle(d *Decision, m limitMark) {
 	if m == nil {
 		return
@@ -76,7 +84,7 @@ func settle(d *Decision, m limitMark) {
 		m.SetLimited()
 		return
 	}
-	if d.charge.lim != nil {
+	if d.charge.lim != nil && !m.Limited() {
 		d.charge.mark = m
 	}
 }

@@ -2,8 +2,10 @@ package limit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +225,113 @@ func TestFinishRefundsEveryQuotaOfThePlan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A token-bucket charge fades as the bucket refills: a request charged at
+// t0 and settled (not counted) after the bucket has refilled past it must
+// give back nothing, since nothing of it is left. TAT = max(TAT - cost*T,
+// now) gave back a whole token from whatever later requests had taken: a
+// client holding a slow request whose status does not count (its own
+// successful sign-in, a slow upload) had one counted failure erased per
+// such request, so a "3 failures per minute" policy admitted 6 in a minute
+// (3 after the refill, 3 more once the 3 slow requests ended).
+func TestRegressionTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *testing.T) {
+	s := storeAt(epochMS)
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.TokenBucket, Limit: 3, Window: time.Minute, CountStatus: countFailures})
+	ctx := context.Background()
+	var slow [3]limit.Decision
+	for i := range slow {
+		if slow[i], _ = l.Consume(ctx, "a"); !slow[i].Allowed {
+			t.Fatalf("slow request %d limited", i)
+		}
+	}
+	s.advance(60_000) // the bucket is full again: the slow requests' charges have faded
+	for i := range 3 {
+		if d, _ := l.Consume(ctx, "a"); !d.Allowed {
+			t.Fatalf("failure %d limited on a full bucket", i)
+		} else {
+			l.Finish(ctx, &d, 401)
+		}
+	}
+	for i := range slow {
+		l.Finish(ctx, &slow[i], 200) // the slow requests end: successes, not counted
+	}
+	if d, _ := l.Consume(ctx, "a"); d.Allowed {
+		t.Fatalf("a 4th failure within a moment was admitted (remaining %d): the late refunds gave back the failures' tokens", d.Remaining)
+	}
+
+	// Partly faded: d1 charged at t0 on a full bucket (TAT t0+20 s), d2 at
+	// t0+15 s (TAT t0+40 s), d1 settled then: 5 s of it are left, a quarter
+	// of a token, and only those are given back.
+	s.advance(60_000)
+	d1, _ := l.Consume(ctx, "b")
+	s.advance(15_000)
+	d2, _ := l.Consume(ctx, "b")
+	l.Finish(ctx, &d2, 401)
+	l.Finish(ctx, &d1, 200)
+	// As if d1 had never been: d2 on a full bucket (TAT t0+35 s), the next
+	// request to t0+55 s, 40 s from now. A whole token given back left
+	// 25 s.
+	if d, _ := l.Consume(ctx, "b"); !d.Allowed || d.ResetAfter != 40*time.Second {
+		t.Fatalf("after a partly faded refund: allowed %v reset after %v, want admitted, whole again in 40s", d.Allowed, d.ResetAfter)
+	}
+}
+
+// The flag of a limited request stays in its header map, and a header map
+// can outlive the request: an in-process dispatcher (a batch endpoint that
+// serves its sub-requests through the router on shallow copies of the
+// request, a test harness reusing one http.Header) hands the same map to
+// the next request. That request's mounts then found the flag set, and
+// each gave its charge back: one limited sub-request made every later one
+// in the batch free. A mount gives its charge back only for a flag set
+// after it charged.
+func TestRegressionLimitedFlagOfAnEarlierRequestRefundsNothing(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
+	login := limittest.MustNew(s, limit.Policy{Name: "login", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour})
+	h := stacked(global, login)
+	batch := httptest.NewRequest("POST", "/batch", nil)
+	batch.RemoteAddr = "192.0.2.1:4711"
+	var got []int
+	for _, path := range []string{"/login", "/login", "/a", "/b", "/c", "/d", "/e", "/f"} {
+		sub := batch.WithContext(batch.Context()) // shares batch.Header
+		sub.URL = &url.URL{Path: path}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, sub)
+		got = append(got, w.Code)
+	}
+	// global: login 1 and /a-/d are charged (5); login 2 is limited by
+	// login and charges neither.
+	if want := []int{204, 429, 204, 204, 204, 204, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sub-requests sharing one header map: %v, want %v", got, want)
+	}
+}
+
+// Only a mount sets the flag: a field of that name that reached the header
+// map some other way refunds nothing. Go's server and fasthttp refuse the
+// name from a client, but not everything between a client and a mount
+// does: a middleware that merges fields from an envelope (a batch body, a
+// serverless event, a custom transport) into r.Header after the global
+// mount charged made that mount give its charge back on every request.
+func TestLimitedFlagFromOutsideRefundsNothing(t *testing.T) {
+	s := storeAt(epochMS)
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Hour})
+	h := global.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for k, v := range map[string]string{"Quotagate limited": "1"} { // fields from the client's envelope
+			r.Header[k] = []string{v}
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), nil, nil)
+	var got []int
+	for range 4 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		got = append(got, w.Code)
+	}
+	if want := []int{204, 204, 429, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("requests given a forged flag: %v, want %v", got, want)
 	}
 }

@@ -1,7 +1,6 @@
 package echolimit
 
 import (
-	"errors"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -50,6 +49,27 @@ func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 	}
 }
 
+// status is the status of the response to c: what the handler wrote, or
+// when it returned an error before writing, the status echo's default
+// error handler (Echo.DefaultHTTPErrorHandler) answers it with: the Code
+// of an *echo.HTTPError returned as is, or of the *echo.HTTPError in its
+// Internal field; 500 for any other error, a wrapped *echo.HTTPError
+// included (echo does not unwrap it).
+func status(c echo.Context, err error) int {
+	r := c.Response()
+	if err == nil || r.Committed {
+		return r.Status
+	}
+	he, ok := err.(*echo.HTTPError)
+	if !ok {
+		return http.StatusInternalServerError
+	}
+	if in, ok := he.Internal.(*echo.HTTPError); ok {
+		return in.Code
+	}
+	return he.Code
+}
+
 // routeTable knows, for each route path of an *echo.Echo, the methods
 // registered on it (RouteNotFound catch-alls excluded), so that a request
 // echo routed to a catch-all or answers 405 for is told from a served one.
@@ -57,19 +77,6 @@ func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 // table stays as small as the route list. Reads are lock-free (an immutable
 // map behind an atomic pointer); a path not seen yet rebuilds it from
 // Echo.Routes and Echo.Routers, once.
-// status is the status of the response to c: what the handler wrote, or
-// when it returned an error before writing, the status echo's default
-// error handler answers it with (an *echo.HTTPError's Code, else 500).
-func status(c echo.Context, err error) int {
-	r := c.Response()
-	if err == nil || r.Committed {
-		return r.Status
-	}
-	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
-		return he.Code
-	}
-	return http.StatusInternalServerError
-}
 
 type routeTable struct {
 	t  atomic.Pointer[routes]

@@ -24,7 +24,8 @@ import "github.com/redis/rueidis"
 //	         server's TIME), cost, then per quota the algorithm (0 sliding
 //	         window, 1 fixed window, 2 token bucket), limit, window ms, and
 //	         phase ms (window algorithms) or burst (token bucket), and for a
-//	         refund a fifth: the window index of the charge
+//	         refund a fifth: the window index of the charge (window
+//	         algorithms) or its TAT, Unix ms rounded up (token bucket)
 //
 // Reply: one bulk string, no table (a table reply costs Redis about a
 // microsecond more per call): the clock reading now as a little-endian
@@ -199,13 +200,21 @@ for pass = 1, passes do
     if alg == 2 then
 ` + bucketView + `
       if refund then
-        -- Quota.refund: TAT = max(TAT - cost*T, now), never past full.
+        -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
+        -- charge, whose TAT (rounded up) is cw.
         if off > 0 then
           local c = cost
           if c > x then
             c = x
           end
-          off = off - c * w
+          local g = c * w
+          local d = cw - now
+          if d <= 0 then
+            g = 0
+          elseif d * lim < g then
+            g = d * lim
+          end
+          off = off - g
           if off < 0 then
             off = 0
           end

@@ -4,11 +4,13 @@ package echolimit_test
 // failed before its fix.
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	echolimit "github.com/quotagate/quotagate/adapters/echo"
@@ -70,4 +72,46 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 			e.POST("/v1/login", func(c echo.Context) error { return c.NoContent(http.StatusOK) })
 			return serve(t, e)
 		})
+}
+
+// The status a CountStatus policy sees for a handler's error must be the
+// one echo's default error handler answers with: it takes the code of an
+// *echo.HTTPError returned as is (or of the *echo.HTTPError in its
+// Internal), and answers 500 to anything else, a wrapped *echo.HTTPError
+// included. The adapter unwrapped it (errors.As): a handler returning
+// fmt.Errorf("...: %w", echo.ErrUnauthorized) answered 500 and was settled
+// as 401, so a policy counting server errors (>= 500) refunded every one
+// of them; and an HTTPError whose Internal is another HTTPError was settled
+// with the outer code while the client got the inner one.
+func TestRegressionCountStatusSeesTheStatusEchoAnswers(t *testing.T) {
+	for path, h := range map[string]echo.HandlerFunc{
+		"/wrapped": func(c echo.Context) error { return fmt.Errorf("signin: %w", echo.ErrUnauthorized) },
+		"/internal": func(c echo.Context) error {
+			return echo.NewHTTPError(http.StatusBadRequest).SetInternal(echo.NewHTTPError(http.StatusServiceUnavailable))
+		},
+	} {
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour,
+			CountStatus: func(s int) bool { return s >= 500 }})
+		e := echo.New()
+		e.Use(echolimit.Middleware(l))
+		e.GET(path, h)
+		srv := httptest.NewServer(e)
+		var got []int
+		for range 4 {
+			res, err := srv.Client().Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = res.Body.Close()
+			got = append(got, res.StatusCode)
+		}
+		srv.Close()
+		want := []int{500, 500, 429, 429}
+		if path == "/internal" {
+			want = []int{503, 503, 429, 429}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("GET %s: %v, want %v (server errors the client saw were settled as another status)", path, got, want)
+		}
+	}
 }
