@@ -72,7 +72,14 @@ import "github.com/redis/rueidis"
 // below 2^53, so sums, products and comparisons are exact; floor division is
 // math.floor(a/b) corrected by the remainder (a/b alone can round up to the
 // next integer). Values are non-negative (times after 1970).
-var takeSource = `
+var takeSource = preamble + `
+local servertime, tnow
+local o, n, a = 0, #KEYS, ARGV[1]
+` + body
+
+// preamble defines the codecs: the struct library, or plain Lua where the
+// server has none.
+var preamble = `
 local struct = rawget(_G, 'struct')
 local dec, enc
 if not struct then
@@ -104,10 +111,49 @@ if not struct then
     return table.concat(parts)
   end
 end
-local a = ARGV[1]
-local n = #KEYS
+`
+
+// batchSource is the script of a flight of several Ops (group commit, see
+// Store): ARGV[1] holds each Op's key count, one byte per Op; Op i's keys
+// follow Op i-1's in KEYS, and its argument (takeSource's ARGV[1]) is
+// ARGV[i+1]. Each Op runs the same body as takeSource, in a function
+// called under pcall in the Ops' order, so an Op whose commands fail (a
+// WRONGTYPE key) fails alone, with its error message, and the others are
+// decided as if they had been sent one by one; the server's TIME is read
+// once, for the first Op on the server clock, and shared (tnow). Reply: one
+// bulk string, per Op a 3-byte head (0 and the length of the Op's
+// takeSource reply, little-endian 16-bit; or 1 and the length of an error
+// message) and then that reply or message.
+var batchSource = preamble + `
+local servertime, tnow
+local function one(o, n, a)
+` + body + `
+end
+local counts = ARGV[1]
+local out = {}
+local o = 0
+for i = 1, #counts do
+  local n = string.byte(counts, i)
+  local ok, r = pcall(one, o, n, ARGV[i + 1])
+  local kind = 0
+  if not ok then
+    kind = 1
+    if type(r) == 'table' then
+      r = r.err
+    end
+    r = string.sub(tostring(r), 1, 65535)
+  end
+  out[2 * i - 1] = string.char(kind, #r % 256, math.floor(#r / 256))
+  out[2 * i] = r
+  o = o + n
+end
+return table.concat(out)
+`
+
+// body decides one Op: its keys are KEYS[o+1] to KEYS[o+n], its argument
+// a; it returns takeSource's reply.
+var body = `
 local refund = #a > 16 + 32 * n
-local servertime
 ` + fastPath + generalPath
 
 // fastPath: one quota, no refund.
@@ -120,7 +166,7 @@ if n == 1 and not refund then
     now, cost, alg, lim, w, x = dec(a, 1, 6)
   end
 ` + clock + `
-  local k = KEYS[1]
+  local k = KEYS[o + 1]
   local v = redis.call('GET', k)
 ` + decodeState + `
   local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
@@ -162,9 +208,9 @@ end
 ` + clock + `
 local vals
 if n == 1 then
-  vals = redis.call('GET', KEYS[1])
+  vals = redis.call('GET', KEYS[o + 1])
 else
-  vals = redis.call('MGET', unpack(KEYS))
+  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))
 end
 local read = {}
 local all = true
@@ -187,7 +233,7 @@ for pass = 1, passes do
         cw, p = dec(a, p, 1)
       end
     end
-    local k = KEYS[i]
+    local k = KEYS[o + i]
     local v = vals
     if n > 1 then
       v = vals[i]
@@ -315,8 +361,11 @@ const reply = `
 const clock = `
   servertime = now == 0
   if servertime then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if not tnow then
+      local t = redis.call('TIME')
+      tnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    now = tnow
   end
 `
 
