@@ -353,7 +353,12 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		args = append(args, str[start:from])
 	}
 	f.keys, f.args = keys, args
-	resp := batchScript.Exec(f, c, keys, args)
+	var resp rueidis.RedisResult
+	if len(f.members) == 1 { // a batch of one is the plain call
+		resp = takeScript.Exec(f, c, keys, args[1:])
+	} else {
+		resp = batchScript.Exec(f, c, keys, args)
+	}
 	reply, err := resp.ToString()
 	if err != nil {
 		err = fmt.Errorf("redisstore: %w", err)
@@ -364,7 +369,10 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		f.buf = nil
 	}
 	parts, errs := f.parts[:0], f.errs[:0]
-	for range f.members {
+	if len(f.members) == 1 {
+		parts, errs, reply = append(parts, reply), append(errs, err), ""
+	}
+	for range f.members[len(parts):] {
 		var part string
 		perr := err
 		if err == nil {

@@ -1,6 +1,11 @@
 package redisstore
 
-import "github.com/redis/rueidis"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/redis/rueidis"
+)
 
 // The store's one script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
@@ -126,8 +131,15 @@ end
 // message) and then that reply or message.
 var batchSource = preamble + `
 local servertime, tnow
+local cache = {}
+local got = redis.call('MGET', unpack(KEYS))
+for i = 1, #KEYS do
+  if got[i] then
+    cache[KEYS[i]] = got[i]
+  end
+end
 local function one(o, n, a)
-` + body + `
+` + batchBody() + `
 end
 local counts = ARGV[1]
 local out = {}
@@ -149,6 +161,49 @@ for i = 1, #counts do
 end
 return table.concat(out)
 `
+
+// batchBody is body reading and writing through the batch's cache of
+// values (key -> value; false: no value): one MGET of every key of the
+// flight fills it, and every write updates it, so an Op reads what the Ops
+// before it in the flight wrote, as it would one call later, and Redis
+// runs one MGET instead of a GET per Op. A key MGET found no string under
+// (none, or a key of another type) is read with GET by an Op of one quota,
+// as takeSource does, so a WRONGTYPE key fails that Op alone; an Op of
+// several quotas reads it as no value, as takeSource's MGET does.
+func batchBody() string {
+	b := body
+	for _, r := range [...]struct {
+		old, new string
+		n        int
+	}{
+		{"  local v = redis.call('GET', k)\n", `  local v = cache[k]
+  if v == nil then
+    v = redis.call('GET', k)
+    cache[k] = v
+  end
+`, 1},
+		{"  vals = redis.call('GET', KEYS[o + 1])\n", `  vals = cache[KEYS[o + 1]]
+  if vals == nil then
+    vals = redis.call('GET', KEYS[o + 1])
+    cache[KEYS[o + 1]] = vals
+  end
+`, 1},
+		{"  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))\n", `  vals = {}
+  for i = 1, n do
+    vals[i] = cache[KEYS[o + i]] or false
+  end
+`, 1},
+		{"redis.call('SETRANGE', k, 0, val)\n", "redis.call('SETRANGE', k, 0, val)\n cache[k] = val\n", 4},
+		{"redis.call('SET', k, val, 'PXAT', pe)\n", "redis.call('SET', k, val, 'PXAT', pe)\n cache[k] = val\n", 3},
+		{"redis.call('SET', k, val, 'PX', pe - now)\n", "redis.call('SET', k, val, 'PX', pe - now)\n cache[k] = val\n", 3},
+	} {
+		if c := strings.Count(b, r.old); c != r.n {
+			panic(fmt.Sprintf("redisstore: batchBody: %q occurs %d times, want %d", r.old, c, r.n))
+		}
+		b = strings.ReplaceAll(b, r.old, r.new)
+	}
+	return b
+}
 
 // body decides one Op: its keys are KEYS[o+1] to KEYS[o+n], its argument
 // a; it returns takeSource's reply.
