@@ -50,6 +50,9 @@ const (
 	// bytes of their keys and arguments (an Op alone may exceed it).
 	maxBatchOps   = 64
 	maxBatchBytes = 64 << 10
+	// flushAfter is the longest a queued Take waits while every call out
+	// is slow before one more call takes it (armFlush).
+	flushAfter = time.Millisecond
 )
 
 // batchScript is the script of a flight of several Ops (batchSource).
@@ -120,6 +123,10 @@ type batcher struct {
 	out   int       // script calls out (plain calls and flights)
 	queue []*waiter // in arrival order; non-empty only while out == maxFlights
 	free  []*flight // runners' flights, reused
+
+	timer  *time.Timer    // the flush timer (armFlush)
+	armed  bool           // timer set and not yet fired
+	client rueidis.Client // the client of the queued Takes, for flush
 }
 
 // flight is one batched script call: its members and buffers, reused by
@@ -182,10 +189,8 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 		b.mu.Unlock()
 		res, err := s.call(ctx, c, op, w)
 		b.mu.Lock()
-		if len(b.queue) > 0 && !s.closed.Load() {
-			s.startRunner(c) // keeps the slot
-		} else {
-			b.out--
+		if s.keepSlot() {
+			go s.run(c, b.flight())
 		}
 		b.mu.Unlock()
 		return res, err
@@ -198,6 +203,10 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 	w.dl, w.hasDL = ctx.Deadline()
 	w.state = queued
 	b.queue = append(b.queue, w)
+	b.client = c
+	if w.hasDL {
+		s.armFlush()
+	}
 	b.mu.Unlock()
 
 	select {
@@ -259,21 +268,74 @@ func (s *Store) call(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 	return res, err
 }
 
-// startRunner hands a slot to a runner goroutine; b.mu is held.
-func (s *Store) startRunner(c rueidis.Client) {
+// keepSlot is called when a script call returns, b.mu held: it keeps the
+// call's slot for a runner when Takes are queued (true), or gives it back
+// (false); a slot above maxFlights (a flush's) is given back, the queue
+// then left to the other runners and the flush timer.
+func (s *Store) keepSlot() bool {
 	b := &s.batch
-	var f *flight
-	if k := len(b.free); k > 0 {
-		f, b.free = b.free[k-1], b.free[:k-1]
-	} else {
-		f = &flight{}
-		ch := make(chan struct{})
-		f.done.Store(&ch)
+	if len(b.queue) > 0 && !s.closed.Load() && b.out <= maxFlights {
+		return true
 	}
-	go s.run(c, f)
+	b.out--
+	if len(b.queue) > 0 && !s.closed.Load() {
+		s.armFlush()
+	}
+	return false
 }
 
-// run sends the queued Ops, a flight at a time, until the queue is empty,
+// flight returns a flight to fill; b.mu is held.
+func (b *batcher) flight() *flight {
+	if k := len(b.free); k > 0 {
+		f := b.free[k-1]
+		b.free = b.free[:k-1]
+		return f
+	}
+	f := &flight{}
+	ch := make(chan struct{})
+	f.done.Store(&ch)
+	return f
+}
+
+// armFlush makes sure a queued Take with a deadline waits at most
+// flushAfter before a flight takes it, even when every call out is slow (a
+// distant or slowed server: waiting for a call to return would spend a
+// whole round trip more of the queued Takes' time); b.mu is held. A Take
+// without a deadline has no time to lose: it waits for a call to return.
+// The timer is the Store's one, made on first use; it starts a goroutine
+// only when it fires.
+func (s *Store) armFlush() {
+	b := &s.batch
+	if b.armed {
+		return
+	}
+	b.armed = true
+	if b.timer == nil {
+		b.timer = time.AfterFunc(flushAfter, s.flush)
+		return
+	}
+	b.timer.Reset(flushAfter)
+}
+
+// flush runs when the flush timer fires: Takes have been queued for
+// flushAfter while every call out was slow, so one more call (above
+// maxFlights) takes them, from this goroutine.
+func (s *Store) flush() {
+	b := &s.batch
+	b.mu.Lock()
+	b.armed = false
+	if len(b.queue) == 0 || s.closed.Load() {
+		s.failQueued(ErrClosed) // none unless closed
+		b.mu.Unlock()
+		return
+	}
+	b.out++
+	f, c := b.flight(), b.client
+	b.mu.Unlock()
+	s.run(c, f)
+}
+
+// run sends the queued Ops, a flight at a time, while Takes are queued,
 // then gives its slot back.
 func (s *Store) run(c rueidis.Client, f *flight) {
 	b := &s.batch
@@ -290,6 +352,15 @@ func (s *Store) run(c rueidis.Client, f *flight) {
 		b.mu.Unlock()
 		s.send(c, f)
 		f.members = f.members[:0]
+		b.mu.Lock()
+		keep := s.keepSlot()
+		if !keep {
+			b.free = append(b.free, f)
+		}
+		b.mu.Unlock()
+		if !keep {
+			return
+		}
 	}
 }
 
@@ -320,6 +391,9 @@ func (f *flight) fill(b *batcher) {
 	n := copy(b.queue, b.queue[k:])
 	clear(b.queue[n:])
 	b.queue = b.queue[:n]
+	if n == 0 && b.armed && b.timer.Stop() {
+		b.armed = false
+	}
 	f.live = k
 	if forever {
 		f.dl.Store(0)
