@@ -31,6 +31,11 @@ import (
 // those of the same Takes sent one by one in that order, an order the
 // concurrent callers could have had anyway.
 //
+// Takes are queued only behind calls out; when every call out is slow (a
+// distant or stalled server), a Take with a deadline waits at most
+// flushAfter (1 ms) before one more call takes the queue (the flush timer,
+// armFlush), so a slow link keeps its throughput.
+//
 // A caller returns when its own context is done, queued or not: a queued
 // Op is taken out of the queue and never sent (nothing charged); an Op
 // already sent may be charged, as a timed-out call always could. A flight

@@ -7,13 +7,15 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// The store's one script (store contract v2) transcribes line by line the
+// The store's script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
 // (engine/algorithm.go) for up to limit.MaxQuotas quotas of any algorithm,
 // refunds and the clock-step rules, plus the memory store's expiry rule (a
 // stored State counts only while its expiry is after now). It runs as one
-// EVALSHA per decision: the clock is read once, every state is read with one
-// GET (MGET for several quotas), and only what the contract says is written:
+// EVALSHA per decision, or per flight of decisions (group commit: see
+// batchSource, which runs the same body per Op): the clock is read once,
+// every state is read with one GET (MGET for several quotas; the batch
+// script one MGET for the whole flight), and only what the contract says is written:
 // every state of an admitted Op; for a denial nothing but a state the clock
 // has fallen far behind; for a refund the changed states, keeping their
 // expiry. The numbers of the answer (Remaining, delays, TTLs) are not
@@ -128,7 +130,8 @@ end
 // once, for the first Op on the server clock, and shared (tnow). Reply: one
 // bulk string, per Op a 3-byte head (0 and the length of the Op's
 // takeSource reply, little-endian 16-bit; or 1 and the length of an error
-// message) and then that reply or message.
+// message) and then that reply or message. The batch body reads and writes
+// through a cache of the flight's values filled by one MGET (batchBody).
 var batchSource = preamble + `
 local servertime, tnow
 local cache = {}
@@ -142,27 +145,42 @@ local function one(o, n, a)
 ` + batchBody() + `
 end
 local counts = ARGV[1]
-local out = {}
-local o = 0
+local out, heads = {}, {}
+local o, j = 0, 0
 for i = 1, #counts do
   local n = string.byte(counts, i)
-  local ok, r = pcall(one, o, n, ARGV[i + 1])
-  local kind = 0
-  if not ok then
-    kind = 1
+  local ok, r, v = pcall(one, o, n, ARGV[i + 1])
+  local h
+  if ok then
+    local l = #r
+    if v then
+      l = l + 40
+    end
+    h = heads[l]
+    if not h then
+      h = string.char(0, l % 256, math.floor(l / 256))
+      heads[l] = h
+    end
+  else
     if type(r) == 'table' then
       r = r.err
     end
-    r = string.sub(tostring(r), 1, 65535)
+    r, v = string.sub(tostring(r), 1, 65535), nil
+    h = string.char(1, #r % 256, math.floor(#r / 256))
   end
-  out[2 * i - 1] = string.char(kind, #r % 256, math.floor(#r / 256))
-  out[2 * i] = r
+  out[j + 1], out[j + 2] = h, r
+  j = j + 2
+  if v then
+    out[j + 1] = v
+    j = j + 1
+  end
   o = o + n
 end
 return table.concat(out)
 `
 
-// batchBody is body reading and writing through the batch's cache of
+// batchBody is body returning the straight path's value apart (r, v),
+// reading and writing through the batch's cache of
 // values (key -> value; false: no value): one MGET of every key of the
 // flight fills it, and every write updates it, so an Op reads what the Ops
 // before it in the flight wrote, as it would one call later, and Redis
@@ -176,6 +194,9 @@ func batchBody() string {
 		old, new string
 		n        int
 	}{
+		// The straight path's value as a second result, not
+		// concatenated: the reply loop adds it to the reply's parts.
+		{"    return r .. v\n", "    return r, v\n", 1},
 		{"  local v = redis.call('GET', k)\n", `  local v = cache[k]
   if v == nil then
     v = redis.call('GET', k)

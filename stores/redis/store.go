@@ -31,12 +31,25 @@ var (
 )
 
 // Store is a limit.Store backed by Redis (standalone, Sentinel or Cluster)
-// through a rueidis client. Every decision is one EVALSHA of one script
-// (EVAL once per node when the script is not cached yet); the script reads
-// the clock once, reads the states of all the Op's quotas (one key each, one
-// Cluster hash tag) and, when every quota admits, writes them all with their
-// time to live, atomically. A denied request writes nothing (see
-// limit.Op.Apply for the one exception, after a backward clock step).
+// through a rueidis client. Every decision is decided by one script call, at
+// most (EVALSHA; EVAL once per node when the script is not cached yet); the
+// script reads the clock once, reads the states of all the Op's quotas (one
+// key each, one Cluster hash tag) and, when every quota admits, writes them
+// all with their time to live, atomically. A denied request writes nothing
+// (see limit.Op.Apply for the one exception, after a backward clock step).
+//
+// Group commit: on a standalone or Sentinel client, at most 2 script calls
+// of a Store are out at once; a Take that finds one of them free sends its
+// Op alone, at once (at low load nothing waits), and otherwise queues, and
+// the queued Takes go together, up to 64 Ops, in one call of a batch script
+// that decides them one after the other, each atomically and exactly as the
+// same Takes sent one by one in that order (one TIME per call: they share
+// the server's now; an Op whose key holds another type fails alone). A
+// queued Take with a deadline waits at most 1 ms when every call out is
+// slow. A Take returns when its context is done, queued or not; a queued
+// Op is then never sent, an Op already sent may have been counted. On a
+// Cluster client (a script touches one hash slot) every decision is its
+// own call.
 //
 // It is safe for concurrent use; concurrent calls share connections through
 // rueidis auto-pipelining. The zero value is not usable: call New, Dial or
