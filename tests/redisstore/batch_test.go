@@ -384,44 +384,49 @@ func instantFree(r limit.Result) limit.Result {
 	return r
 }
 
+// gatedStore is a Store on a gated client of be, with its calls held by
+// fillers (startGated); the test's keys are under prefix.
+func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient, r *gatedRun) {
+	t.Helper()
+	prefix = testPrefix(t)
+	client = be.newClient(t)
+	t.Cleanup(func() { deleteKeys(t, client, prefix) })
+	g = newGated(client)
+	s, err := New(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, client, s, g, startGated(t, s, g, prefix+":fill")
+}
+
 // TestQueuedCallerGivesUpUncharged: a Take whose context ends while it is
 // queued returns the context's error at once and is never sent: its key is
 // never charged.
 func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 	forOneServer(t, func(t *testing.T, be *backend) {
-		{
-			prefix := testPrefix(t)
-			client := be.newClient(t)
-			t.Cleanup(func() { deleteKeys(t, client, prefix) })
-			g := newGated(client)
-			s, err := New(g)
-			if err != nil {
-				t.Fatal(err)
+		prefix, client, s, _, r := gatedStore(t, be)
+		op := oneQuota(prefix+":{gone}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, queued := r.start(ctx, &op)
+		if !queued {
+			t.Fatal("the Take reached Redis while the calls were held; want it queued")
+		}
+		cancel()
+		if o := r.wait(ch); !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("queued Take after cancel: %+v, want context.Canceled", o)
+		}
+		r.release()
+		for _, ch := range r.fillers {
+			if o := r.wait(ch); o.err != nil {
+				t.Fatalf("filler: %v", o.err)
 			}
-			r := startGated(t, s, g, prefix+":fill")
-			op := oneQuota(prefix+":{gone}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
-			ctx, cancel := context.WithCancel(context.Background())
-			ch, queued := r.start(ctx, &op)
-			if !queued {
-				t.Fatal("the Take reached Redis while the calls were held; want it queued")
-			}
-			cancel()
-			if o := r.wait(ch); !errors.Is(o.err, context.Canceled) {
-				t.Fatalf("queued Take after cancel: %+v, want context.Canceled", o)
-			}
-			r.release()
-			for _, ch := range r.fillers {
-				if o := r.wait(ch); o.err != nil {
-					t.Fatalf("filler: %v", o.err)
-				}
-			}
-			if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
-				t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
-			}
-			res, err := s.Take(ctxT(t), &op)
-			if err != nil || res.Quotas[0].Remaining != 9 {
-				t.Fatalf("next Take: %+v, %v; want Remaining 9 (the one that gave up charged nothing)", res, err)
-			}
+		}
+		if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
+		}
+		res, err := s.Take(ctxT(t), &op)
+		if err != nil || res.Quotas[0].Remaining != 9 {
+			t.Fatalf("next Take: %+v, %v; want Remaining 9 (the one that gave up charged nothing)", res, err)
 		}
 	})
 }
@@ -433,62 +438,52 @@ func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 // may be).
 func TestCancelledMemberDoesNotFailItsFlight(t *testing.T) {
 	forOneServer(t, func(t *testing.T, be *backend) {
-		{
-			prefix := testPrefix(t)
-			client := be.newClient(t)
-			t.Cleanup(func() { deleteKeys(t, client, prefix) })
-			g := newGated(client)
-			s, err := New(g)
-			if err != nil {
-				t.Fatal(err)
+		prefix, _, s, g, r := gatedStore(t, be)
+		ops := make([]limit.Op, 3)
+		chs := make([]chan outcome, 3)
+		ctx, cancel := context.WithCancel(context.Background())
+		for i := range ops {
+			ops[i] = oneQuota(fmt.Sprintf("%s:{m%d}:f", prefix, i), limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+			c := context.Background()
+			if i == 1 {
+				c = ctx
 			}
-			r := startGated(t, s, g, prefix+":fill")
-			ops := make([]limit.Op, 3)
-			chs := make([]chan outcome, 3)
-			ctx, cancel := context.WithCancel(context.Background())
-			for i := range ops {
-				ops[i] = oneQuota(fmt.Sprintf("%s:{m%d}:f", prefix, i), limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
-				c := context.Background()
-				if i == 1 {
-					c = ctx
-				}
-				if chs[i], _ = r.start(c, &ops[i]); chs[i] == nil {
-					t.Fatal("no Take")
-				}
+			if chs[i], _ = r.start(c, &ops[i]); chs[i] == nil {
+				t.Fatal("no Take")
 			}
-			// Let the held plain calls go, but hold the flight.
-			for range r.held {
-				g.permits <- struct{}{}
+		}
+		// Let the held plain calls go, but hold the flight.
+		for range r.held {
+			g.permits <- struct{}{}
+		}
+		r.held = 0
+		select {
+		case n := <-g.arrived:
+			if n != 5 { // counts + the queued filler's and the three Ops' arguments
+				t.Fatalf("a call of %d arguments arrived; want the flight of 4 Ops (5)", n)
 			}
-			r.held = 0
-			select {
-			case n := <-g.arrived:
-				if n != 5 { // counts + the queued filler's and the three Ops' arguments
-					t.Fatalf("a call of %d arguments arrived; want the flight of 4 Ops (5)", n)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no flight within 10 s")
+		case <-time.After(10 * time.Second):
+			t.Fatal("no flight within 10 s")
+		}
+		cancel()
+		if o := r.wait(chs[1]); !errors.Is(o.err, context.Canceled) {
+			t.Fatalf("cancelled member: %+v, want context.Canceled", o)
+		}
+		r.release()
+		g.permits <- struct{}{} // the held flight
+		for _, i := range []int{0, 2} {
+			if o := r.wait(chs[i]); o.err != nil || !o.res.Allowed || o.res.Quotas[0].Remaining != 9 {
+				t.Fatalf("member %d: %+v, %v; want admitted, Remaining 9", i, o.res, o.err)
 			}
-			cancel()
-			if o := r.wait(chs[1]); !errors.Is(o.err, context.Canceled) {
-				t.Fatalf("cancelled member: %+v, want context.Canceled", o)
+		}
+		for _, ch := range r.fillers {
+			if o := r.wait(ch); o.err != nil {
+				t.Fatalf("filler: %v", o.err)
 			}
-			r.release()
-			g.permits <- struct{}{} // the held flight
-			for _, i := range []int{0, 2} {
-				if o := r.wait(chs[i]); o.err != nil || !o.res.Allowed || o.res.Quotas[0].Remaining != 9 {
-					t.Fatalf("member %d: %+v, %v; want admitted, Remaining 9", i, o.res, o.err)
-				}
-			}
-			for _, ch := range r.fillers {
-				if o := r.wait(ch); o.err != nil {
-					t.Fatalf("filler: %v", o.err)
-				}
-			}
-			res, err := s.Take(ctxT(t), &ops[1])
-			if err != nil || res.Quotas[0].Remaining != 8 {
-				t.Fatalf("the cancelled member's key: %+v, %v; want Remaining 8 (its flight reached Redis)", res, err)
-			}
+		}
+		res, err := s.Take(ctxT(t), &ops[1])
+		if err != nil || res.Quotas[0].Remaining != 8 {
+			t.Fatalf("the cancelled member's key: %+v, %v; want Remaining 8 (its flight reached Redis)", res, err)
 		}
 	})
 }
