@@ -354,6 +354,9 @@ func (s *Store) run(c rueidis.Client, f *flight) {
 			return
 		}
 		f.fill(b)
+		if len(b.queue) > 0 { // more than a flight: the rest waits at most flushAfter too
+			s.armFlush()
+		}
 		b.mu.Unlock()
 		s.send(c, f)
 		f.members = f.members[:0]
