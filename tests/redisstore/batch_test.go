@@ -608,3 +608,27 @@ func TestBatchedCheckAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestClosedStoreFailsQueuedTakes: Takes queued when the Store is closed
+// return ErrClosed at once, and are never sent.
+func TestClosedStoreFailsQueuedTakes(t *testing.T) {
+	forOneServer(t, func(t *testing.T, be *backend) {
+		prefix, client, s, _, r := gatedStore(t, be)
+		op := oneQuota(prefix+":{closed}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		ch, queued := r.start(context.Background(), &op)
+		if !queued {
+			t.Fatal("the Take reached Redis while the calls were held; want it queued")
+		}
+		s.Close()
+		if o := r.wait(ch); !errors.Is(o.err, ErrClosed) {
+			t.Fatalf("queued Take after Close: %+v, want ErrClosed", o)
+		}
+		r.release()
+		for _, ch := range r.fillers {
+			r.wait(ch) // the held calls end either way; the queued filler got ErrClosed
+		}
+		if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("EXISTS of the closed Store's queued key: %d, %v; want 0 (never sent)", n, err)
+		}
+	})
+}
