@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,8 +25,8 @@ import (
 // nothing waits), and otherwise queues. When a call returns and Takes are
 // queued, the slot passes to a runner goroutine that sends the queue's head
 // (up to maxBatchOps Ops, maxBatchBytes bytes) as one EVALSHA of
-// batchScript and repeats while Takes are queued; it ends when the queue is
-// empty, so a Store has at most maxFlights runners, and none while idle.
+// batchScript (takeScript for one Op) and repeats while Takes are queued;
+// it ends when the queue is empty, so a Store has no runner while idle.
 // Redis runs a script atomically and batchScript decides its Ops one after
 // the other, in arrival order, each as takeScript would: the decisions are
 // those of the same Takes sent one by one in that order, an order the
@@ -39,7 +40,7 @@ import (
 // A caller returns when its own context is done, queued or not: a queued
 // Op is taken out of the queue and never sent (nothing charged); an Op
 // already sent may be charged, as a timed-out call always could. A flight
-// runs under its own context (flightCtx): the latest deadline of its
+// runs under its own context (flight): the latest deadline of its
 // members, done only when every member has given up, so no member's
 // cancellation fails the others.
 //
@@ -80,8 +81,8 @@ type waiter struct {
 	ends  [limit.MaxQuotas]int // the end of each key in buf
 	n     int                  // keys
 	ready chan struct{}        // capacity 1: signalled once answered
-	dl    time.Time            // the caller's deadline (valid when hasDL)
-	hasDL bool                 //
+	dl    time.Time            // the caller's deadline,
+	hasDL bool                 // if it has one
 	state int                  // guarded by batcher.mu
 	f     *flight              // the flight it was sent in (sent, abandoned)
 	reply string               // its part of the flight's reply
@@ -126,7 +127,7 @@ func (w *waiter) encode(op *limit.Op, now int64) {
 type batcher struct {
 	mu    sync.Mutex
 	out   int       // script calls out (plain calls and flights)
-	queue []*waiter // in arrival order; non-empty only while out == maxFlights
+	queue []*waiter // in arrival order; non-empty only while calls are out
 	free  []*flight // runners' flights, reused
 
 	timer  *time.Timer    // the flush timer (armFlush)
@@ -220,11 +221,8 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 		b.mu.Lock()
 		switch w.state {
 		case queued: // never sent: nothing charged
-			for i, q := range b.queue {
-				if q == w {
-					b.queue = append(b.queue[:i], b.queue[i+1:]...)
-					break
-				}
+			if i := slices.Index(b.queue, w); i >= 0 {
+				b.queue = slices.Delete(b.queue, i, i+1)
 			}
 			w.state = idle
 			b.mu.Unlock()
