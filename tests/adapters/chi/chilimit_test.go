@@ -15,7 +15,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -113,14 +112,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a chi router for a conformance App: global limiters with
 // r.Use, groups as r.Route subrouters with Use, route limiters with r.With.

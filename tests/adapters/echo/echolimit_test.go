@@ -13,18 +13,10 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds an echo server for a conformance App: global limiters with
 // e.Use, groups with e.Group(prefix, middleware...), route limiters as route
@@ -189,7 +181,7 @@ func echoWith(l *limit.Limiter) http.Handler {
 // applies e.Use middleware per request (applyMiddleware in ServeHTTP), so
 // any middleware closure costs one allocation there.
 func BenchmarkMiddleware(b *testing.B) {
-	conformance.BenchmarkMiddleware(b, "echo-only", memoryStore, echoWith)
+	conformance.BenchmarkMiddleware(b, "echo-only", redistest.Memory, echoWith)
 }
 
 // On the allowed path at the default disclosure the only allocation is the

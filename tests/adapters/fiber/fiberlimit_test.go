@@ -14,14 +14,13 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 	"github.com/valyala/fasthttp"
 )
 
 // newStore is a memory store at a fake clock, as the benchmarks measure.
 func newStore(tb testing.TB) limit.Store {
-	return memoryStore(tb, limittest.NewClock(time.Unix(0, 0)).Now)
+	return redistest.Memory(tb, limittest.NewClock(time.Unix(0, 0)).Now)
 }
 
 // serveOnce returns a function that serves GET /v1/notes/7 from
@@ -300,14 +299,7 @@ func TestTrustedHeaderAcrossLines(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a fiber app for a conformance App: global limiters with
 // app.Use; a group's limiters on each route of an app.Group, before the

@@ -14,7 +14,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -121,7 +120,7 @@ func engineWith(l *limit.Limiter) http.Handler {
 // BenchmarkMiddleware measures one allowed request through gin with the
 // middleware on the engine, Shared and PerRoute; "gin-only" is gin alone.
 func BenchmarkMiddleware(b *testing.B) {
-	conformance.BenchmarkMiddleware(b, "gin-only", memoryStore, engineWith)
+	conformance.BenchmarkMiddleware(b, "gin-only", redistest.Memory, engineWith)
 }
 
 // gin and the middleware together allocate nothing on the allowed path at
@@ -133,14 +132,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a gin engine for a conformance App: global limiters with
 // r.Use, groups with r.Group(prefix, middleware...), route limiters before

@@ -16,7 +16,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -183,14 +182,7 @@ func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a ServeMux for a conformance App: global limiters around
 // the root mux, each group as a sub-mux under "<prefix>/" wrapped in the
@@ -254,7 +246,7 @@ func muxWith(l *limit.Limiter) http.Handler {
 // around a ServeMux (routing included), Shared and PerRoute; "mux-only" is
 // the ServeMux alone, for the difference.
 func BenchmarkMiddleware(b *testing.B) {
-	conformance.BenchmarkMiddleware(b, "mux-only", memoryStore, muxWith)
+	conformance.BenchmarkMiddleware(b, "mux-only", redistest.Memory, muxWith)
 }
 
 // The middleware adds no allocation of its own on the allowed path at the
