@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	chilimit "github.com/quotagate/quotagate/adapters/chi"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -24,14 +23,8 @@ import (
 // sorted, values excluded.
 func series(t *testing.T, obs *promlimit.Observer) []string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(obs)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, mf := range mfs {
+	for _, mf := range gather(t, obs) {
 		for _, m := range mf.GetMetric() {
 			var ls []string
 			for _, lp := range m.GetLabel() {
