@@ -78,12 +78,6 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 		})
 }
 
-type sink struct{ h http.Header }
-
-func (w *sink) Header() http.Header         { return w.h }
-func (w *sink) Write(b []byte) (int, error) { return len(b), nil }
-func (w *sink) WriteHeader(int)             {}
-
 // The middleware adds no allocation of its own on the allowed path at the
 // default disclosure (the engine + reference store add none either), and at
 // most 3 with RateLimit headers on every response.
@@ -99,10 +93,10 @@ func TestMiddlewareAllocations(t *testing.T) {
 			h := chilimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r, _ := http.NewRequest("GET", "/v1/notes/1", nil)
 			r.RemoteAddr = "192.0.2.10:5555"
-			w := &sink{h: http.Header{}}
+			w := limittest.NewSink()
 			h.ServeHTTP(w, r)
 			got := testing.AllocsPerRun(500, func() {
-				clear(w.h)
+				clear(w.H)
 				h.ServeHTTP(w, r)
 			})
 			if got > tt.max {
