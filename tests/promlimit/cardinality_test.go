@@ -70,7 +70,9 @@ func clientIP(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) 
 // with fewer clients.
 func TestCardinalityThroughChi(t *testing.T) {
 	t.Parallel()
-	serve := func(h http.Handler, peer, path string) int { return limittest.Serve(h, http.MethodGet, path, peer).Code }
+	serve := func(h http.Handler, peer, path string) int {
+		return limittest.Serve(h, http.MethodGet, path, peer).Code
+	}
 
 	one, oneObs := notesRouter(t)
 	if a, b := serve(one, "127.1.0.1:5000", "/v1/notes/1"), serve(one, "127.1.0.1:5000", "/v1/notes/1"); a != 200 || b != 429 {

@@ -36,32 +36,31 @@ func (c *counter) handler(status int, body string) http.HandlerFunc {
 // routes builds the same API under each kind of chi mount and returns the
 // router; mount says where the limiter goes.
 func routes(mount string, mw func(http.Handler) http.Handler, h http.HandlerFunc) http.Handler {
+	notes := func(r chi.Router, path string) { // GET and HEAD, as CheckMounts asks
+		r.Get(path, h)
+		r.Head(path, h)
+	}
 	r := chi.NewRouter()
 	switch mount {
 	case "root-use":
 		r.Use(mw)
-		r.Get("/v1/notes/{id}", h)
-		r.Head("/v1/notes/{id}", h)
+		notes(r, "/v1/notes/{id}")
 	case "group":
 		r.Group(func(g chi.Router) {
 			g.Use(mw)
-			g.Get("/v1/notes/{id}", h)
-			g.Head("/v1/notes/{id}", h)
+			notes(g, "/v1/notes/{id}")
 		})
 	case "route":
 		r.Route("/v1", func(sub chi.Router) {
 			sub.Use(mw)
-			sub.Get("/notes/{id}", h)
-			sub.Head("/notes/{id}", h)
+			notes(sub, "/notes/{id}")
 		})
 	case "with":
-		r.With(mw).Get("/v1/notes/{id}", h)
-		r.With(mw).Head("/v1/notes/{id}", h)
+		notes(r.With(mw), "/v1/notes/{id}")
 	case "mount":
 		sub := chi.NewRouter()
 		sub.Use(mw)
-		sub.Get("/notes/{id}", h)
-		sub.Head("/notes/{id}", h)
+		notes(sub, "/notes/{id}")
 		r.Mount("/v1", sub)
 	}
 	return r

@@ -33,23 +33,19 @@ func serve(t *testing.T, r *gin.Engine) string {
 // the limiter goes.
 func routes(mount string, mw, h gin.HandlerFunc) *gin.Engine {
 	r := gin.New()
+	both := []string{http.MethodGet, http.MethodHead}
 	switch mount {
 	case "engine-use":
 		r.Use(mw)
-		r.GET("/v1/notes/:id", h)
-		r.HEAD("/v1/notes/:id", h)
+		r.Match(both, "/v1/notes/:id", h)
 	case "group-arg":
-		g := r.Group("/v1", mw)
-		g.GET("/notes/:id", h)
-		g.HEAD("/notes/:id", h)
+		r.Group("/v1", mw).Match(both, "/notes/:id", h)
 	case "group-use":
 		g := r.Group("/v1")
 		g.Use(mw)
-		g.GET("/notes/:id", h)
-		g.HEAD("/notes/:id", h)
+		g.Match(both, "/notes/:id", h)
 	case "route":
-		r.GET("/v1/notes/:id", mw, h)
-		r.HEAD("/v1/notes/:id", mw, h)
+		r.Match(both, "/v1/notes/:id", mw, h)
 	}
 	return r
 }
