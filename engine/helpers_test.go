@@ -172,6 +172,17 @@ func keySources(rec *limittest.Recorder) []limit.KeySource {
 	return out
 }
 
+// checkKeySources fails t unless every decision rec holds took its key from
+// source want.
+func checkKeySources(t testing.TB, rec *limittest.Recorder, want limit.KeySource) {
+	t.Helper()
+	for i, s := range keySources(rec) {
+		if s != want {
+			t.Fatalf("decision %d: KeySource %s, want %s", i, s, want)
+		}
+	}
+}
+
 // deriveIdentity runs the identity derivation of a Limiter built with opts
 // and policy p for one request and returns the key source, the identity's
 // key form ("r:..." or "h:...") and the issues reported.

@@ -75,27 +75,12 @@ func refXFFMembers(lines []string) []string {
 func refForwardedMembers(lines []string) (members []string, wellFormed bool) {
 	wellFormed = true
 	for _, l := range lines {
-		start, inQ := 0, false
-		for i := 0; i < len(l); i++ {
-			switch c := l[i]; {
-			case inQ && c == '\\':
-				i++
-			case c == '\\':
-				wellFormed = false
-			case c == '"':
-				inQ = !inQ
-			case c == ',' && !inQ:
-				if m := strings.Trim(l[start:i], " \t"); m != "" {
-					members = append(members, m)
-				}
-				start = i + 1
+		parts, ok := refSplitOutsideQuotes(l, ',')
+		wellFormed = wellFormed && ok
+		for _, p := range parts {
+			if m := strings.Trim(p, " \t"); m != "" {
+				members = append(members, m)
 			}
-		}
-		if inQ {
-			wellFormed = false
-		}
-		if m := strings.Trim(l[start:], " \t"); m != "" {
-			members = append(members, m)
 		}
 	}
 	return members, wellFormed
@@ -104,20 +89,7 @@ func refForwardedMembers(lines []string) (members []string, wellFormed bool) {
 // refForwardedFor extracts the single for= value of an element: pairs split
 // on ';' outside quotes, names compared case-insensitively, quotes removed.
 func refForwardedFor(elem string) (string, bool) {
-	var pairs []string
-	start, inQ := 0, false
-	for i := 0; i < len(elem); i++ {
-		switch c := elem[i]; {
-		case inQ && c == '\\':
-			i++
-		case c == '"':
-			inQ = !inQ
-		case c == ';' && !inQ:
-			pairs = append(pairs, elem[start:i])
-			start = i + 1
-		}
-	}
-	pairs = append(pairs, elem[start:])
+	pairs, _ := refSplitOutsideQuotes(elem, ';')
 	var vals []string
 	for _, p := range pairs {
 		name, v, ok := strings.Cut(strings.Trim(p, " \t"), "=")
@@ -132,6 +104,29 @@ func refForwardedFor(elem string) (string, bool) {
 		return "", false
 	}
 	return vals[0], true
+}
+
+// refSplitOutsideQuotes splits s at every sep outside a quoted string (a
+// quoted-pair's escaped character is never a quote or a separator), parts
+// untrimmed, empty ones kept. wellFormed is false when s ends inside a
+// quoted string or has a backslash outside one.
+func refSplitOutsideQuotes(s string, sep byte) (parts []string, wellFormed bool) {
+	wellFormed = true
+	start, inQ := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inQ && c == '\\':
+			i++
+		case c == '\\':
+			wellFormed = false
+		case c == '"':
+			inQ = !inQ
+		case c == sep && !inQ:
+			parts = append(parts, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, s[start:]), wellFormed && !inQ
 }
 
 func fuzzLines(raw string) []string { return strings.Split(raw, "\n") }

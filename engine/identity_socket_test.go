@@ -108,11 +108,7 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 	if n := obs.Issues(limit.IssueNoClientAddress); n != 4 {
 		t.Fatalf("%d no-client-address events, want 4", n)
 	}
-	for _, s := range keySources(obs) {
-		if s != limit.KeySourceFallback {
-			t.Fatalf("KeySource %s, want fallback", s)
-		}
-	}
+	checkKeySources(t, obs, limit.KeySourceFallback)
 
 	// The same limiter over TCP: 127.0.0.2 gets its own bucket at the full 20.
 	tln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -160,11 +156,7 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	if n := obs.Issues(limit.IssueTrustedHeaderMissing); n != 6 {
 		t.Fatalf("%d trusted-header-missing events, want one per request (6)", n)
 	}
-	for _, s := range keySources(obs) {
-		if s != limit.KeySourceSocket {
-			t.Fatalf("KeySource %s, want socket", s)
-		}
-	}
+	checkKeySources(t, obs, limit.KeySourceSocket)
 
 	// 127.0.0.2 is exhausted, but a request from it carrying the trusted
 	// header is keyed on the header's address.

@@ -27,13 +27,12 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		policy limit.Policy
 		store  func() limit.Store
 		local  func() limit.Store
-		run    func(l *limit.Limiter)
+		run    func(l *limit.Limiter) // nil: one Check of req
 		want   []string
 	}{
 		{
 			name:   "allowed",
 			policy: limit.Policy{Limit: 2},
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want:   []string{"duration custom|take", "decision 2p60|/v1/notes/{id}|allowed|socket"},
 		},
 		{
@@ -52,7 +51,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			name:   "named_store",
 			policy: limit.Policy{Limit: 2},
 			store:  func() limit.Store { s := limittest.NewStore(nil); s.Info.Name = "memory"; return s },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want:   []string{"duration memory|take", "decision 2p60|/v1/notes/{id}|allowed|socket"},
 		},
 		{
@@ -82,7 +80,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "key_func_panic",
 			policy: limit.Policy{Limit: 2, KeyFunc: func(limit.Request) (string, error) { panic("boom") }},
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"issue 2p60|key-func-panic", "duration custom|take",
 				"decision 2p60|/v1/notes/{id}|allowed|socket",
@@ -91,14 +88,12 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "key_func",
 			policy: limit.Policy{Limit: 2, KeyFunc: func(limit.Request) (string, error) { return "user-1", nil }},
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want:   []string{"duration custom|take", "decision 2p60|/v1/notes/{id}|allowed|key-func"},
 		},
 		{
 			name:   "fail_open",
 			policy: limit.Policy{Limit: 2},
 			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"duration custom|take", "store-error 2p60|open",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -108,7 +103,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			name:   "fail_closed",
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailClosed},
 			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"duration custom|take", "store-error 2p60|closed",
 				"decision 2p60|/v1/notes/{id}|limited|socket",
@@ -118,7 +112,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			name:   "store_panic",
 			policy: limit.Policy{Limit: 2},
 			store:  func() limit.Store { return panickingStore },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"duration custom|take", "store-error 2p60|open",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -129,7 +122,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
 			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
 			local:  func() limit.Store { return limittest.NewStore(nil) },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"duration custom|take", "duration custom|take", "store-error 2p60|local",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -140,7 +132,6 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
 			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
 			local:  func() limit.Store { return panickingStore },
-			run:    func(l *limit.Limiter) { check(l, ctx, req) },
 			want: []string{
 				"duration custom|take", "duration custom|take", "store-error 2p60|local",
 				"store-error 2p60|local", "decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -188,7 +179,11 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tt.run(l)
+			if tt.run == nil {
+				check(l, ctx, req)
+			} else {
+				tt.run(l)
+			}
 			if got := rec.Events(); !slices.Equal(got, tt.want) {
 				t.Errorf("events:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tt.want, "\n  "))
 			}

@@ -113,11 +113,7 @@ func TestIssueReporting(t *testing.T) {
 		if !strings.Contains(lines[0], "header=X-Forwarded-For") || !strings.Contains(lines[0], "hops=2") || !strings.Contains(lines[1], "entry=junk") {
 			t.Fatalf("log lines lack the header, hops or entry: %q", lines)
 		}
-		for _, s := range keySources(obs) {
-			if s != limit.KeySourceSocket {
-				t.Fatalf("KeySource %s, want socket", s)
-			}
-		}
+		checkKeySources(t, obs, limit.KeySourceSocket)
 	})
 	t.Run("spoofed_headers_without_trust_report_nothing", func(t *testing.T) {
 		t.Parallel()

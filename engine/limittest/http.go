@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"time"
 )
 
@@ -60,6 +61,17 @@ func Do(t TB, c *http.Client, method, url string, header ...[2]string) Reply {
 		t.Fatalf("%s %s: reading the body: %v", method, url, err)
 	}
 	return Reply{Status: resp.StatusCode, Body: string(b), Header: resp.Header}
+}
+
+// Serve sends one request without a body (method, target as in
+// httptest.NewRequest) to h in process, as from the socket peer peer
+// ("192.0.2.30:1234"), and returns what h wrote.
+func Serve(h http.Handler, method, target, peer string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, target, nil)
+	req.RemoteAddr = peer
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }
 
 // Sink is an http.ResponseWriter that keeps only the status and reuses its

@@ -2,7 +2,8 @@
 // reference Store (the simplest correct store), stores that fail, hang or
 // answer late, a recording Observer, a settable fake Clock, and helpers for
 // tests over real sockets (HTTP clients that dial from a chosen loopback
-// address, so that the server sees distinct socket peers).
+// address, so that the server sees distinct socket peers) and in process
+// (Serve, and Sink for benchmarks and allocation guards).
 //
 // It imports only the standard library and the engine, so that adapters,
 // stores and metrics can test without another quotagate module.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	chilimit "github.com/quotagate/quotagate/adapters/chi"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -24,14 +23,8 @@ import (
 // sorted, values excluded.
 func series(t *testing.T, obs *promlimit.Observer) []string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(obs)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, mf := range mfs {
+	for _, mf := range gather(t, obs) {
 		for _, m := range mf.GetMetric() {
 			var ls []string
 			for _, lp := range m.GetLabel() {
@@ -78,11 +71,7 @@ func clientIP(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) 
 func TestCardinalityThroughChi(t *testing.T) {
 	t.Parallel()
 	serve := func(h http.Handler, peer, path string) int {
-		req := httptest.NewRequest(http.MethodGet, path, nil)
-		req.RemoteAddr = peer
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec.Code
+		return limittest.Serve(h, http.MethodGet, path, peer).Code
 	}
 
 	one, oneObs := notesRouter(t)

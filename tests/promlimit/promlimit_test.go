@@ -261,18 +261,26 @@ quotagate_store_skipped_total{reason="breaker-open",store="memory"} 9
 	}
 }
 
-// values gathers obs and returns the values of metric's counter series keyed
-// by their label values in label-name order, joined with "|".
-func values(t *testing.T, obs prometheus.Collector, metric string) map[string]float64 {
+// gather registers c on a fresh pedantic registry (which checks its
+// descriptions and series) and returns what the registry gathers; a
+// registration or gathering error fails t.
+func gather(t *testing.T, c prometheus.Collector) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(obs)
+	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mfs
+}
+
+// values gathers obs and returns the values of metric's counter series keyed
+// by their label values in label-name order, joined with "|".
+func values(t *testing.T, obs prometheus.Collector, metric string) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	for _, mf := range mfs {
+	for _, mf := range gather(t, obs) {
 		if mf.GetName() != metric {
 			continue
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,4 +87,179 @@ func parallel(b *testing.B, g int, f func(i int) error) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// commandCalls sums INFO commandstats "calls" per command over the nodes.
+func commandCalls(t *testing.T, nodes []rueidis.Client) map[string]int64 {
+	t.Helper()
+	calls := map[string]int64{}
+	for _, n := range nodes {
+		info, err := n.Do(context.Background(), n.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			t.Fatalf("INFO commandstats: %v", err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			// cmdstat_evalsha:calls=300,usec=...,rejected_calls=0,failed_calls=0
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok || !strings.HasPrefix(name, "cmdstat_") {
+				continue
+			}
+			for _, kv := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(kv, "calls="); ok {
+					c, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						t.Fatalf("INFO line %q: %v", line, err)
+					}
+					calls[strings.TrimPrefix(name, "cmdstat_")] += c
+				}
+			}
+		}
+	}
+	return calls
+}
+
+// loadScript has the store's script cached on the node at addr: one Take
+// through a Store on a client of that node alone, on a key of a slot the
+// node serves (a Cluster node answers MOVED for the others).
+func loadScript(t *testing.T, node rueidis.Client, prefix, addr string) {
+	t.Helper()
+	s, err := New(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	for i := range 1000 {
+		op := oneQuota(taggedKey(prefix, fmt.Sprintf("{w%d}", i), "warm", limit.FixedWindow, "x"),
+			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		if _, last = takeOne(s, &op); last == nil {
+			return
+		}
+	}
+	t.Fatalf("no key of 1000 was served by %s: %v", addr, last)
+}
+
+// TestOneCallPerDecision counts server-side commands (INFO commandstats,
+// which also counts the commands a script runs): N decisions are exactly N
+// EVALSHA and no EVAL; inside, one TIME, one GET (MGET for an Op of several
+// quotas), and per admitted request one write per quota (SET with the TTL, or
+// SETRANGE keeping it); a denied request only reads. Refunds write only what changed.
+func TestOneCallPerDecision(t *testing.T) {
+	run := func(t *testing.T, be *backend, addrs []string) {
+		nodes := make([]rueidis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = nodeClient(t, a)
+		}
+		ctx := ctxT(t)
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		// Load the script everywhere first: a node's first EVALSHA would
+		// answer NOSCRIPT and be followed by an EVAL (which caches it).
+		for i, n := range nodes {
+			loadScript(t, n, prefix, addrs[i])
+		}
+		s, err := New(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lims []*limit.Limiter
+		rec := &limittest.Recorder{} // counts the denials the engine's deny cache answered without a call
+		for _, alg := range algorithms {
+			lims = append(lims, limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour},
+				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second), limit.WithObserver(rec)))
+		}
+		// The client connects lazily: let it do its handshake before counting.
+		if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if err := n.Do(ctx, n.B().ConfigResetstat().Build()).Error(); err != nil {
+				t.Fatalf("CONFIG RESETSTAT: %v", err)
+			}
+		}
+		var decisions, allowed, denied int64
+		for _, l := range lims {
+			for i := range 100 {
+				d, err := l.Consume(ctx, fmt.Sprintf("id%d", i%5)) // 20 calls per identity
+				if err != nil {
+					t.Fatal(err)
+				}
+				decisions++
+				if d.Allowed {
+					allowed++
+				} else {
+					denied++
+				}
+			}
+		}
+		// Ops of two quotas (one per algorithm pair), through the store:
+		// one MGET each, two SETs per admitted one; then a refund of each
+		// admitted charge: one SET per quota it changes.
+		var multi, multiAllowed, multiDenied, refundSets int64
+		for i := range 60 {
+			alg := algorithms[i%3]
+			tag := hashTag(fmt.Sprint("m", i%6))
+			op := limit.Op{Cost: 1, N: 2}
+			for j, q := range []limit.Quota{
+				{Algorithm: alg, Limit: 10, WindowMS: 3_600_000, Burst: 10},
+				{Algorithm: algorithms[(i+1)%3], Limit: 4, WindowMS: 3_600_000, Burst: 4},
+			} {
+				q.Key = []byte(taggedKey(prefix, tag, fmt.Sprint("b", j), q.Algorithm, "m"))
+				op.Quotas[j] = q
+			}
+			res, err := s.Take(ctx, &op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			multi++
+			if !res.Allowed {
+				multiDenied++
+			} else {
+				multiAllowed++
+				if i%2 == 0 {
+					op.Refund = true
+					for j := range op.N {
+						op.Quotas[j].Window = res.Quotas[j].Window
+					}
+					rr, err := s.Take(ctx, &op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					multi++
+					for j := range op.N {
+						if rr.Quotas[j].TTLMS > 0 {
+							refundSets++
+						}
+					}
+				}
+			}
+		}
+		calls := commandCalls(t, nodes)
+		t.Logf("%d decisions (%d allowed, %d denied), %d on two quotas (%d allowed, %d refund writes): commandstats %v",
+			decisions, allowed, denied, multi, multiAllowed, refundSets, calls)
+		asked := decisions - int64(rec.Skipped("deny-cache"))
+		want := map[string]int64{
+			"evalsha": asked + multi, "eval": 0, "time": asked + multi, "get": asked, "mget": multi,
+			"set+setrange": allowed + 2*multiAllowed + refundSets, "pexpire": 0, "pexpireat": 0, "pttl": 0,
+		}
+		calls["set+setrange"] = calls["set"] + calls["setrange"]
+		for cmd, n := range want {
+			if calls[cmd] != n {
+				t.Errorf("%s: %d calls, want %d", cmd, calls[cmd], n)
+			}
+		}
+		if allowed == 0 || denied == 0 || multiAllowed == 0 || multiDenied == 0 || refundSets == 0 {
+			t.Errorf("want every outcome: %d allowed, %d denied; multi-quota %d admitted, %d denied, %d refund writes",
+				allowed, denied, multiAllowed, multiDenied, refundSets)
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		be := standaloneBackend(t)
+		opt, _ := ParseURL(skipNoEnv(t, envURL, "real standalone Redis"))
+		run(t, be, opt.InitAddress)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		be := clusterBackend(t)
+		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
+	})
 }

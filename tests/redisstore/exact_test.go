@@ -176,3 +176,264 @@ func TestServerTimeIsTheServers(t *testing.T) {
 		t.Errorf("NowMS %d, want the server's %d (process clock %d)", res.NowMS, at.UnixMilli(), time.Now().UnixMilli())
 	}
 }
+
+// fakeClockStores returns the Redis store (on be, deciding at *now) and a
+// memory store at the same clock.
+func fakeClockStores(t *testing.T, be *backend, now *int64) (*Store, *memstore.Store, string) {
+	t.Helper()
+	clock := func() time.Time { return time.UnixMilli(*now) }
+	prefix := testPrefix(t)
+	client := be.newClient(t)
+	t.Cleanup(func() { deleteKeys(t, client, prefix) })
+	rs, err := New(client, WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := memstore.New(memstore.WithClock(clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs, ms, prefix
+}
+
+// TestSteadyRateNoDrift: token-bucket rates whose emission interval is not a
+// whole number of milliseconds (3 per second, 7 per minute, 3 000 per
+// second), a client asking as fast as it is allowed (it comes back exactly
+// after each RetryAfter) on a fake clock: both stores admit exactly the
+// burst plus one per W/Limit ms over 1 000 windows (20 windows at 3 000 per
+// second: 60 000 round trips; on miniredis, which interprets Lua in Go, 300
+// windows at 7 per minute and 2 at 3 000 per second), never drifting, and
+// agree at every step. engine's TestSteadyRateNoDrift runs 1 000 windows of
+// each on Apply.
+func TestSteadyRateNoDrift(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		for _, r := range []struct{ limit, w, windows int64 }{{3, 1000, 1000}, {7, 60_000, 1000}, {3000, 1000, 20}} {
+			if !be.real { // miniredis interprets Lua in Go: fewer round trips
+				r.windows = map[int64]int64{3: 1000, 7: 300, 3000: 2}[r.limit]
+			}
+			t.Run(fmt.Sprintf("%dp%dms", r.limit, r.w), func(t *testing.T) {
+				now := int64(1_767_225_600_000)
+				rs, ms, prefix := fakeClockStores(t, be, &now)
+				op := oneQuota(opKey(prefix, "drift", limit.TokenBucket, "u"),
+					limit.Quota{Algorithm: limit.TokenBucket, Limit: r.limit, WindowMS: r.w, Burst: r.limit}, 1)
+				start, end := now, now+r.windows*r.w
+				var admitted int64
+				for now < end {
+					got, err := takeOne(rs, &op)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want, _ := takeOne(ms, &op); got != want {
+						t.Fatalf("at %d: redis %+v, memory %+v", now-start, got, want)
+					}
+					if got.Allowed {
+						admitted++
+						continue
+					}
+					now += got.Quotas[0].RetryAfterMS
+				}
+				// The burst at start, then the k-th more at start + k*W/Limit
+				// exactly, admitted at that instant rounded up to the ms.
+				if want := r.limit + (r.windows*r.w-1)*r.limit/r.w; admitted != want {
+					t.Errorf("%d admitted over %d windows, want exactly %d", admitted, r.windows, want)
+				}
+			})
+		}
+	})
+}
+
+// maxWait is a policy's own longest wait for cost 1 (DESIGN.md, clock
+// steps): a window (fixed), a window and a slot (sliding), the refill time
+// (token bucket).
+func maxWait(q *limit.Quota) int64 {
+	switch q.Algorithm {
+	case limit.FixedWindow:
+		return q.WindowMS
+	case limit.TokenBucket:
+		return refillMS(q)
+	}
+	return q.WindowMS + (q.WindowMS+q.Limit-1)/q.Limit
+}
+
+// C-11: 10 per minute, a client uses its 10, then the server clock steps
+// back 1 h (a failover to a replica whose clock is behind). Retry-After is
+// at most the policy's own maximum plus 1 s (it was 1 h 0 m 6 s), the client
+// is admitted when it says, and nothing is admitted early. On miniredis the
+// store reads the server's own TIME (set back with SetTime); on the real
+// servers the clock is injected (WithClock); the memory store runs the same
+// steps.
+func TestCaseC11BackwardServerClockStep(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			q := limit.Quota{Algorithm: alg, Limit: 10, WindowMS: 60_000, Burst: 10, PhaseMS: 12_345}
+			if alg == limit.TokenBucket {
+				q.PhaseMS = 0
+			}
+			run := func(t *testing.T, s limit.Store, key string, set func(ms int64)) {
+				ctx := ctxT(t)
+				op := oneQuota(key, q, 1)
+				now := int64(1_767_225_630_000)
+				set(now)
+				for i := range 10 {
+					if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+						t.Fatalf("request %d: %+v, %v", i, res, err)
+					}
+				}
+				now -= 3_600_000
+				set(now)
+				res, err := s.Take(ctx, &op)
+				if err != nil {
+					t.Fatal(err)
+				}
+				retry := res.Quotas[0].RetryAfterMS
+				if res.Allowed || retry <= 0 || retry > maxWait(&q)+1000 {
+					t.Fatalf("after the step: %+v, want a denial with 0 < RetryAfter <= %d ms", res, maxWait(&q)+1000)
+				}
+				set(now + retry - 1)
+				if res, _ := s.Take(ctx, &op); res.Allowed {
+					t.Fatalf("admitted 1 ms before RetryAfter %d", retry)
+				}
+				set(now + retry)
+				if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+					t.Fatalf("at RetryAfter %d: %+v, %v", retry, res, err)
+				}
+			}
+			t.Run("memory", func(t *testing.T) {
+				var now int64
+				ms, err := memstore.New(memstore.WithClock(func() time.Time { return time.UnixMilli(now) }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				run(t, ms, "c11:{x}:k", func(ms int64) { now = ms })
+			})
+			t.Run("miniredis-server-time", func(t *testing.T) {
+				mr := miniBackendServer(t)
+				s := newStore(t, miniBackendOf(mr))
+				run(t, s, opKey(testPrefix(t), "c11", alg, "u"), func(ms int64) { mr.SetTime(time.UnixMilli(ms)) })
+			})
+			t.Run("standalone-injected-clock", func(t *testing.T) {
+				var now int64
+				be := standaloneBackend(t)
+				s := newStore(t, be, WithClock(func() time.Time { return time.UnixMilli(now) }))
+				prefix := testPrefix(t)
+				t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
+				run(t, s, opKey(prefix, "c11", alg, "u"), func(ms int64) { now = ms })
+			})
+		})
+	}
+}
+
+// TestExactSeveralQuotasAndRefunds: 4 stores, each on its own client (as 4
+// processes would be), x 50 goroutines on one identity whose Op has two
+// quotas (100 and 60 per day, or per day-long bucket); every goroutine takes
+// 4 times and refunds every other charge it got, racing the others' takes.
+// The net admitted (admitted minus refunded) never exceeds the tighter
+// quota, and the stored state is exactly that net on both quotas (no charge
+// lost, no refund credited twice), for every algorithm and on every
+// backend.
+func TestExactSeveralQuotasAndRefunds(t *testing.T) {
+	const (
+		stores     = 4
+		goroutines = 50
+		attempts   = 4
+	)
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		for _, alg := range algorithms {
+			t.Run(alg.String(), func(t *testing.T) {
+				prefix := testPrefix(t)
+				t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
+				op := limit.Op{Cost: 1, N: 2}
+				// Day-long windows whose boundary is 12 h away: none rolls
+				// during the test.
+				phase := (time.Now().UnixMilli() + 43_200_000) % 86_400_000
+				if alg == limit.TokenBucket {
+					phase = 0
+				}
+				for i, lim := range []int64{100, 60} {
+					op.Quotas[i] = limit.Quota{Algorithm: alg, Limit: lim, WindowMS: 86_400_000, Burst: lim, PhaseMS: phase,
+						Key: []byte(taggedKey(prefix, "{x}", fmt.Sprint("q", i), alg, "u"))}
+				}
+				var ss [stores]*Store
+				for i := range ss {
+					ss[i] = newStore(t, be)
+				}
+				ctx := ctxT(t)
+				var admitted, refunded atomic.Int64
+				var firstErr atomic.Value
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for _, s := range ss {
+					for g := range goroutines {
+						wg.Go(func() {
+							<-start
+							for a := range attempts {
+								o := op
+								res, err := s.Take(ctx, &o)
+								if err != nil {
+									firstErr.CompareAndSwap(nil, err)
+									return
+								}
+								if !res.Allowed {
+									continue
+								}
+								admitted.Add(1)
+								if (g+a)%2 == 0 {
+									o.Refund = true
+									for j := range o.N {
+										o.Quotas[j].Window = res.Quotas[j].Window
+									}
+									if _, err := s.Take(ctx, &o); err != nil {
+										firstErr.CompareAndSwap(nil, err)
+										return
+									}
+									refunded.Add(1)
+								}
+							}
+						})
+					}
+				}
+				close(start)
+				wg.Wait()
+				if e := firstErr.Load(); e != nil {
+					t.Fatal(e)
+				}
+				net := admitted.Load() - refunded.Load()
+				t.Logf("%d admitted, %d refunded, net %d", admitted.Load(), refunded.Load(), net)
+				if net > 60 || admitted.Load() < 60 {
+					t.Errorf("net admitted %d (of %d), want at most 60 (the tighter quota) and a full quota admitted", net, admitted.Load())
+				}
+				// The stored state is the net, exactly: no charge lost, no
+				// refund credited twice or past its charge.
+				probe := op
+				probe.Cost = 0
+				res, err := ss[0].Take(ctx, &probe)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Quotas[0].Remaining != 100-net || res.Quotas[1].Remaining != 60-net {
+					t.Errorf("stored state: %+v, want %d and %d remaining", res, 100-net, 60-net)
+				}
+			})
+		}
+	})
+}
+
+// TestRefundNeverCreatesAKey: a refund of a charge whose key is gone (or was
+// never written) writes nothing, on every backend.
+func TestRefundNeverCreatesAKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		s := newStore(t, be)
+		prefix := testPrefix(t)
+		t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
+		for _, op := range ttlOps(prefix, "ghost") {
+			op.Refund, op.Quotas[0].Window = true, 123
+			res, err := s.Take(context.Background(), &op)
+			if err != nil || !res.Allowed || res.Quotas[0].TTLMS != 0 {
+				t.Fatalf("%v: %+v, %v", op.Quotas[0].Algorithm, res, err)
+			}
+		}
+		if keys := scanKeys(t, s.Client(), prefix); len(keys) != 0 {
+			t.Errorf("refunds created %v", keys)
+		}
+	})
+}

@@ -3,7 +3,8 @@
 // QUOTAGATE_REDIS_URL, Cluster reads QUOTAGATE_REDIS_CLUSTER. Without them the
 // calling test is skipped with a loud reason. Each store decides at an
 // injected clock and namespaces its keys, so tests sharing a server never see
-// each other's state.
+// each other's state. Matrix runs an adapter's conformance harness on these
+// two and on the memory store (Memory): the one matrix every adapter runs.
 package redistest
 
 import (
@@ -15,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
+	memstore "github.com/quotagate/quotagate/stores/memory"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 )
@@ -25,6 +28,21 @@ const (
 	EnvURL     = "QUOTAGATE_REDIS_URL"     // redis://127.0.0.1:PORT
 	EnvCluster = "QUOTAGATE_REDIS_CLUSTER" // 127.0.0.1:P1,127.0.0.1:P2,...
 )
+
+// Matrix runs every conformance scenario through h on the memory store
+// ("memory"), the standalone server ("redis") and the Cluster
+// ("redis-cluster"), one subtest per store (conformance.RunMatrix); the Redis
+// rows skip loudly when make test's servers are not there.
+func Matrix(t *testing.T, h conformance.Harness) {
+	conformance.RunMatrix(t, h, conformance.Row{Store: "memory", New: Memory},
+		conformance.Row{Store: "redis", New: Standalone}, conformance.Row{Store: "redis-cluster", New: Cluster})
+}
+
+// Memory returns a fresh memory store deciding at clock: the matrix's
+// memory row and the store of the adapters' benchmarks.
+var Memory = conformance.StoreOf(func(clock func() time.Time) (*memstore.Store, error) {
+	return memstore.New(memstore.WithClock(clock))
+})
 
 // Standalone returns a store on the standalone server, or skips t.
 func Standalone(t testing.TB, clock func() time.Time) limit.Store {

@@ -15,7 +15,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -37,32 +36,31 @@ func (c *counter) handler(status int, body string) http.HandlerFunc {
 // routes builds the same API under each kind of chi mount and returns the
 // router; mount says where the limiter goes.
 func routes(mount string, mw func(http.Handler) http.Handler, h http.HandlerFunc) http.Handler {
+	notes := func(r chi.Router, path string) { // GET and HEAD, as CheckMounts asks
+		r.Get(path, h)
+		r.Head(path, h)
+	}
 	r := chi.NewRouter()
 	switch mount {
 	case "root-use":
 		r.Use(mw)
-		r.Get("/v1/notes/{id}", h)
-		r.Head("/v1/notes/{id}", h)
+		notes(r, "/v1/notes/{id}")
 	case "group":
 		r.Group(func(g chi.Router) {
 			g.Use(mw)
-			g.Get("/v1/notes/{id}", h)
-			g.Head("/v1/notes/{id}", h)
+			notes(g, "/v1/notes/{id}")
 		})
 	case "route":
 		r.Route("/v1", func(sub chi.Router) {
 			sub.Use(mw)
-			sub.Get("/notes/{id}", h)
-			sub.Head("/notes/{id}", h)
+			notes(sub, "/notes/{id}")
 		})
 	case "with":
-		r.With(mw).Get("/v1/notes/{id}", h)
-		r.With(mw).Head("/v1/notes/{id}", h)
+		notes(r.With(mw), "/v1/notes/{id}")
 	case "mount":
 		sub := chi.NewRouter()
 		sub.Use(mw)
-		sub.Get("/notes/{id}", h)
-		sub.Head("/notes/{id}", h)
+		notes(sub, "/notes/{id}")
 		r.Mount("/v1", sub)
 	}
 	return r
@@ -79,12 +77,6 @@ func TestPerRouteBucketOnEveryMount(t *testing.T) {
 		})
 }
 
-type sink struct{ h http.Header }
-
-func (w *sink) Header() http.Header         { return w.h }
-func (w *sink) Write(b []byte) (int, error) { return len(b), nil }
-func (w *sink) WriteHeader(int)             {}
-
 // The middleware adds no allocation of its own on the allowed path at the
 // default disclosure (the engine + reference store add none either), and at
 // most 3 with RateLimit headers on every response.
@@ -100,10 +92,10 @@ func TestMiddlewareAllocations(t *testing.T) {
 			h := chilimit.Middleware(l)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			r, _ := http.NewRequest("GET", "/v1/notes/1", nil)
 			r.RemoteAddr = "192.0.2.10:5555"
-			w := &sink{h: http.Header{}}
+			w := limittest.NewSink()
 			h.ServeHTTP(w, r)
 			got := testing.AllocsPerRun(500, func() {
-				clear(w.h)
+				clear(w.H)
 				h.ServeHTTP(w, r)
 			})
 			if got > tt.max {
@@ -113,14 +105,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a chi router for a conformance App: global limiters with
 // r.Use, groups as r.Route subrouters with Use, route limiters with r.With.

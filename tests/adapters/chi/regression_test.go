@@ -20,14 +20,6 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-func serve(h http.Handler, method, target, peer string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest(method, target, nil)
-	req.RemoteAddr = peer
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
 // DESIGN (Buckets): "Scope PerRoute: bucket = matched route template ...
 // chi ... before routing (a root r.Use mount) rctx.Routes.Find(...)". chi's
 // own path-rewriting middleware (middleware.StripSlashes, CleanPath) routes
@@ -44,27 +36,34 @@ func TestRegressionChiRoutePatternIgnoresRoutePath(t *testing.T) {
 		{"StripSlashes", middleware.StripSlashes, "/v1/login/"},
 		{"CleanPath", middleware.CleanPath, "/v1//login"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			store := newStore()
-			login := limittest.MustNew(store, limit.Policy{
-				Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute,
-			})
-			var c counter
-			r := chi.NewRouter()
-			r.Use(tc.mw)
-			r.Use(chilimit.Middleware(login))
-			r.Post("/v1/login", c.handler(200, "ok"))
+		t.Run(tc.name, func(t *testing.T) { checkRewriteBeforeLimiter(t, tc.mw, tc.target) })
+	}
+}
 
-			const peer = "192.0.2.20:1234"
-			if rec := serve(r, "POST", "/v1/login", peer); rec.Code != 200 {
-				t.Fatalf("first login: %d", rec.Code)
-			}
-			rec := serve(r, "POST", tc.target, peer)
-			if rec.Code != 429 {
-				t.Errorf("POST %s (routed by chi to /v1/login): %d, handler calls %d; want 429 "+
-					"(same route, per-route limit 1 already used)", tc.target, rec.Code, c.n.Load())
-			}
-		})
+// checkRewriteBeforeLimiter mounts rewrite and then a PerRoute limit of 1
+// login a minute at the root of a chi router serving POST /v1/login: after
+// one login, POST target (which chi serves as /v1/login once rewrite has
+// run) is limited, in the route's bucket.
+func checkRewriteBeforeLimiter(t *testing.T, rewrite func(http.Handler) http.Handler, target string) {
+	t.Helper()
+	rec := &limittest.Recorder{}
+	login := limittest.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute},
+		limit.WithObserver(rec))
+	var c counter
+	r := chi.NewRouter()
+	r.Use(rewrite)
+	r.Use(chilimit.Middleware(login))
+	r.Post("/v1/login", c.handler(200, "ok"))
+	const peer = "192.0.2.20:1234"
+	if got := limittest.Serve(r, "POST", "/v1/login", peer); got.Code != 200 {
+		t.Fatalf("first login: %d", got.Code)
+	}
+	if got := limittest.Serve(r, "POST", target, peer); got.Code != 429 {
+		t.Fatalf("POST %s (routed by chi to /v1/login): %d, handler calls %d; want 429 "+
+			"(same route, per-route limit 1 already used)", target, got.Code, c.n.Load())
+	}
+	if e := rec.Last(); e.Bucket != "/v1/login 1p60f" {
+		t.Fatalf("event %+v, want the route's bucket", e)
 	}
 }
 
@@ -83,14 +82,14 @@ func TestRegressionSkipPathsDecodedPathBypassesLimit(t *testing.T) {
 	r.Get("/{page}", page.handler(200, "page"))
 
 	const peer = "192.0.2.30:1234"
-	if rec := serve(r, "GET", "/about", peer); rec.Code != 200 {
+	if rec := limittest.Serve(r, "GET", "/about", peer); rec.Code != 200 {
 		t.Fatalf("first page: %d", rec.Code)
 	}
-	if rec := serve(r, "GET", "/about", peer); rec.Code != 429 {
+	if rec := limittest.Serve(r, "GET", "/about", peer); rec.Code != 429 {
 		t.Fatalf("second page: %d, want 429", rec.Code)
 	}
 	for i := 0; i < 5; i++ {
-		rec := serve(r, "GET", "/%68ealth", peer)
+		rec := limittest.Serve(r, "GET", "/%68ealth", peer)
 		if rec.Code != 429 {
 			t.Errorf("GET /%%68ealth #%d: %d, served by /{page} (page handler calls %d, health %d); "+
 				"want 429: the limit of 1 is used up and this request is not /health",
@@ -133,12 +132,12 @@ func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
 
 			const peer = "192.0.2.21:1234"
 			for i := 0; i < 3; i++ {
-				if rec := serve(r, "POST", "/v1/login", peer); rec.Code != 200 {
+				if rec := limittest.Serve(r, "POST", "/v1/login", peer); rec.Code != 200 {
 					t.Fatalf("login %d: %d, want 200", i+1, rec.Code)
 				}
 			}
 			for i := 0; i < 3; i++ {
-				if got := serve(r, "POST", tc.target, peer); got.Code != 429 {
+				if got := limittest.Serve(r, "POST", tc.target, peer); got.Code != 429 {
 					t.Fatalf("POST %s #%d (chi serves /v1/login): %d, handler calls %d; want 429: the route's limit of 3 is spent",
 						tc.target, i+1, got.Code, c.n.Load())
 				}
@@ -158,24 +157,7 @@ func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
 // the package documentation says; mounted that way, the rewritten request
 // counts in its route's bucket.
 func TestRewritingBeforeTheLimiterIsSafe(t *testing.T) {
-	rec := &limittest.Recorder{}
-	login := limittest.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute},
-		limit.WithObserver(rec))
-	var c counter
-	r := chi.NewRouter()
-	r.Use(middleware.PathRewrite("/api/v1/", "/v1/"))
-	r.Use(chilimit.Middleware(login))
-	r.Post("/v1/login", c.handler(200, "ok"))
-	const peer = "192.0.2.22:1234"
-	if got := serve(r, "POST", "/v1/login", peer); got.Code != 200 {
-		t.Fatalf("first login: %d", got.Code)
-	}
-	if got := serve(r, "POST", "/api/v1/login", peer); got.Code != 429 {
-		t.Fatalf("POST /api/v1/login (rewritten to /v1/login before the limiter): %d, want 429", got.Code)
-	}
-	if e := rec.Last(); e.Bucket != "/v1/login 1p60f" {
-		t.Fatalf("event %+v, want the route's bucket", e)
-	}
+	checkRewriteBeforeLimiter(t, middleware.PathRewrite("/api/v1/", "/v1/"), "/api/v1/login")
 }
 
 // Requests chi serves with no route (404, 405, an unknown method, a path
@@ -199,7 +181,7 @@ func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
 			l := limittest.MustNew(newStore(), limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute}, limit.WithObserver(rec))
 			var c counter
 			h := routes(mount, chilimit.Middleware(l), c.handler(200, "note"))
-			got := serve(h, q.method, q.path, "192.0.2.23:1234")
+			got := limittest.Serve(h, q.method, q.path, "192.0.2.23:1234")
 			if got.Code != http.StatusNotFound && got.Code != http.StatusMethodNotAllowed {
 				t.Fatalf("%s: %s %s: %d, want chi's 404 or 405", mount, q.method, q.path, got.Code)
 			}
@@ -248,7 +230,7 @@ func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
 		r.With(chilimit.Middleware(b)).Get("/double", c.handler(200, "ok"))
 		admitted := 0
 		for i := 0; i < 6; i++ {
-			if serve(r, "GET", "/double", "192.0.2.40:1234").Code == 200 {
+			if limittest.Serve(r, "GET", "/double", "192.0.2.40:1234").Code == 200 {
 				admitted++
 			}
 		}

@@ -14,7 +14,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -34,23 +33,19 @@ func serve(t *testing.T, r *gin.Engine) string {
 // the limiter goes.
 func routes(mount string, mw, h gin.HandlerFunc) *gin.Engine {
 	r := gin.New()
+	both := []string{http.MethodGet, http.MethodHead}
 	switch mount {
 	case "engine-use":
 		r.Use(mw)
-		r.GET("/v1/notes/:id", h)
-		r.HEAD("/v1/notes/:id", h)
+		r.Match(both, "/v1/notes/:id", h)
 	case "group-arg":
-		g := r.Group("/v1", mw)
-		g.GET("/notes/:id", h)
-		g.HEAD("/notes/:id", h)
+		r.Group("/v1", mw).Match(both, "/notes/:id", h)
 	case "group-use":
 		g := r.Group("/v1")
 		g.Use(mw)
-		g.GET("/notes/:id", h)
-		g.HEAD("/notes/:id", h)
+		g.Match(both, "/notes/:id", h)
 	case "route":
-		r.GET("/v1/notes/:id", mw, h)
-		r.HEAD("/v1/notes/:id", mw, h)
+		r.Match(both, "/v1/notes/:id", mw, h)
 	}
 	return r
 }
@@ -121,7 +116,7 @@ func engineWith(l *limit.Limiter) http.Handler {
 // BenchmarkMiddleware measures one allowed request through gin with the
 // middleware on the engine, Shared and PerRoute; "gin-only" is gin alone.
 func BenchmarkMiddleware(b *testing.B) {
-	conformance.BenchmarkMiddleware(b, "gin-only", memoryStore, engineWith)
+	conformance.BenchmarkMiddleware(b, "gin-only", redistest.Memory, engineWith)
 }
 
 // gin and the middleware together allocate nothing on the allowed path at
@@ -133,14 +128,7 @@ func TestMiddlewareAllocations(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
-}
-
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a gin engine for a conformance App: global limiters with
 // r.Use, groups with r.Group(prefix, middleware...), route limiters before

@@ -16,7 +16,6 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 	"github.com/quotagate/quotagate/tests/redistest"
 )
 
@@ -183,14 +182,58 @@ func TestConnectRedirectPathIsNotABucket(t *testing.T) {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	conformance.RunMatrix(t, harness{}, conformance.Row{Store: "memory", New: memoryStore},
-		conformance.Row{Store: "redis", New: redistest.Standalone}, conformance.Row{Store: "redis-cluster", New: redistest.Cluster})
+// DESIGN (Buckets): "Scope PerRoute: bucket = matched route template,
+// normalised to {param} spelling"; limit.NormalizeRoute documents
+// "net/http's end anchor "{$}" is dropped". It drops the slash before it
+// too: "GET /v1/notes/{$}" becomes "/v1/notes", the bucket of the distinct
+// route "GET /v1/notes" (and "GET /{$}" becomes "/", the bucket of the
+// catch-all "/"). Two different routes then share one per-route allowance.
+func TestRegressionEndAnchorRouteSharesBucketWithAnotherRoute(t *testing.T) {
+	if got := limit.NormalizeRoute("GET /v1/notes/{$}"); got != "/v1/notes/" {
+		t.Errorf(`NormalizeRoute("GET /v1/notes/{$}") = %q, want "/v1/notes/" (only the anchor dropped)`, got)
+	}
+	store := limittest.NewStore(nil)
+	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute, Limit: 1, Window: time.Minute})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/notes/{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "list") })
+	mux.HandleFunc("GET /v1/notes", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "other") })
+	h := httplimit.Middleware(l)(mux)
+
+	do := func(target string) int { return limittest.Serve(h, http.MethodGet, target, "192.0.2.40:1234").Code }
+	if c := do("/v1/notes/"); c != 200 {
+		t.Fatalf("GET /v1/notes/: %d", c)
+	}
+	if c := do("/v1/notes"); c != 200 {
+		t.Errorf("GET /v1/notes (route \"GET /v1/notes\", first request on it): %d, want 200: "+
+			"it shares the per-route bucket of \"GET /v1/notes/{$}\"", c)
+	}
 }
 
-// memoryStore is a memory store at the given clock: the store of the
-// matrix and of the benchmarks.
-var memoryStore = conformance.StoreOf(func(c func() time.Time) (*memstore.Store, error) { return memstore.New(memstore.WithClock(c)) })
+// A PerRoute limit around the ServeMux counts every spelling the mux
+// serves as POST /v1/login in that route's bucket: the mux's own clean-path
+// redirects (doubled slashes, dot segments) are looked up with mux.Handler,
+// and path-rewriting middleware goes in front of the limiter, as the
+// package documentation says (here one that strips a trailing slash).
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1//login", "/v1/./login", "/v1/login/"},
+		func(t *testing.T, l *limit.Limiter) string {
+			mux := http.NewServeMux()
+			mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
+			stripSlash := func(next http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") {
+						r.URL.Path = strings.TrimSuffix(p, "/")
+					}
+					next.ServeHTTP(w, r)
+				})
+			}
+			srv := httptest.NewServer(stripSlash(httplimit.Middleware(l)(mux)))
+			t.Cleanup(srv.Close)
+			return srv.URL
+		})
+}
+
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
 // harness builds a ServeMux for a conformance App: global limiters around
 // the root mux, each group as a sub-mux under "<prefix>/" wrapped in the
@@ -254,7 +297,7 @@ func muxWith(l *limit.Limiter) http.Handler {
 // around a ServeMux (routing included), Shared and PerRoute; "mux-only" is
 // the ServeMux alone, for the difference.
 func BenchmarkMiddleware(b *testing.B) {
-	conformance.BenchmarkMiddleware(b, "mux-only", memoryStore, muxWith)
+	conformance.BenchmarkMiddleware(b, "mux-only", redistest.Memory, muxWith)
 }
 
 // The middleware adds no allocation of its own on the allowed path at the

@@ -10,7 +10,6 @@ import (
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
-	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // interfaces lists which optional interfaces w has.
@@ -29,11 +28,7 @@ func interfaces(w http.ResponseWriter) [3]bool {
 // failure is limited.
 func TestCountStatusKeepsOptionalInterfaces(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
-		store, err := memstore.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := limittest.MustNew(store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Hour,
+		l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Hour,
 			CountStatus: func(s int) bool { return s >= 400 }})
 		mux := http.NewServeMux()
 		var outer, inner [3]bool
