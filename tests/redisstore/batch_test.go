@@ -385,9 +385,9 @@ func instantFree(r limit.Result) limit.Result {
 	return r
 }
 
-// gatedStore is a Store on a gated client of be, with its calls held by
-// fillers (startGated); the test's keys are under prefix.
-func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient, r *gatedRun) {
+// countingStore is a Store on a gatedClient of be (not gated: it counts
+// the script calls); the test's keys are under prefix, deleted at the end.
+func countingStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient) {
 	t.Helper()
 	prefix = testPrefix(t)
 	client = be.newClient(t)
@@ -397,6 +397,14 @@ func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client
 	if err != nil {
 		t.Fatal(err)
 	}
+	return prefix, client, s, g
+}
+
+// gatedStore is countingStore with the Store's calls held by fillers
+// (startGated).
+func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient, r *gatedRun) {
+	t.Helper()
+	prefix, client, s, g = countingStore(t, be)
 	return prefix, client, s, g, startGated(t, s, g, prefix+":fill")
 }
 
@@ -498,14 +506,7 @@ func TestBatchedExactCount(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		for _, alg := range algorithms {
 			t.Run(alg.String(), func(t *testing.T) {
-				prefix := testPrefix(t)
-				client := be.newClient(t)
-				t.Cleanup(func() { deleteKeys(t, client, prefix) })
-				g := newGated(client) // never gated: counts the calls
-				s, err := New(g)
-				if err != nil {
-					t.Fatal(err)
-				}
+				prefix, _, s, g := countingStore(t, be)
 				l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: quota, Window: 24 * time.Hour, FailureMode: limit.FailClosed},
 					limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
 				ctx := ctxT(t)
@@ -559,15 +560,7 @@ func TestBatchedCheckAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("!!! SKIPPED under -race: sync.Pool drops items at random and the race detector changes allocation counts; run `go test -run TestBatchedCheckAllocs` without -race")
 	}
-	be := standaloneBackend(t)
-	prefix := testPrefix(t)
-	client := be.newClient(t)
-	t.Cleanup(func() { deleteKeys(t, client, prefix) })
-	g := newGated(client) // never gated: counts the calls
-	s, err := New(g)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, _, s, g := countingStore(t, standaloneBackend(t))
 	for _, alg := range algorithms {
 		l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1 << 20, Window: time.Hour, FailureMode: limit.FailClosed},
 			limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
