@@ -83,6 +83,7 @@ type measurement struct {
 	redisCPU           time.Duration // the server process's user+system time
 	commands           int64         // every command counted, harness excluded
 	scriptCalls        int64         // EVAL/EVALSHA calls
+	writes             int64         // SET and SETRANGE calls (quotagate's state writes)
 	mallocs            uint64
 }
 
@@ -350,6 +351,9 @@ func measure(srv *server, admin rueidis.Client, f decideFunc, g int, d time.Dura
 			continue
 		}
 		m.commands += st.calls
+		if cmd == "set" || cmd == "setrange" {
+			m.writes += st.calls
+		}
 		if scriptCommands[cmd] {
 			m.redisUsec += st.usec
 			m.scriptCalls += st.calls

@@ -92,3 +92,27 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 		t.Errorf("no state: got %+v, %v; want a fresh window admitted", got, err)
 	}
 }
+
+// TestSplitReplyRejectsBadBatchReplies: the batch reply's parts (a 3-byte
+// head: kind, little-endian 16-bit length; then the part) are cut off one
+// by one; an Op's error comes back as its error, and a reply cut short or
+// of an unknown kind is ErrBadReply.
+func TestSplitReplyRejectsBadBatchReplies(t *testing.T) {
+	reply := "\x00\x02\x00ok" + "\x01\x04\x00boom" + "\x00\x00\x00"
+	rest, part, err := splitReply(reply)
+	if err != nil || part != "ok" {
+		t.Fatalf("first part: %q, %v; want \"ok\"", part, err)
+	}
+	rest, part, err = splitReply(rest)
+	if err == nil || errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "boom") || part != "" {
+		t.Fatalf("second part: %q, %v; want the Op's error \"boom\"", part, err)
+	}
+	if rest, part, err = splitReply(rest); err != nil || part != "" || rest != "" {
+		t.Fatalf("third part: %q, %q, %v; want an empty part and nothing left", part, rest, err)
+	}
+	for _, bad := range []string{"", "\x00\x01", "\x00\x05\x00abc", "\x02\x01\x00x"} {
+		if _, _, err := splitReply(bad); !errors.Is(err, ErrBadReply) {
+			t.Errorf("splitReply(%q): %v, want ErrBadReply", bad, err)
+		}
+	}
+}

@@ -150,7 +150,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	s := &Store{clock: cfg.clock, owned: true}
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
-		s.client.Store(&clientRef{c})
+		s.client.Store(newClientRef(c))
 		return s, nil
 	}
 	if !transient(err) {
@@ -182,7 +182,7 @@ func (s *Store) connectLoop(opt rueidis.ClientOption) {
 		c, err := rueidis.NewClient(opt)
 		if err == nil {
 			// Published before stopped is closed, so Close sees and closes it.
-			s.client.Store(&clientRef{c})
+			s.client.Store(newClientRef(c))
 			return
 		}
 		s.lastErr.Store(&errRef{err})

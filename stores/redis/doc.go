@@ -2,10 +2,13 @@
 // (standalone, Sentinel or Cluster) through github.com/redis/rueidis, for a
 // fleet of replicas that must draw on one allowance, exactly.
 //
-// # One round trip per decision
+// # One round trip per decision, at most
 //
 // Each decision is one EVALSHA (EVAL the first time a node lacks the script)
-// of one Lua script for every algorithm, for Ops of up to limit.MaxQuotas
+// of one Lua script for every algorithm, or, under load, a share of one:
+// concurrent Takes on a standalone or Sentinel client are combined into one
+// call of a batch script that decides them one after the other (group
+// commit, see Store). The script handles Ops of up to limit.MaxQuotas
 // quotas (all or nothing) and for refunds. The script transcribes the
 // admission test and the state updates of limit.Op.Apply line by line; it
 // returns the states it read, and Take computes the Result with
@@ -28,9 +31,10 @@
 //     backward clock step), normalized as limit.Op.Apply says.
 //
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
-// rejects policies that could exceed it. Per decision the store allocates
-// once (rueidis' reply); the script costs Redis about what the leanest peer
-// script does while reading the server's clock (see bench/redispeers).
+// rejects policies that could exceed it. Per call the store allocates once
+// (rueidis' reply), so under load less than once per decision; a decision
+// costs Redis no more than the leanest peer's while reading the server's
+// clock (see bench/redispeers).
 //
 // # Clients
 //

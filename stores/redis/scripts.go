@@ -1,14 +1,21 @@
 package redisstore
 
-import "github.com/redis/rueidis"
+import (
+	"fmt"
+	"strings"
 
-// The store's one script (store contract v2) transcribes line by line the
+	"github.com/redis/rueidis"
+)
+
+// The store's script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
 // (engine/algorithm.go) for up to limit.MaxQuotas quotas of any algorithm,
 // refunds and the clock-step rules, plus the memory store's expiry rule (a
 // stored State counts only while its expiry is after now). It runs as one
-// EVALSHA per decision: the clock is read once, every state is read with one
-// GET (MGET for several quotas), and only what the contract says is written:
+// EVALSHA per decision, or per flight of decisions (group commit: see
+// batchSource, which runs the same body per Op): the clock is read once,
+// every state is read with one GET (MGET for several quotas; the batch
+// script one MGET for the whole flight), and only what the contract says is written:
 // every state of an admitted Op; for a denial nothing but a state the clock
 // has fallen far behind; for a refund the changed states, keeping their
 // expiry. The numbers of the answer (Remaining, delays, TTLs) are not
@@ -72,7 +79,14 @@ import "github.com/redis/rueidis"
 // below 2^53, so sums, products and comparisons are exact; floor division is
 // math.floor(a/b) corrected by the remainder (a/b alone can round up to the
 // next integer). Values are non-negative (times after 1970).
-var takeSource = `
+var takeSource = preamble + `
+local servertime, tnow
+local o, n, a = 0, #KEYS, ARGV[1]
+` + body
+
+// preamble defines the codecs: the struct library, or plain Lua where the
+// server has none.
+var preamble = `
 local struct = rawget(_G, 'struct')
 local dec, enc
 if not struct then
@@ -104,10 +118,118 @@ if not struct then
     return table.concat(parts)
   end
 end
-local a = ARGV[1]
-local n = #KEYS
+`
+
+// batchSource is the script of a flight of several Ops (group commit, see
+// Store): ARGV[1] holds each Op's key count, one byte per Op; Op i's keys
+// follow Op i-1's in KEYS, and its argument (takeSource's ARGV[1]) is
+// ARGV[i+1]. Each Op runs the same body as takeSource, in a function
+// called under pcall in the Ops' order, so an Op whose commands fail (a
+// WRONGTYPE key) fails alone, with its error message, and the others are
+// decided as if they had been sent one by one; the server's TIME is read
+// once, for the first Op on the server clock, and shared (tnow). Reply: one
+// bulk string, per Op a 3-byte head (0 and the length of the Op's
+// takeSource reply, little-endian 16-bit; or 1 and the length of an error
+// message) and then that reply or message. The batch body reads and writes
+// through a cache of the flight's values filled by one MGET (batchBody).
+var batchSource = preamble + `
+local servertime, tnow
+local cache = {}
+local got = redis.call('MGET', unpack(KEYS))
+for i = 1, #KEYS do
+  if got[i] then
+    cache[KEYS[i]] = got[i]
+  end
+end
+local function one(o, n, a)
+` + batchBody() + `
+end
+local counts = ARGV[1]
+local out, heads = {}, {}
+local o, j = 0, 0
+for i = 1, #counts do
+  local n = string.byte(counts, i)
+  local ok, r, v = pcall(one, o, n, ARGV[i + 1])
+  local h
+  if ok then
+    local l = #r
+    if v then
+      l = l + 40
+    end
+    h = heads[l]
+    if not h then
+      h = string.char(0, l % 256, math.floor(l / 256))
+      heads[l] = h
+    end
+  else
+    if type(r) == 'table' then
+      r = r.err
+    end
+    r, v = string.sub(tostring(r), 1, 65535), nil
+    h = string.char(1, #r % 256, math.floor(#r / 256))
+  end
+  out[j + 1], out[j + 2] = h, r
+  j = j + 2
+  if v then
+    out[j + 1] = v
+    j = j + 1
+  end
+  o = o + n
+end
+return table.concat(out)
+`
+
+// batchBody is body returning the straight path's value apart (r, v),
+// reading and writing through the batch's cache of
+// values (key -> value; false: no value): one MGET of every key of the
+// flight fills it, and every write updates it, so an Op reads what the Ops
+// before it in the flight wrote, as it would one call later, and Redis
+// runs one MGET instead of a GET per Op. A key MGET found no string under
+// (none, or a key of another type) is read with GET by an Op of one quota,
+// as takeSource does, so a WRONGTYPE key fails that Op alone; an Op of
+// several quotas reads it as no value, as takeSource's MGET does.
+func batchBody() string {
+	b := body
+	for _, r := range [...]struct {
+		old, new string
+		n        int
+	}{
+		// The straight path's value as a second result, not
+		// concatenated: the reply loop adds it to the reply's parts.
+		{"    return r .. v\n", "    return r, v\n", 1},
+		{"  local v = redis.call('GET', k)\n", `  local v = cache[k]
+  if v == nil then
+    v = redis.call('GET', k)
+    cache[k] = v
+  end
+`, 1},
+		{"  vals = redis.call('GET', KEYS[o + 1])\n", `  vals = cache[KEYS[o + 1]]
+  if vals == nil then
+    vals = redis.call('GET', KEYS[o + 1])
+    cache[KEYS[o + 1]] = vals
+  end
+`, 1},
+		{"  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))\n", `  vals = {}
+  for i = 1, n do
+    vals[i] = cache[KEYS[o + i]] or false
+  end
+`, 1},
+		{"redis.call('SETRANGE', k, 0, val)\n", "redis.call('SETRANGE', k, 0, val)\n cache[k] = val\n", 4},
+		{"redis.call('SET', k, val, 'PXAT', pe)\n", "redis.call('SET', k, val, 'PXAT', pe)\n cache[k] = val\n", 3},
+		{"redis.call('SET', k, val, 'PX', pe - now)\n", "redis.call('SET', k, val, 'PX', pe - now)\n cache[k] = val\n", 3},
+	} {
+		if c := strings.Count(b, r.old); c != r.n {
+			panic(fmt.Sprintf("redisstore: batchBody: %q occurs %d times, want %d", r.old, c, r.n))
+		}
+		b = strings.ReplaceAll(b, r.old, r.new)
+	}
+	return b
+}
+
+// body decides one Op: its keys are KEYS[o+1] to KEYS[o+n], its argument
+// a; it returns takeSource's reply.
+var body = `
 local refund = #a > 16 + 32 * n
-local servertime
 ` + fastPath + generalPath
 
 // fastPath: one quota, no refund.
@@ -120,7 +242,7 @@ if n == 1 and not refund then
     now, cost, alg, lim, w, x = dec(a, 1, 6)
   end
 ` + clock + `
-  local k = KEYS[1]
+  local k = KEYS[o + 1]
   local v = redis.call('GET', k)
 ` + decodeState + `
   local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
@@ -162,9 +284,9 @@ end
 ` + clock + `
 local vals
 if n == 1 then
-  vals = redis.call('GET', KEYS[1])
+  vals = redis.call('GET', KEYS[o + 1])
 else
-  vals = redis.call('MGET', unpack(KEYS))
+  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))
 end
 local read = {}
 local all = true
@@ -187,7 +309,7 @@ for pass = 1, passes do
         cw, p = dec(a, p, 1)
       end
     end
-    local k = KEYS[i]
+    local k = KEYS[o + i]
     local v = vals
     if n > 1 then
       v = vals[i]
@@ -315,8 +437,11 @@ const reply = `
 const clock = `
   servertime = now == 0
   if servertime then
-    local t = redis.call('TIME')
-    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if not tnow then
+      local t = redis.call('TIME')
+      tnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    now = tnow
   end
 `
 

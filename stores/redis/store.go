@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -32,12 +31,25 @@ var (
 )
 
 // Store is a limit.Store backed by Redis (standalone, Sentinel or Cluster)
-// through a rueidis client. Every decision is one EVALSHA of one script
-// (EVAL once per node when the script is not cached yet); the script reads
-// the clock once, reads the states of all the Op's quotas (one key each, one
-// Cluster hash tag) and, when every quota admits, writes them all with their
-// time to live, atomically. A denied request writes nothing (see
-// limit.Op.Apply for the one exception, after a backward clock step).
+// through a rueidis client. Every decision is decided by one script call, at
+// most (EVALSHA; EVAL once per node when the script is not cached yet); the
+// script reads the clock once, reads the states of all the Op's quotas (one
+// key each, one Cluster hash tag) and, when every quota admits, writes them
+// all with their time to live, atomically. A denied request writes nothing
+// (see limit.Op.Apply for the one exception, after a backward clock step).
+//
+// Group commit: on a standalone or Sentinel client, at most 2 script calls
+// of a Store are out at once; a Take that finds one of them free sends its
+// Op alone, at once (at low load nothing waits), and otherwise queues, and
+// the queued Takes go together, up to 64 Ops, in one call of a batch script
+// that decides them one after the other, each atomically and exactly as the
+// same Takes sent one by one in that order (one TIME per call: they share
+// the server's now; an Op whose key holds another type fails alone). A
+// queued Take with a deadline waits at most 1 ms when every call out is
+// slow. A Take returns when its context is done, queued or not; a queued
+// Op is then never sent, an Op already sent may have been counted. On a
+// Cluster client (a script touches one hash slot) every decision is its
+// own call.
 //
 // It is safe for concurrent use; concurrent calls share connections through
 // rueidis auto-pipelining. The zero value is not usable: call New, Dial or
@@ -46,6 +58,7 @@ type Store struct {
 	client atomic.Pointer[clientRef]
 	clock  func() time.Time // nil: the server's TIME
 	closed atomic.Bool
+	batch  batcher // group commit
 
 	// Set by Dial when the Store owns its client.
 	owned     bool
@@ -55,7 +68,15 @@ type Store struct {
 	closeOnce sync.Once
 }
 
-type clientRef struct{ c rueidis.Client }
+// clientRef is the Store's client and whether its calls may be batched
+// (not on a Cluster: see batches).
+type clientRef struct {
+	c       rueidis.Client
+	batches bool
+}
+
+func newClientRef(c rueidis.Client) *clientRef { return &clientRef{c, batches(c)} }
+
 type errRef struct{ err error }
 
 var (
@@ -125,7 +146,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{clock: cfg.clock}
-	s.client.Store(&clientRef{client})
+	s.client.Store(newClientRef(client))
 	return s, nil
 }
 
@@ -146,15 +167,11 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// bufs holds the buffers of the calls' keys and argument. A buffer goes
-// back only after Redis answered: until then rueidis may still be writing
-// the command (a call whose deadline expired is abandoned in the pipeline,
-// not recalled), so a failed call's buffer is left to the garbage collector.
-var bufs = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
-
-// Take implements limit.Store: one script call. The error is non-nil when
-// Redis could not be asked or did not answer in time (ctx); the request may
-// still have been counted when the deadline expired after the script ran.
+// Take implements limit.Store: one script call, which concurrent Takes
+// may share (group commit: see Store). The error is non-nil when Redis
+// could not be asked or did not answer in time (ctx); the request may still
+// have been counted when the deadline expired after the script ran, but
+// never when ctx ended while it waited for a call to share.
 func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
@@ -164,51 +181,20 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	if n < 1 || n > limit.MaxQuotas {
 		return limit.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limit.MaxQuotas)
 	}
-	// The keys and the argument (little-endian 64-bit integers, see
-	// takeSource) are built into one pooled buffer; the strings handed to
-	// rueidis are views of it (the engine reuses the Op's key bytes, so they
-	// are copied in any case). No allocation of ours per call.
-	bp := bufs.Get().(*[]byte)
-	buf := (*bp)[:0]
-	var ends [limit.MaxQuotas]int
-	for i := range n {
-		buf = append(buf, op.Quotas[i].Key...)
-		ends[i] = len(buf)
-	}
+	// The keys and the argument are built into one pooled buffer; the
+	// strings handed to rueidis are views of it (the engine reuses the Op's
+	// key bytes, so they are copied in any case). No allocation of ours per
+	// call.
 	var now int64 // 0: the server's TIME
 	if s.clock != nil {
 		now = s.clock().UnixMilli()
 	}
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
-	buf = binary.LittleEndian.AppendUint64(buf, uint64(op.Cost))
-	for i := range n {
-		q := &op.Quotas[i]
-		x := q.PhaseMS
-		if q.Algorithm == limit.TokenBucket {
-			x = q.Burst
-		}
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(algorithmCode(q.Algorithm)))
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Limit))
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.WindowMS))
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
-		if op.Refund {
-			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
-		}
+	w := waiters.Get().(*waiter)
+	w.encode(op, now)
+	if !r.batches {
+		return s.call(ctx, r.c, op, w)
 	}
-	str := rueidis.BinaryString(buf)
-	var keys [limit.MaxQuotas]string
-	from := 0
-	for i := range n {
-		keys[i], from = str[from:ends[i]], ends[i]
-	}
-	args := [1]string{str[from:]}
-	resp := takeScript.Exec(ctx, r.c, keys[:n], args[:])
-	res, err := decide(op, resp)
-	if resp.NonRedisError() == nil { // answered: rueidis is done with the command
-		*bp = buf
-		bufs.Put(bp)
-	}
-	return res, err
+	return s.take(ctx, r.c, op, w)
 }
 
 // algorithmCode is the script's number for an algorithm.
@@ -231,6 +217,11 @@ func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 	if err != nil {
 		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
 	}
+	return decideReply(op, s)
+}
+
+// decideReply is decide on the reply's bytes.
+func decideReply(op *limit.Op, s string) (limit.Result, error) {
 	n := op.N
 	if len(s) != 8+stateLen*n && (n != 1 || len(s) != 8) {
 		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*n)
@@ -311,6 +302,9 @@ func (s *Store) unusable() error {
 // connection attempt in flight (at most the dial timeout).
 func (s *Store) Close() {
 	s.closed.Store(true)
+	s.batch.mu.Lock()
+	s.failQueued(ErrClosed)
+	s.batch.mu.Unlock()
 	s.closeOnce.Do(func() {
 		if s.stop != nil {
 			close(s.stop)

@@ -78,8 +78,11 @@ func miniBackendServer(t testing.TB) *miniredis.Miniredis { return miniredis.Run
 func miniBackendOf(mr *miniredis.Miniredis) *backend {
 	return &backend{
 		name: "miniredis",
+		// ForceSingleClient: miniredis answers CLUSTER SLOTS, so rueidis
+		// would otherwise build a Cluster client for it, on which the
+		// Store never batches (group commit); miniredis is one server.
 		newClient: func(t testing.TB) rueidis.Client {
-			return mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
+			return mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true, ForceSingleClient: true})
 		},
 		killConns: func(t testing.TB) {
 			mr.Close() // drops every connection; the data stays

@@ -1,0 +1,515 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/redis/rueidis"
+)
+
+// Group commit (issue 13; docs/DESIGN.md, "Group commit").
+//
+// Every EVALSHA costs Redis its networking, parsing and script call (about
+// 9 µs on the machine measured) before the script does any work, and
+// Redis's one thread is the fleet's ceiling. So concurrent Takes share
+// calls: at most maxFlights script calls of a Store are out at once; a
+// Take that finds a slot free (and nobody queued) sends its Op at once,
+// alone, with takeScript (a batch of one is the plain call: at low load
+// nothing waits), and otherwise queues. When a call returns and Takes are
+// queued, the slot passes to a runner goroutine that sends the queue's head
+// (up to maxBatchOps Ops, maxBatchBytes bytes) as one EVALSHA of
+// batchScript (takeScript for one Op) and repeats while Takes are queued;
+// it ends when the queue is empty, so a Store has no runner while idle.
+// Redis runs a script atomically and batchScript decides its Ops one after
+// the other, in arrival order, each as takeScript would: the decisions are
+// those of the same Takes sent one by one in that order, an order the
+// concurrent callers could have had anyway.
+//
+// Takes are queued only behind calls out; when every call out is slow (a
+// distant or stalled server), a Take with a deadline waits at most
+// flushAfter (1 ms) before one more call takes the queue (the flush timer,
+// armFlush), so a slow link keeps its throughput.
+//
+// A caller returns when its own context is done, queued or not: a queued
+// Op is taken out of the queue and never sent (nothing charged); an Op
+// already sent may be charged, as a timed-out call always could. A flight
+// runs under its own context (flight): the latest deadline of its
+// members, done only when every member has given up, so no member's
+// cancellation fails the others.
+//
+// Cluster: a script may touch one hash slot only, and the Ops of a flight
+// have no common slot, so a Cluster client is never batched (one call per
+// decision, as before); standalone and Sentinel clients are.
+
+const (
+	// maxFlights is the number of script calls of one Store out at once
+	// before Takes queue (measured with bench/redispeers: DESIGN.md).
+	maxFlights = 2
+	// maxBatchOps and maxBatchBytes bound one flight: its Ops, and the
+	// bytes of their keys and arguments (an Op alone may exceed it).
+	maxBatchOps   = 64
+	maxBatchBytes = 64 << 10
+	// flushAfter is the longest a queued Take waits while every call out
+	// is slow before one more call takes it (armFlush).
+	flushAfter = time.Millisecond
+)
+
+// batchScript is the script of a flight of several Ops (batchSource).
+var batchScript = rueidis.NewLuaScript(batchSource)
+
+// Waiter states (guarded by batcher.mu).
+const (
+	idle      = iota // not queued: pooled, or a plain call's
+	queued           // in batcher.queue
+	sent             // taken by a flight, answer pending
+	answered         // reply and err set, ready signalled
+	abandoned        // its caller gave up while its flight was out
+)
+
+// waiter is one Take: its Op's keys and argument, encoded, and where the
+// answer of its flight goes. Pooled; a waiter whose flight may still write
+// to it (abandoned) is left to the garbage collector.
+type waiter struct {
+	buf   []byte               // the keys, then the argument
+	ends  [limit.MaxQuotas]int // the end of each key in buf
+	n     int                  // keys
+	ready chan struct{}        // capacity 1: signalled once answered
+	dl    time.Time            // the caller's deadline,
+	hasDL bool                 // if it has one
+	state int                  // guarded by batcher.mu
+	f     *flight              // the flight it was sent in (sent, abandoned)
+	reply string               // its part of the flight's reply
+	err   error                // or the flight's or its own error
+}
+
+var waiters = sync.Pool{New: func() any {
+	return &waiter{buf: make([]byte, 0, 256), ready: make(chan struct{}, 1)}
+}}
+
+// encode writes op's keys and its argument (little-endian 64-bit integers,
+// see takeSource) into w.buf; now is the caller's clock in Unix ms, 0 for
+// the server's TIME.
+func (w *waiter) encode(op *limit.Op, now int64) {
+	buf := w.buf[:0]
+	n := op.N
+	for i := range n {
+		buf = append(buf, op.Quotas[i].Key...)
+		w.ends[i] = len(buf)
+	}
+	w.n = n
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
+	buf = binary.LittleEndian.AppendUint64(buf, uint64(op.Cost))
+	for i := range n {
+		q := &op.Quotas[i]
+		x := q.PhaseMS
+		if q.Algorithm == limit.TokenBucket {
+			x = q.Burst
+		}
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(algorithmCode(q.Algorithm)))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Limit))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.WindowMS))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
+		if op.Refund {
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
+		}
+	}
+	w.buf = buf
+}
+
+// batcher is a Store's group commit state.
+type batcher struct {
+	mu    sync.Mutex
+	out   int       // script calls out (plain calls and flights)
+	queue []*waiter // in arrival order; non-empty only while calls are out
+	free  []*flight // runners' flights, reused
+
+	timer  *time.Timer    // the flush timer (armFlush)
+	armed  bool           // timer set and not yet fired
+	client rueidis.Client // the client of the queued Takes, for flush
+}
+
+// flight is one batched script call: its members and buffers, reused by
+// the runners (a buffer rueidis may still be writing is dropped instead).
+// It is the call's context.Context.
+type flight struct {
+	members []*waiter
+	buf     []byte
+	keys    []string
+	args    []string
+	parts   []string // per member: its reply
+	errs    []error  // or its error
+	live    int      // members still waiting (guarded by batcher.mu)
+
+	// The context's state: atomic, since a rueidis goroutine may look at
+	// the context after the call returned (see the engine's storeCtx).
+	done     atomic.Pointer[chan struct{}]
+	dl       atomic.Int64 // Unix ns; 0: no deadline
+	canceled atomic.Bool  // done is closed: the next flight needs a new one
+}
+
+var _ context.Context = (*flight)(nil)
+
+// Deadline is the latest of the members' deadlines (none if one has none).
+func (f *flight) Deadline() (time.Time, bool) {
+	if ns := f.dl.Load(); ns != 0 {
+		return time.Unix(0, ns), true
+	}
+	return time.Time{}, false
+}
+
+// Done is closed when every member has given up.
+func (f *flight) Done() <-chan struct{} { return *f.done.Load() }
+
+// Err is context.Canceled once every member has given up.
+func (f *flight) Err() error {
+	select {
+	case <-f.Done():
+		return context.Canceled
+	default:
+		return nil
+	}
+}
+
+// Value is nil: the members' contexts may be gone by the time a client
+// asks (the engine's are reused once its Take returned).
+func (f *flight) Value(any) any { return nil }
+
+// batches reports whether calls through c may be combined: not on a
+// Cluster (one hash slot per script).
+func batches(c rueidis.Client) bool { return c.Mode() != rueidis.ClientModeCluster }
+
+// take runs one Take through the group commit: at once when a slot is
+// free, else queued for the next flight.
+func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *waiter) (limit.Result, error) {
+	b := &s.batch
+	b.mu.Lock()
+	if b.out < maxFlights && len(b.queue) == 0 {
+		b.out++
+		b.mu.Unlock()
+		res, err := s.call(ctx, c, op, w)
+		b.mu.Lock()
+		if s.keepSlot() {
+			go s.run(c, b.flight())
+		}
+		b.mu.Unlock()
+		return res, err
+	}
+	if s.closed.Load() { // Close has drained the queue, or will not see w
+		b.mu.Unlock()
+		waiters.Put(w)
+		return limit.Result{}, ErrClosed
+	}
+	w.dl, w.hasDL = ctx.Deadline()
+	w.state = queued
+	b.queue = append(b.queue, w)
+	b.client = c
+	if w.hasDL {
+		s.armFlush()
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		b.mu.Lock()
+		switch w.state {
+		case queued: // never sent: nothing charged
+			if i := slices.Index(b.queue, w); i >= 0 {
+				b.queue = slices.Delete(b.queue, i, i+1)
+			}
+			w.state = idle
+			b.mu.Unlock()
+			waiters.Put(w)
+			return limit.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+		case sent: // its flight may still write to w: not pooled
+			w.state = abandoned
+			f := w.f
+			if f.live--; f.live == 0 {
+				f.canceled.Store(true)
+				close(*f.done.Load())
+			}
+			b.mu.Unlock()
+			return limit.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+		}
+		b.mu.Unlock() // answered meanwhile
+		<-w.ready
+	}
+	reply, err := w.reply, w.err
+	w.state, w.f, w.reply, w.err = idle, nil, "", nil
+	waiters.Put(w)
+	if err != nil {
+		return limit.Result{}, err
+	}
+	return decideReply(op, reply)
+}
+
+// call sends w's Op alone (takeScript) under the caller's ctx. w goes back
+// to the pool once Redis answered: until then rueidis may still be writing
+// the command (a call whose deadline expired is abandoned in the pipeline,
+// not recalled), so a failed call's buffer is left to the garbage
+// collector.
+func (s *Store) call(ctx context.Context, c rueidis.Client, op *limit.Op, w *waiter) (limit.Result, error) {
+	str := rueidis.BinaryString(w.buf)
+	var keys [limit.MaxQuotas]string
+	from := 0
+	for i := range w.n {
+		keys[i], from = str[from:w.ends[i]], w.ends[i]
+	}
+	args := [1]string{str[from:]}
+	resp := takeScript.Exec(ctx, c, keys[:w.n], args[:])
+	res, err := decide(op, resp)
+	if resp.NonRedisError() == nil {
+		waiters.Put(w)
+	}
+	return res, err
+}
+
+// keepSlot is called when a script call returns, b.mu held: it keeps the
+// call's slot for a runner when Takes are queued (true), or gives it back
+// (false); a slot above maxFlights (a flush's) is given back, the queue
+// then left to the other runners and the flush timer.
+func (s *Store) keepSlot() bool {
+	b := &s.batch
+	if len(b.queue) > 0 && !s.closed.Load() && b.out <= maxFlights {
+		return true
+	}
+	b.out--
+	if len(b.queue) > 0 && !s.closed.Load() {
+		s.armFlush()
+	}
+	return false
+}
+
+// flight returns a flight to fill; b.mu is held.
+func (b *batcher) flight() *flight {
+	if k := len(b.free); k > 0 {
+		f := b.free[k-1]
+		b.free = b.free[:k-1]
+		return f
+	}
+	f := &flight{}
+	ch := make(chan struct{})
+	f.done.Store(&ch)
+	return f
+}
+
+// armFlush makes sure a queued Take with a deadline waits at most
+// flushAfter before a flight takes it, even when every call out is slow (a
+// distant or slowed server: waiting for a call to return would spend a
+// whole round trip more of the queued Takes' time); b.mu is held. A Take
+// without a deadline has no time to lose: it waits for a call to return.
+// The timer is the Store's one, made on first use; it starts a goroutine
+// only when it fires.
+func (s *Store) armFlush() {
+	b := &s.batch
+	if b.armed {
+		return
+	}
+	b.armed = true
+	if b.timer == nil {
+		b.timer = time.AfterFunc(flushAfter, s.flush)
+		return
+	}
+	b.timer.Reset(flushAfter)
+}
+
+// flush runs when the flush timer fires: Takes have been queued for
+// flushAfter while every call out was slow, so one more call (above
+// maxFlights) takes them, from this goroutine.
+func (s *Store) flush() {
+	b := &s.batch
+	b.mu.Lock()
+	b.armed = false
+	if len(b.queue) == 0 || s.closed.Load() {
+		s.failQueued(ErrClosed) // none unless closed
+		b.mu.Unlock()
+		return
+	}
+	b.out++
+	f, c := b.flight(), b.client
+	b.mu.Unlock()
+	s.run(c, f)
+}
+
+// run sends the queued Ops, a flight at a time, while Takes are queued,
+// then gives its slot back.
+func (s *Store) run(c rueidis.Client, f *flight) {
+	b := &s.batch
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 || s.closed.Load() {
+			s.failQueued(ErrClosed) // none unless closed
+			b.out--
+			b.free = append(b.free, f)
+			b.mu.Unlock()
+			return
+		}
+		f.fill(b)
+		if len(b.queue) > 0 { // more than a flight: the rest waits at most flushAfter too
+			s.armFlush()
+		}
+		b.mu.Unlock()
+		s.send(c, f)
+		f.members = f.members[:0]
+		b.mu.Lock()
+		keep := s.keepSlot()
+		if !keep {
+			b.free = append(b.free, f)
+		}
+		b.mu.Unlock()
+		if !keep {
+			return
+		}
+	}
+}
+
+// fill takes the queue's head into f and prepares f's context; b.mu is
+// held.
+func (f *flight) fill(b *batcher) {
+	if f.canceled.Load() {
+		ch := make(chan struct{})
+		f.done.Store(&ch)
+		f.canceled.Store(false)
+	}
+	var latest time.Time
+	forever, size, k := false, 0, 0
+	for _, w := range b.queue {
+		if k == maxBatchOps || (k > 0 && size+len(w.buf) > maxBatchBytes) {
+			break
+		}
+		size += len(w.buf)
+		k++
+		w.state, w.f = sent, f
+		f.members = append(f.members, w)
+		if !w.hasDL {
+			forever = true
+		} else if w.dl.After(latest) {
+			latest = w.dl
+		}
+	}
+	n := copy(b.queue, b.queue[k:])
+	clear(b.queue[n:])
+	b.queue = b.queue[:n]
+	if n == 0 && b.armed && b.timer.Stop() {
+		b.armed = false
+	}
+	f.live = k
+	if forever {
+		f.dl.Store(0)
+	} else {
+		f.dl.Store(latest.UnixNano())
+	}
+}
+
+// send makes f's script call and hands each member its part of the
+// reply: the Op's reply, or its own error (a WRONGTYPE key), or the call's
+// error.
+func (s *Store) send(c rueidis.Client, f *flight) {
+	buf := f.buf[:0]
+	for _, w := range f.members {
+		buf = append(buf, byte(w.n))
+	}
+	for _, w := range f.members {
+		buf = append(buf, w.buf...)
+	}
+	str := rueidis.BinaryString(buf)
+	keys, args := f.keys[:0], f.args[:0]
+	from := len(f.members)
+	args = append(args, str[:from])
+	for _, w := range f.members {
+		start := from
+		for i := range w.n {
+			keys = append(keys, str[start:from+w.ends[i]])
+			start = from + w.ends[i]
+		}
+		from += len(w.buf)
+		args = append(args, str[start:from])
+	}
+	f.keys, f.args = keys, args
+	var resp rueidis.RedisResult
+	if len(f.members) == 1 { // a batch of one is the plain call
+		resp = takeScript.Exec(f, c, keys, args[1:])
+	} else {
+		resp = batchScript.Exec(f, c, keys, args)
+	}
+	reply, err := resp.ToString()
+	if err != nil {
+		err = fmt.Errorf("redisstore: %w", err)
+	}
+	if resp.NonRedisError() == nil {
+		f.buf = buf // answered: rueidis is done with the command
+	} else {
+		f.buf = nil
+	}
+	parts, errs := f.parts[:0], f.errs[:0]
+	if len(f.members) == 1 {
+		parts, errs, reply = append(parts, reply), append(errs, err), ""
+	}
+	for range f.members[len(parts):] {
+		var part string
+		perr := err
+		if err == nil {
+			if reply, part, perr = splitReply(reply); perr != nil && errors.Is(perr, ErrBadReply) {
+				err = perr // the rest is unreadable too
+			}
+		}
+		parts, errs = append(parts, part), append(errs, perr)
+	}
+	if err == nil && reply != "" {
+		err = fmt.Errorf("%w: %d bytes after the last Op's reply", ErrBadReply, len(reply))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	b := &s.batch
+	b.mu.Lock()
+	for i, w := range f.members {
+		if w.state == sent {
+			w.reply, w.err, w.state = parts[i], errs[i], answered
+			w.ready <- struct{}{}
+		}
+	}
+	b.mu.Unlock()
+	clear(f.members)
+	clear(parts)
+	clear(errs)
+	f.parts, f.errs = parts, errs
+}
+
+// splitReply cuts the first Op's part off a batch reply (see batchSource):
+// its takeSource reply, or its error.
+func splitReply(s string) (rest, part string, err error) {
+	if len(s) < 3 {
+		return "", "", fmt.Errorf("%w: a batch reply cut short (%d bytes left)", ErrBadReply, len(s))
+	}
+	n := int(s[1]) | int(s[2])<<8
+	if len(s) < 3+n {
+		return "", "", fmt.Errorf("%w: a batch part of %d bytes, %d left", ErrBadReply, n, len(s)-3)
+	}
+	part, rest = s[3:3+n], s[3+n:]
+	switch s[0] {
+	case 0:
+		return rest, part, nil
+	case 1:
+		return rest, "", fmt.Errorf("redisstore: %s", part)
+	}
+	return "", "", fmt.Errorf("%w: a batch part of kind %d", ErrBadReply, s[0])
+}
+
+// failQueued answers every queued Take with err; b.mu is held.
+func (s *Store) failQueued(err error) {
+	b := &s.batch
+	for _, w := range b.queue {
+		w.err, w.state = err, answered
+		w.ready <- struct{}{}
+	}
+	clear(b.queue)
+	b.queue = b.queue[:0]
+}
