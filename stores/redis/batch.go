@@ -38,8 +38,10 @@ import (
 // armFlush), so a slow link keeps its throughput.
 //
 // A caller returns when its own context is done, queued or not: a queued
-// Op is taken out of the queue and never sent (nothing charged); an Op
-// already sent may be charged, as a timed-out call always could. A flight
+// Op is taken out of the queue and never sent (nothing charged), and a
+// flight leaves out every queued Op whose context is done before its caller
+// noticed (fill); an Op already sent may be charged, as a timed-out call
+// always could. A flight
 // runs under its own context (flight): the latest deadline of its
 // members, done only when every member has given up, so no member's
 // cancellation fails the others.
