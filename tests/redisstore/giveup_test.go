@@ -84,15 +84,8 @@ func TestRegressionGaveUpWhileQueuedNeverCharged(t *testing.T) {
 				if o.err == nil || !errors.Is(o.err, parent.Err()) {
 					t.Fatalf("the Take that gave up: %+v; want %v", o, parent.Err())
 				}
-				r.release()
-				for _, ch := range r.fillers {
-					if o := r.wait(ch); o.err != nil {
-						t.Fatalf("filler: %v", o.err)
-					}
-				}
-				if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
-					t.Fatalf("EXISTS of the key of the Take that gave up while queued: %d, %v; want 0 (never sent)", n, err)
-				}
+				r.releaseAll()
+				neverSent(t, client, &op)
 			})
 		}
 	})

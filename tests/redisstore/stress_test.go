@@ -130,14 +130,7 @@ func le(s string) uint64 {
 // another error; the count stored is the admissions (no deadline: nothing
 // given up); and no goroutine is left (TestMain's goleak).
 func TestBatchedUnderScriptFlushAndClose(t *testing.T) {
-	be := standaloneBackend(t)
-	prefix := testPrefix(t)
-	client := be.newClient(t)
-	t.Cleanup(func() { deleteKeys(t, client, prefix) })
-	s, err := New(client)
-	if err != nil {
-		t.Fatal(err)
-	}
+	prefix, client, s, _ := countingStore(t, standaloneBackend(t))
 	op := oneQuota(prefix+":{flush}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 1 << 20, WindowMS: 3_600_000}, 1)
 	var admitted, closedErrs atomic.Int64
 	stop := make(chan struct{})
