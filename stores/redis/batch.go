@@ -38,8 +38,10 @@ import (
 // armFlush), so a slow link keeps its throughput.
 //
 // A caller returns when its own context is done, queued or not: a queued
-// Op is taken out of the queue and never sent (nothing charged); an Op
-// already sent may be charged, as a timed-out call always could. A flight
+// Op is taken out of the queue and never sent (nothing charged), and a
+// flight leaves out every queued Op whose context is done before its caller
+// noticed (fill); an Op already sent may be charged, as a timed-out call
+// always could. A flight
 // runs under its own context (flight): the latest deadline of its
 // members, done only when every member has given up, so no member's
 // cancellation fails the others.
@@ -83,6 +85,7 @@ type waiter struct {
 	ready chan struct{}        // capacity 1: signalled once answered
 	dl    time.Time            // the caller's deadline,
 	hasDL bool                 // if it has one
+	ctx   context.Context      // the caller's context while queued
 	state int                  // guarded by batcher.mu
 	f     *flight              // the flight it was sent in (sent, abandoned)
 	reply string               // its part of the flight's reply
@@ -206,7 +209,13 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 		waiters.Put(w)
 		return limit.Result{}, ErrClosed
 	}
+	if err := ctx.Err(); err != nil { // given up already: never queued, never sent
+		b.mu.Unlock()
+		waiters.Put(w)
+		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
+	}
 	w.dl, w.hasDL = ctx.Deadline()
+	w.ctx = ctx
 	w.state = queued
 	b.queue = append(b.queue, w)
 	b.client = c
@@ -224,7 +233,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 			if i := slices.Index(b.queue, w); i >= 0 {
 				b.queue = slices.Delete(b.queue, i, i+1)
 			}
-			w.state = idle
+			w.state, w.ctx = idle, nil
 			b.mu.Unlock()
 			waiters.Put(w)
 			return limit.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
@@ -356,6 +365,9 @@ func (s *Store) run(c rueidis.Client, f *flight) {
 			s.armFlush()
 		}
 		b.mu.Unlock()
+		if len(f.members) == 0 { // every Op taken had given up
+			continue
+		}
 		s.send(c, f)
 		f.members = f.members[:0]
 		b.mu.Lock()
@@ -371,7 +383,10 @@ func (s *Store) run(c rueidis.Client, f *flight) {
 }
 
 // fill takes the queue's head into f and prepares f's context; b.mu is
-// held.
+// held. A queued Take whose context is done (its caller has not noticed
+// yet) is answered with the context's error instead of being sent: a Take
+// that gave up while queued is never charged, however late its goroutine
+// runs (Store.Take's promise).
 func (f *flight) fill(b *batcher) {
 	if f.canceled.Load() {
 		ch := make(chan struct{})
@@ -379,10 +394,18 @@ func (f *flight) fill(b *batcher) {
 		f.canceled.Store(false)
 	}
 	var latest time.Time
-	forever, size, k := false, 0, 0
+	forever, size, k, taken := false, 0, 0, 0
 	for _, w := range b.queue {
 		if k == maxBatchOps || (k > 0 && size+len(w.buf) > maxBatchBytes) {
 			break
+		}
+		taken++
+		ctx := w.ctx
+		w.ctx = nil
+		if err := ctx.Err(); err != nil {
+			w.err, w.state = fmt.Errorf("redisstore: %w", err), answered
+			w.ready <- struct{}{}
+			continue
 		}
 		size += len(w.buf)
 		k++
@@ -394,7 +417,7 @@ func (f *flight) fill(b *batcher) {
 			latest = w.dl
 		}
 	}
-	n := copy(b.queue, b.queue[k:])
+	n := copy(b.queue, b.queue[taken:])
 	clear(b.queue[n:])
 	b.queue = b.queue[:n]
 	if n == 0 && b.armed && b.timer.Stop() {
@@ -507,7 +530,7 @@ func splitReply(s string) (rest, part string, err error) {
 func (s *Store) failQueued(err error) {
 	b := &s.batch
 	for _, w := range b.queue {
-		w.err, w.state = err, answered
+		w.err, w.state, w.ctx = err, answered, nil
 		w.ready <- struct{}{}
 	}
 	clear(b.queue)

@@ -167,6 +167,26 @@ func (r *gatedRun) release() {
 	}
 }
 
+// releaseAll lets every call go and waits for the fillers' decisions.
+func (r *gatedRun) releaseAll() {
+	r.t.Helper()
+	r.release()
+	for _, ch := range r.fillers {
+		if o := r.wait(ch); o.err != nil {
+			r.t.Fatalf("filler: %v", o.err)
+		}
+	}
+}
+
+// neverSent fails t unless op's (first) key does not exist: the Take that
+// gave up was never sent.
+func neverSent(t *testing.T, client rueidis.Client, op *limit.Op) {
+	t.Helper()
+	if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
+	}
+}
+
 // wait returns the outcome on ch (10 s at most).
 func (r *gatedRun) wait(ch chan outcome) outcome {
 	r.t.Helper()
@@ -424,15 +444,8 @@ func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 		if o := r.wait(ch); !errors.Is(o.err, context.Canceled) {
 			t.Fatalf("queued Take after cancel: %+v, want context.Canceled", o)
 		}
-		r.release()
-		for _, ch := range r.fillers {
-			if o := r.wait(ch); o.err != nil {
-				t.Fatalf("filler: %v", o.err)
-			}
-		}
-		if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
-			t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
-		}
+		r.releaseAll()
+		neverSent(t, client, &op)
 		res, err := s.Take(ctxT(t), &op)
 		if err != nil || res.Quotas[0].Remaining != 9 {
 			t.Fatalf("next Take: %+v, %v; want Remaining 9 (the one that gave up charged nothing)", res, err)
