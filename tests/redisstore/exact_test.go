@@ -25,53 +25,48 @@ func TestExactAcrossClients(t *testing.T) {
 		reps       = 20
 		quota      = 100
 	)
-	forEachBackend(t, func(t *testing.T, be *backend) {
-		for _, alg := range algorithms {
-			t.Run(alg.String(), func(t *testing.T) {
-				prefix := testPrefix(t)
-				p := limit.Policy{Algorithm: alg, Limit: quota, FailureMode: limit.FailClosed}
-				if alg != limit.SlidingWindow {
-					// No window boundary or refill inside a burst.
-					p.Window = 24 * time.Hour
-				}
-				var lims [limiters]*limit.Limiter
-				for i := range lims {
-					lims[i] = limittest.MustNew(newStore(t, be), p,
-						limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
-				}
-				t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
-				ctx := ctxT(t)
-				for rep := range reps {
-					id := fmt.Sprintf("rep%d", rep)
-					var allowed, failed atomic.Int64
-					var firstErr atomic.Value
-					start := make(chan struct{})
-					var wg sync.WaitGroup
-					for _, l := range lims {
-						for range goroutines {
-							wg.Go(func() {
-								<-start
-								d, err := l.Consume(ctx, id)
-								if err != nil {
-									failed.Add(1)
-									firstErr.CompareAndSwap(nil, err)
-								}
-								if d.Allowed {
-									allowed.Add(1)
-								}
-							})
+	forEachBackendAndAlgorithm(t, func(t *testing.T, be *backend, alg limit.Algorithm, prefix string) {
+		p := limit.Policy{Algorithm: alg, Limit: quota, FailureMode: limit.FailClosed}
+		if alg != limit.SlidingWindow {
+			// No window boundary or refill inside a burst.
+			p.Window = 24 * time.Hour
+		}
+		var lims [limiters]*limit.Limiter
+		for i := range lims {
+			lims[i] = limittest.MustNew(newStore(t, be), p,
+				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
+		}
+		t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
+		ctx := ctxT(t)
+		for rep := range reps {
+			id := fmt.Sprintf("rep%d", rep)
+			var allowed, failed atomic.Int64
+			var firstErr atomic.Value
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, l := range lims {
+				for range goroutines {
+					wg.Go(func() {
+						<-start
+						d, err := l.Consume(ctx, id)
+						if err != nil {
+							failed.Add(1)
+							firstErr.CompareAndSwap(nil, err)
 						}
-					}
-					close(start)
-					wg.Wait()
-					if failed.Load() != 0 {
-						t.Fatalf("rep %d: %d store errors, first: %v", rep, failed.Load(), firstErr.Load())
-					}
-					if got := allowed.Load(); got != quota {
-						t.Errorf("rep %d: %d of %d admitted, want exactly %d", rep, got, limiters*goroutines, quota)
-					}
+						if d.Allowed {
+							allowed.Add(1)
+						}
+					})
 				}
-			})
+			}
+			close(start)
+			wg.Wait()
+			if failed.Load() != 0 {
+				t.Fatalf("rep %d: %d store errors, first: %v", rep, failed.Load(), firstErr.Load())
+			}
+			if got := allowed.Load(); got != quota {
+				t.Errorf("rep %d: %d of %d admitted, want exactly %d", rep, got, limiters*goroutines, quota)
+			}
 		}
 	})
 }
@@ -337,83 +332,78 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 		goroutines = 50
 		attempts   = 4
 	)
-	forEachBackend(t, func(t *testing.T, be *backend) {
-		for _, alg := range algorithms {
-			t.Run(alg.String(), func(t *testing.T) {
-				prefix := testPrefix(t)
-				t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
-				op := limit.Op{Cost: 1, N: 2}
-				// Day-long windows whose boundary is 12 h away: none rolls
-				// during the test.
-				phase := (time.Now().UnixMilli() + 43_200_000) % 86_400_000
-				if alg == limit.TokenBucket {
-					phase = 0
-				}
-				for i, lim := range []int64{100, 60} {
-					op.Quotas[i] = limit.Quota{Algorithm: alg, Limit: lim, WindowMS: 86_400_000, Burst: lim, PhaseMS: phase,
-						Key: []byte(taggedKey(prefix, "{x}", fmt.Sprint("q", i), alg, "u"))}
-				}
-				var ss [stores]*Store
-				for i := range ss {
-					ss[i] = newStore(t, be)
-				}
-				ctx := ctxT(t)
-				var admitted, refunded atomic.Int64
-				var firstErr atomic.Value
-				start := make(chan struct{})
-				var wg sync.WaitGroup
-				for _, s := range ss {
-					for g := range goroutines {
-						wg.Go(func() {
-							<-start
-							for a := range attempts {
-								o := op
-								res, err := s.Take(ctx, &o)
-								if err != nil {
-									firstErr.CompareAndSwap(nil, err)
-									return
-								}
-								if !res.Allowed {
-									continue
-								}
-								admitted.Add(1)
-								if (g+a)%2 == 0 {
-									o.Refund = true
-									for j := range o.N {
-										o.Quotas[j].Window = res.Quotas[j].Window
-									}
-									if _, err := s.Take(ctx, &o); err != nil {
-										firstErr.CompareAndSwap(nil, err)
-										return
-									}
-									refunded.Add(1)
-								}
+	forEachBackendAndAlgorithm(t, func(t *testing.T, be *backend, alg limit.Algorithm, prefix string) {
+		t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
+		op := limit.Op{Cost: 1, N: 2}
+		// Day-long windows whose boundary is 12 h away: none rolls
+		// during the test.
+		phase := (time.Now().UnixMilli() + 43_200_000) % 86_400_000
+		if alg == limit.TokenBucket {
+			phase = 0
+		}
+		for i, lim := range []int64{100, 60} {
+			op.Quotas[i] = limit.Quota{Algorithm: alg, Limit: lim, WindowMS: 86_400_000, Burst: lim, PhaseMS: phase,
+				Key: []byte(taggedKey(prefix, "{x}", fmt.Sprint("q", i), alg, "u"))}
+		}
+		var ss [stores]*Store
+		for i := range ss {
+			ss[i] = newStore(t, be)
+		}
+		ctx := ctxT(t)
+		var admitted, refunded atomic.Int64
+		var firstErr atomic.Value
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for _, s := range ss {
+			for g := range goroutines {
+				wg.Go(func() {
+					<-start
+					for a := range attempts {
+						o := op
+						res, err := s.Take(ctx, &o)
+						if err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							return
+						}
+						if !res.Allowed {
+							continue
+						}
+						admitted.Add(1)
+						if (g+a)%2 == 0 {
+							o.Refund = true
+							for j := range o.N {
+								o.Quotas[j].Window = res.Quotas[j].Window
 							}
-						})
+							if _, err := s.Take(ctx, &o); err != nil {
+								firstErr.CompareAndSwap(nil, err)
+								return
+							}
+							refunded.Add(1)
+						}
 					}
-				}
-				close(start)
-				wg.Wait()
-				if e := firstErr.Load(); e != nil {
-					t.Fatal(e)
-				}
-				net := admitted.Load() - refunded.Load()
-				t.Logf("%d admitted, %d refunded, net %d", admitted.Load(), refunded.Load(), net)
-				if net > 60 || admitted.Load() < 60 {
-					t.Errorf("net admitted %d (of %d), want at most 60 (the tighter quota) and a full quota admitted", net, admitted.Load())
-				}
-				// The stored state is the net, exactly: no charge lost, no
-				// refund credited twice or past its charge.
-				probe := op
-				probe.Cost = 0
-				res, err := ss[0].Take(ctx, &probe)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Quotas[0].Remaining != 100-net || res.Quotas[1].Remaining != 60-net {
-					t.Errorf("stored state: %+v, want %d and %d remaining", res, 100-net, 60-net)
-				}
-			})
+				})
+			}
+		}
+		close(start)
+		wg.Wait()
+		if e := firstErr.Load(); e != nil {
+			t.Fatal(e)
+		}
+		net := admitted.Load() - refunded.Load()
+		t.Logf("%d admitted, %d refunded, net %d", admitted.Load(), refunded.Load(), net)
+		if net > 60 || admitted.Load() < 60 {
+			t.Errorf("net admitted %d (of %d), want at most 60 (the tighter quota) and a full quota admitted", net, admitted.Load())
+		}
+		// The stored state is the net, exactly: no charge lost, no
+		// refund credited twice or past its charge.
+		probe := op
+		probe.Cost = 0
+		res, err := ss[0].Take(ctx, &probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Quotas[0].Remaining != 100-net || res.Quotas[1].Remaining != 60-net {
+			t.Errorf("stored state: %+v, want %d and %d remaining", res, 100-net, 60-net)
 		}
 	})
 }

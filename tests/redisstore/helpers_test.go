@@ -70,6 +70,16 @@ func forEachBackend(t *testing.T, f func(t *testing.T, be *backend)) {
 	t.Run("cluster", func(t *testing.T) { f(t, clusterBackend(t)) })
 }
 
+// forEachBackendAndAlgorithm runs f for every backend and algorithm, each
+// a subtest with a fresh key prefix.
+func forEachBackendAndAlgorithm(t *testing.T, f func(t *testing.T, be *backend, alg limit.Algorithm, prefix string)) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		for _, alg := range algorithms {
+			t.Run(alg.String(), func(t *testing.T) { f(t, be, alg, testPrefix(t)) })
+		}
+	})
+}
+
 func miniBackend(t testing.TB) *backend { return miniBackendOf(miniBackendServer(t)) }
 
 // miniBackendServer starts a miniredis, closed at the end of the test.
