@@ -77,7 +77,6 @@ func status(c echo.Context, err error) int {
 // table stays as small as the route list. Reads are lock-free (an immutable
 // map behind an atomic pointer); a path not seen yet rebuilds it from
 // Echo.Routes and Echo.Routers, once.
-
 type routeTable struct {
 	t  atomic.Pointer[routes]
 	mu sync.Mutex
