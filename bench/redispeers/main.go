@@ -7,7 +7,8 @@
 // It starts its own redis-server (persistence off) on a free loopback port
 // and stops it by PID. For each contender and goroutine count it reports
 // decisions/s over 10 000 identities on the allowed path (a quota no run can
-// exhaust); Redis microseconds per decision from INFO commandstats (the
+// exhaust), each measurement on a Redis holding only its contender's keys
+// (FLUSHALL, then a warm-up); Redis microseconds per decision from INFO commandstats (the
 // script commands' time, which includes the commands a script runs) and the
 // server process's CPU per decision from /proc; client allocations per
 // decision (runtime.MemStats.Mallocs, the whole process: the harness adds
@@ -193,6 +194,16 @@ func measureAll(cfg config) (*results, error) {
 		for k := range cs {
 			i := (k + r) % len(cs)
 			for _, g := range cfg.goroutines {
+				// Over its own 10 000 keys: the data set of every
+				// measurement is the same, whichever contenders the run
+				// holds (the others' keys would grow Redis's dictionaries,
+				// and with them the cost of every key lookup).
+				if err := admin.Do(context.Background(), admin.B().Flushall().Sync().Build()).Error(); err != nil {
+					return nil, err
+				}
+				if _, err := measure(srv, admin, fns[i], 64, min(cfg.dur, 300*time.Millisecond)); err != nil {
+					return nil, fmt.Errorf("%s: %w", cs[i].name, err)
+				}
 				m, err := measure(srv, admin, fns[i], g, cfg.dur)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", cs[i].name, err)

@@ -58,6 +58,9 @@ const (
 	// bytes of their keys and arguments (an Op alone may exceed it).
 	maxBatchOps   = 64
 	maxBatchBytes = 64 << 10
+	// maxBatchKeys bounds a flight's keys (each Op's counted): batchSource
+	// indexes them with one byte.
+	maxBatchKeys = 255
 	// flushAfter is the longest a queued Take waits while every call out
 	// is slow before one more call takes it (armFlush).
 	flushAfter = time.Millisecond
@@ -146,9 +149,11 @@ type flight struct {
 	buf     []byte
 	keys    []string
 	args    []string
-	parts   []string // per member: its reply
-	errs    []error  // or its error
-	live    int      // members still waiting (guarded by batcher.mu)
+	// During send: a key's index in keys, an argument's in args.
+	keyIndex, argIndex map[string]byte
+	parts              []string // per member: its reply
+	errs               []error  // or its error
+	live               int      // members still waiting (guarded by batcher.mu)
 
 	// The context's state: atomic, since a rueidis goroutine may look at
 	// the context after the call returned (see the engine's storeCtx).
@@ -394,9 +399,9 @@ func (f *flight) fill(b *batcher) {
 		f.canceled.Store(false)
 	}
 	var latest time.Time
-	forever, size, k, taken := false, 0, 0, 0
+	forever, size, k, nk, taken := false, 0, 0, 0, 0
 	for _, w := range b.queue {
-		if k == maxBatchOps || (k > 0 && size+len(w.buf) > maxBatchBytes) {
+		if k == maxBatchOps || (k > 0 && (size+len(w.buf) > maxBatchBytes || nk+w.n > maxBatchKeys)) {
 			break
 		}
 		taken++
@@ -408,6 +413,7 @@ func (f *flight) fill(b *batcher) {
 			continue
 		}
 		size += len(w.buf)
+		nk += w.n
 		k++
 		w.state, w.f = sent, f
 		f.members = append(f.members, w)
@@ -435,32 +441,70 @@ func (f *flight) fill(b *batcher) {
 // reply: the Op's reply, or its own error (a WRONGTYPE key), or the call's
 // error.
 func (s *Store) send(c rueidis.Client, f *flight) {
-	buf := f.buf[:0]
-	for _, w := range f.members {
-		buf = append(buf, byte(w.n))
-	}
-	for _, w := range f.members {
-		buf = append(buf, w.buf...)
-	}
-	str := rueidis.BinaryString(buf)
-	keys, args := f.keys[:0], f.args[:0]
-	from := len(f.members)
-	args = append(args, str[:from])
-	for _, w := range f.members {
-		start := from
-		for i := range w.n {
-			keys = append(keys, str[start:from+w.ends[i]])
-			start = from + w.ends[i]
-		}
-		from += len(w.buf)
-		args = append(args, str[start:from])
-	}
-	f.keys, f.args = keys, args
 	var resp rueidis.RedisResult
+	buf := f.buf[:0]
 	if len(f.members) == 1 { // a batch of one is the plain call
-		resp = takeScript.Exec(f, c, keys, args[1:])
+		w := f.members[0]
+		buf = append(buf, w.buf...)
+		str := rueidis.BinaryString(buf)
+		keys, from := f.keys[:0], 0
+		for i := range w.n {
+			keys, from = append(keys, str[from:w.ends[i]]), w.ends[i]
+		}
+		f.keys, f.args = keys, append(f.args[:0], str[from:])
+		resp = takeScript.Exec(f, c, f.keys, f.args)
 	} else {
-		resp = batchScript.Exec(f, c, keys, args)
+		// KEYS: each key once; ARGV[2] on: each argument once; ARGV[1]:
+		// per Op n, the index in ARGV of its argument, the indexes in KEYS
+		// of its keys (batchSource). The arguments and keys are copied
+		// after ARGV[1] into buf: rueidis may still be writing the command
+		// after a failed call, when the members' buffers are reused.
+		if f.keyIndex == nil {
+			f.keyIndex = make(map[string]byte, maxBatchKeys)
+			f.argIndex = make(map[string]byte, maxBatchOps)
+		}
+		keys, args := f.keys[:0], append(f.args[:0], "")
+		for _, w := range f.members {
+			arg := rueidis.BinaryString(w.buf[w.ends[w.n-1]:])
+			x, ok := f.argIndex[arg]
+			if !ok {
+				args = append(args, arg)
+				x = byte(len(args))
+				f.argIndex[arg] = x
+			}
+			buf = append(buf, byte(w.n), x)
+			from := 0
+			for i := range w.n {
+				k := rueidis.BinaryString(w.buf[from:w.ends[i]])
+				from = w.ends[i]
+				if x, ok = f.keyIndex[k]; !ok {
+					keys = append(keys, k)
+					x = byte(len(keys))
+					f.keyIndex[k] = x
+				}
+				buf = append(buf, x)
+			}
+		}
+		clear(f.keyIndex)
+		clear(f.argIndex)
+		end := len(buf)
+		for _, a := range args[1:] {
+			buf = append(buf, a...)
+		}
+		for _, k := range keys {
+			buf = append(buf, k...)
+		}
+		str := rueidis.BinaryString(buf)
+		args[0] = str[:end]
+		from := end
+		for i, a := range args[1:] {
+			args[i+1], from = str[from:from+len(a)], from+len(a)
+		}
+		for i, k := range keys {
+			keys[i], from = str[from:from+len(k)], from+len(k)
+		}
+		f.keys, f.args = keys, args
+		resp = batchScript.Exec(f, c, f.keys, f.args)
 	}
 	reply, err := resp.ToString()
 	if err != nil {

@@ -1,11 +1,6 @@
 package redisstore
 
-import (
-	"fmt"
-	"strings"
-
-	"github.com/redis/rueidis"
-)
+import "github.com/redis/rueidis"
 
 // The store's script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
@@ -81,15 +76,20 @@ import (
 // next integer). Values are non-negative (times after 1970).
 var takeSource = preamble + `
 local servertime, tnow
-local o, n, a = 0, #KEYS, ARGV[1]
-` + body
+local K = KEYS
+local n, a, p0 = #K, ARGV[1], 1
+local refund = #a > 16 + 32 * n
+` + body(false)
 
 // preamble defines the codecs: the struct library, or plain Lua where the
 // server has none.
 var preamble = `
 local struct = rawget(_G, 'struct')
-local dec, enc
-if not struct then
+local call, floor, byte = redis.call, math.floor, string.byte
+local sunpack, spack, dec, enc
+if struct then
+  sunpack, spack = struct.unpack, struct.pack
+else
   -- No struct library: little-endian 64-bit integers in plain Lua.
   dec = function(s, p, k)
     local out = {}
@@ -121,130 +121,169 @@ end
 `
 
 // batchSource is the script of a flight of several Ops (group commit, see
-// Store): ARGV[1] holds each Op's key count, one byte per Op; Op i's keys
-// follow Op i-1's in KEYS, and its argument (takeSource's ARGV[1]) is
-// ARGV[i+1]. Each Op runs the same body as takeSource, in a function
-// called under pcall in the Ops' order, so an Op whose commands fail (a
-// WRONGTYPE key) fails alone, with its error message, and the others are
-// decided as if they had been sent one by one; the server's TIME is read
-// once, for the first Op on the server clock, and shared (tnow). Reply: one
-// bulk string, per Op a 3-byte head (0 and the length of the Op's
-// takeSource reply, little-endian 16-bit; or 1 and the length of an error
-// message) and then that reply or message. The batch body reads and writes
-// through a cache of the flight's values filled by one MGET (batchBody).
+// Store). KEYS holds the flight's keys, each once, in order of first use;
+// ARGV[2] on the flight's distinct arguments (takeSource's ARGV[1]), each
+// once; ARGV[1] the Ops, one after the other, each as a byte n (its
+// quotas), a byte: the index in ARGV of its argument, and n bytes: the
+// index in KEYS of each quota's key. Redis makes a Lua string of every key
+// and argument before the script runs, and the Ops of a flight often share
+// a policy: each is sent, stored and decoded once (the last argument the
+// straight path decoded is kept in arg*). Each Op runs the same body as
+// takeSource, in a function called under pcall in the Ops' order, so an Op
+// whose commands fail (a WRONGTYPE key) fails alone, with its error
+// message, and the others are decided as if they had been sent one by one;
+// the server's TIME is read once, for the first Op on the server clock,
+// and shared (tnow). Reply: one bulk string, per Op a 3-byte head (0 and
+// the length of the Op's takeSource reply, little-endian 16-bit; or 1 and
+// the length of an error message) and then that reply or message.
+//
+// The batch body reads through got, the flight's values (index in KEYS ->
+// value; false: none) filled by one MGET, and every write updates it, so an
+// Op reads what the Ops before it in the flight wrote, as it would one call
+// later. A key MGET found no string under (none, or a key of another type)
+// is read again with GET, as takeSource does, so a WRONGTYPE key fails that
+// Op alone.
+//
+// Every C function call and global lookup costs Redis hundreds of
+// instructions (measured with callgrind): the script reads an Op's head
+// with one string.byte, keeps globals in locals, and decodes an argument
+// once per flight where it can.
 var batchSource = preamble + `
 local servertime, tnow
-local cache = {}
-local got = redis.call('MGET', unpack(KEYS))
-for i = 1, #KEYS do
-  if got[i] then
-    cache[KEYS[i]] = got[i]
-  end
+local h, K = ARGV[1], KEYS
+local got = call('MGET', unpack(K))
+local heads, rs = {}, {}
+local argi, argnow, argcost, argalg, arglim, argw, argx
+local function one(n, ai, k1, at)
+  local a, p0 = ARGV[ai], 1
+  local refund = #a > 16 + 32 * n
+` + body(true) + `
 end
-local function one(o, n, a)
-` + batchBody() + `
-end
-local counts = ARGV[1]
-local out, heads = {}, {}
-local o, j = 0, 0
-for i = 1, #counts do
-  local n = string.byte(counts, i)
-  local ok, r, v = pcall(one, o, n, ARGV[i + 1])
-  local h
+local out = {}
+local p, j, e = 1, 0, #h
+while p <= e do
+  local n, ai, k1 = byte(h, p, p + 2)
+  local ok, r, v = pcall(one, n, ai, k1, p)
+  local hd
   if ok then
     local l = #r
     if v then
       l = l + 40
     end
-    h = heads[l]
-    if not h then
-      h = string.char(0, l % 256, math.floor(l / 256))
-      heads[l] = h
+    hd = heads[l]
+    if not hd then
+      hd = string.char(0, l % 256, floor(l / 256))
+      heads[l] = hd
     end
   else
     if type(r) == 'table' then
       r = r.err
     end
     r, v = string.sub(tostring(r), 1, 65535), nil
-    h = string.char(1, #r % 256, math.floor(#r / 256))
+    hd = string.char(1, #r % 256, floor(#r / 256))
   end
-  out[j + 1], out[j + 2] = h, r
+  out[j + 1], out[j + 2] = hd, r
   j = j + 2
   if v then
     out[j + 1] = v
     j = j + 1
   end
-  o = o + n
+  p = p + 2 + n
 end
 return table.concat(out)
 `
 
-// batchBody is body returning the straight path's value apart (r, v),
-// reading and writing through the batch's cache of
-// values (key -> value; false: no value): one MGET of every key of the
-// flight fills it, and every write updates it, so an Op reads what the Ops
-// before it in the flight wrote, as it would one call later, and Redis
-// runs one MGET instead of a GET per Op. A key MGET found no string under
-// (none, or a key of another type) is read with GET by an Op of one quota,
-// as takeSource does, so a WRONGTYPE key fails that Op alone; an Op of
-// several quotas reads it as no value, as takeSource's MGET does.
-func batchBody() string {
-	b := body
-	for _, r := range [...]struct {
-		old, new string
-		n        int
-	}{
-		// The straight path's value as a second result, not
-		// concatenated: the reply loop adds it to the reply's parts.
-		{"    return r .. v\n", "    return r, v\n", 1},
-		{"  local v = redis.call('GET', k)\n", `  local v = cache[k]
-  if v == nil then
-    v = redis.call('GET', k)
-    cache[k] = v
+// body decides one Op: n quotas, a refund or not, its argument a from
+// position p0 on; it returns takeSource's reply. batch: the Op is one of a
+// flight's (batchSource): its keys are indexed through h, its values read
+// and written through got, the reply's head r cached by value (rs: the
+// Ops of a flight on the server's clock share it), and the straight path's
+// value returned apart (r, v: the reply loop adds it to the reply's
+// parts).
+func body(batch bool) string {
+	index := func(i string) string { return i }
+	read := `
+  local v = call('GET', k)
+`
+	readAll := `
+  local vals
+  if n == 1 then
+    vals = {call('GET', K[1])}
+  else
+    vals = call('MGET', unpack(K))
   end
-`, 1},
-		{"  vals = redis.call('GET', KEYS[o + 1])\n", `  vals = cache[KEYS[o + 1]]
-  if vals == nil then
-    vals = redis.call('GET', KEYS[o + 1])
-    cache[KEYS[o + 1]] = vals
+`
+	args := `
+  if struct then
+    now, cost, alg, lim, w, x = sunpack('<i8i8i8i8i8i8', a, p0)
+  else
+    now, cost, alg, lim, w, x = dec(a, p0, 6)
   end
-`, 1},
-		{"  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))\n", `  vals = {}
+`
+	wrote, head, ret, ki := "", "", "r .. v", "1"
+	if batch {
+		args = `
+  if ai == argi then
+    now, cost, alg, lim, w, x = argnow, argcost, argalg, arglim, argw, argx
+  else` + args + `    argi, argnow, argcost, argalg, arglim, argw, argx = ai, now, cost, alg, lim, w, x
+  end
+`
+		ki = "k1"
+		index = func(i string) string { return "byte(h, at + 1 + " + i + ")" }
+		read = `
+  local v = got[ki]
+  if not v then
+    v = call('GET', k)
+    got[ki] = v
+  end
+`
+		readAll = `
+  local vals = {}
   for i = 1, n do
-    vals[i] = cache[KEYS[o + i]] or false
+    vals[i] = got[` + index("i") + `]
   end
-`, 1},
-		{"redis.call('SETRANGE', k, 0, val)\n", "redis.call('SETRANGE', k, 0, val)\n cache[k] = val\n", 4},
-		{"redis.call('SET', k, val, 'PXAT', pe)\n", "redis.call('SET', k, val, 'PXAT', pe)\n cache[k] = val\n", 3},
-		{"redis.call('SET', k, val, 'PX', pe - now)\n", "redis.call('SET', k, val, 'PX', pe - now)\n cache[k] = val\n", 3},
-	} {
-		if c := strings.Count(b, r.old); c != r.n {
-			panic(fmt.Sprintf("redisstore: batchBody: %q occurs %d times, want %d", r.old, c, r.n))
-		}
-		b = strings.ReplaceAll(b, r.old, r.new)
+`
+		wrote = `
+      got[ki] = val`
+		head = `
+  local hr = rs[r]
+  if not hr then
+    if struct then
+      hr = spack('<i8', r)
+    else
+      hr = enc(r)
+    end
+    rs[r] = hr
+  end
+  r = hr
+`
+		ret = "r, v"
+	} else {
+		head = `
+  if struct then
+    r = spack('<i8', r)
+  else
+    r = enc(r)
+  end
+`
 	}
-	return b
+	w := write(wrote)
+	reply := replyHead + head
+	return fastPath(args, ki, read, w, reply, ret) + generalPath(index("i"), readAll, w, wrote, reply)
 }
 
-// body decides one Op: its keys are KEYS[o+1] to KEYS[o+n], its argument
-// a; it returns takeSource's reply.
-var body = `
-local refund = #a > 16 + 32 * n
-` + fastPath + generalPath
-
-// fastPath: one quota, no refund.
-var fastPath = `
+// fastPath: one quota, no refund. args is the Lua that decodes its
+// argument, ki the Lua for the index of its key in KEYS, read the Lua that
+// reads its value v, w the write, reply the
+// reply's head r, ret what it returns when a value was read.
+func fastPath(args, ki, read, w, reply, ret string) string {
+	return `
 if n == 1 and not refund then
   local now, cost, alg, lim, w, x
-  if struct then
-    now, cost, alg, lim, w, x = struct.unpack('<i8i8i8i8i8i8', a)
-  else
-    now, cost, alg, lim, w, x = dec(a, 1, 6)
-  end
-` + clock + `
-  local k = KEYS[o + 1]
-  local v = redis.call('GET', k)
-` + decodeState + `
+` + args + `` + clock + `
+  local ki = ` + ki + `
+  local k = K[ki]
+` + read + decodeState + `
   local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
   if alg == 2 then
 ` + bucketView + `
@@ -253,7 +292,7 @@ if n == 1 and not refund then
       off = off + cost * w
     end
     if ok or norm then
-` + bucketState + write + `
+` + bucketState + w + `
     end
   else
 ` + windowView + windowFits + `
@@ -261,32 +300,38 @@ if n == 1 and not refund then
       curr = curr + cost
     end
     if ok or norm then
-` + windowState + write + `
+` + windowState + w + `
     end
   end
 ` + reply + `
   if v and #v == 40 then
-    return r .. v
+    return ` + ret + `
   end
   return r
 end
 `
+}
 
 // generalPath: several quotas (a first pass decides, a second writes), or a
-// refund (one pass).
-var generalPath = `
+// refund (one pass). ki is the Lua for the index in KEYS of quota i's key,
+// readAll the Lua that reads the values into vals (one per quota, false for
+// none), w the write, wrote what follows the refund's write, reply the
+// reply's head r. A key with no string value is read again with GET, so a
+// key of another type is a WRONGTYPE error (MGET reads it as none), before
+// anything is written.
+func generalPath(ki, readAll, w, wrote, reply string) string {
+	return `
 local now, cost, pos
 if struct then
-  now, cost, pos = struct.unpack('<i8i8', a)
+  now, cost, pos = sunpack('<i8i8', a, p0)
 else
-  now, cost, pos = dec(a, 1, 2)
+  now, cost, pos = dec(a, p0, 2)
 end
-` + clock + `
-local vals
-if n == 1 then
-  vals = redis.call('GET', KEYS[o + 1])
-else
-  vals = redis.call('MGET', unpack(KEYS, o + 1, o + n))
+` + clock + readAll + `
+for i = 1, n do
+  if not vals[i] then
+    vals[i] = call('GET', K[` + ki + `])
+  end
 end
 local read = {}
 local all = true
@@ -299,9 +344,9 @@ for pass = 1, passes do
   for i = 1, n do
     local alg, lim, w, x, cw
     if struct then
-      alg, lim, w, x, p = struct.unpack('<i8i8i8i8', a, p)
+      alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
       if refund then
-        cw, p = struct.unpack('<i8', a, p)
+        cw, p = sunpack('<i8', a, p)
       end
     else
       alg, lim, w, x, p = dec(a, p, 4)
@@ -309,11 +354,9 @@ for pass = 1, passes do
         cw, p = dec(a, p, 1)
       end
     end
-    local k = KEYS[o + i]
-    local v = vals
-    if n > 1 then
-      v = vals[i]
-    end
+    local ki = ` + ki + `
+    local k = K[ki]
+    local v = vals[i]
 ` + decodeState + `
     if pass == 1 then
       read[3 * i], read[3 * i + 1], read[3 * i + 2] = sa, sb, sc
@@ -394,10 +437,10 @@ for pass = 1, passes do
         -- deadline.
         if ex > now and (na ~= read[3 * i] or nb ~= read[3 * i + 1] or nc ~= read[3 * i + 2]) then
 ` + encode("ex", "px") + `
-          redis.call('SETRANGE', k, 0, val)
+          call('SETRANGE', k, '0', val)` + wrote + `
         end
       elseif ttl > 0 then
-` + write + `
+` + w + `
       end
     end
   end
@@ -406,10 +449,7 @@ local ok = all
 ` + reply + `
 local parts = {r}
 for i = 1, n do
-  local v = vals
-  if n > 1 then
-    v = vals[i]
-  end
+  local v = vals[i]
   if v and #v == 40 then
     parts[i + 1] = v
   else
@@ -418,18 +458,15 @@ for i = 1, n do
 end
 return table.concat(parts)
 `
+}
 
-// reply is the reply's head r: now as a little-endian 64-bit integer,
-// negated when the Op is denied (not ok). The states read follow it.
-const reply = `
+// replyHead is the reply's head r: now, negated when the Op is denied (not
+// ok), then packed as a little-endian 64-bit integer (body). The states
+// read follow it.
+const replyHead = `
   local r = now
   if not ok then
     r = -now
-  end
-  if struct then
-    r = struct.pack('<i8', r)
-  else
-    r = enc(r)
   end
 `
 
@@ -438,8 +475,8 @@ const clock = `
   servertime = now == 0
   if servertime then
     if not tnow then
-      local t = redis.call('TIME')
-      tnow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      local t = call('TIME')
+      tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
     end
     now = tnow
   end
@@ -454,7 +491,7 @@ const decodeState = `
     local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
     if v and #v == 40 then
       if struct then
-        sa, sb, sc, ex, px = struct.unpack('<i8i8i8i8i8', v)
+        sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
       else
         sa, sb, sc, ex, px = dec(v, 1, 5)
       end
@@ -545,8 +582,11 @@ const windowState = `
 // write stores (na, nb, nc) with expiry now+ttl, moving the key's deadline
 // only when the state would outlive it, or when the recorded deadline is
 // beyond the policy's bound (a value written by something else): then to
-// the expiry plus the slack (slack/lim ms, rounded up).
-var write = `
+// the expiry plus the slack (slack/lim ms, rounded up); wrote follows it.
+// SETRANGE's offset is the string '0': a number argument costs Redis a
+// snprintf per call.
+func write(wrote string) string {
+	return `
       local e = now + ttl
       local pe = px
       if e > px or px - now > bound then
@@ -559,22 +599,25 @@ var write = `
         end
       end
 ` + encode("e", "pe") + `      if pe == px then
-        redis.call('SETRANGE', k, 0, val)
+        call('SETRANGE', k, '0', val)
       elseif servertime then
-        redis.call('SET', k, val, 'PXAT', pe)
+        call('SET', k, val, 'PXAT', pe)
       else
-        redis.call('SET', k, val, 'PX', pe - now)
-      end
+        call('SET', k, val, 'PX', pe - now)
+      end` + wrote + `
 `
+}
 
 // divmod is Lua for q, r = floor(a/b), a mod b (b > 0), exact below 2^53:
-// math.floor(a/b) may round up to the next integer, the remainder corrects
-// it. Lua has no way to share it without creating a closure per call, so it
-// is spelled out wherever it is used.
+// Lua's a % b is a - floor(a/b)*b, and floor(a/b) may round up to the next
+// integer; the remainder corrects it, and a - r is then q*b exactly. The
+// % operator, not math.floor: a C function call costs Redis hundreds of
+// instructions. Lua has no way to share it without creating a closure per
+// call, so it is spelled out wherever it is used.
 func divmod(q, r, a, b string) string {
 	return `
-      local ` + q + ` = math.floor((` + a + `) / ` + b + `)
-      local ` + r + ` = ` + a + ` - ` + q + ` * ` + b + `
+      local ` + r + ` = (` + a + `) % ` + b + `
+      local ` + q + ` = ((` + a + `) - ` + r + `) / ` + b + `
       if ` + r + ` < 0 then
         ` + q + `, ` + r + ` = ` + q + ` - 1, ` + r + ` + ` + b + `
       elseif ` + r + ` >= ` + b + ` then
@@ -589,7 +632,7 @@ func encode(ex, px string) string {
 	return `
       local val
       if struct then
-        val = struct.pack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
+        val = spack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
       else
         val = enc(na, nb, nc, ` + ex + `, ` + px + `)
       end

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,15 +29,15 @@ import (
 // queue's order.
 
 // gatedClient is a rueidis.Client whose EVALSHA calls, while gated, report
-// themselves on arrived (with their argument count: 1 for a plain call,
-// 1 + Ops for a batch) and wait for a permit (or their context).
+// themselves on arrived (with their Op count: opsOf) and wait for a permit
+// (or their context).
 type gatedClient struct {
 	rueidis.Client
 	gated   atomic.Bool
 	arrived chan int
 	permits chan struct{}
 	mu      sync.Mutex
-	calls   []int // the argument counts of the EVALSHA calls, gated or not
+	calls   []int // the Op counts of the EVALSHA calls, gated or not
 }
 
 func newGated(c rueidis.Client) *gatedClient {
@@ -46,12 +47,12 @@ func newGated(c rueidis.Client) *gatedClient {
 func (g *gatedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
 	if cs := cmd.Commands(); len(cs) > 3 && strings.EqualFold(cs[0], "EVALSHA") {
 		nk, _ := strconv.Atoi(cs[2])
-		args := len(cs) - 3 - nk
+		ops := opsOf(cs[3+nk:])
 		g.mu.Lock()
-		g.calls = append(g.calls, args)
+		g.calls = append(g.calls, ops)
 		g.mu.Unlock()
 		if g.gated.Load() {
-			g.arrived <- args
+			g.arrived <- ops
 			select {
 			case <-g.permits:
 			case <-ctx.Done():
@@ -62,15 +63,36 @@ func (g *gatedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 	return g.Client.Do(ctx, cmd)
 }
 
-// batchCalls returns the Op counts of the batch calls (plain calls: 1).
+// opsOf is the number of Ops a store's script call with arguments args
+// decides: 1 for a plain call (one argument), else the Ops of the batch
+// (the store's wire format: ARGV[1] holds per Op n, the index of its
+// argument, n key indexes; the arguments follow); 0 for neither.
+func opsOf(args []string) int {
+	if len(args) == 1 {
+		return 1
+	}
+	if len(args) == 0 {
+		return 0
+	}
+	h, ops := args[0], 0
+	for len(h) >= 2 {
+		n := int(h[0])
+		if n < 1 || n > limit.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 2+n {
+			return 0
+		}
+		h, ops = h[2+n:], ops+1
+	}
+	if h != "" {
+		return 0
+	}
+	return ops
+}
+
+// batchCalls returns the Op counts of the store's script calls.
 func (g *gatedClient) batchCalls() []int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var ops []int
-	for _, a := range g.calls {
-		ops = append(ops, max(a-1, 1))
-	}
-	return ops
+	return slices.Clone(g.calls)
 }
 
 // watchCtx closes asked the first time Done is called.
@@ -201,7 +223,8 @@ func (r *gatedRun) wait(ch chan outcome) outcome {
 
 // batchOps are Ops of every kind, under prefix: the same key several times
 // (it runs out), an Op of two quotas and one of three, refunds, costs, a
-// key holding a hash (WRONGTYPE) in the middle, every algorithm. now is
+// key holding a hash (WRONGTYPE) in the middle and as the second key of an
+// Op of two quotas at the end, every algorithm. now is
 // the caller's clock they are decided at (the refunds' windows follow it).
 func batchOps(prefix string, now int64) []limit.Op {
 	qs := map[limit.Algorithm]limit.Quota{
@@ -264,13 +287,18 @@ func batchOps(prefix string, now int64) []limit.Op {
 		}
 	}
 	ops = append(ops, refund, multi(3))
-	return ops
+	// Two quotas, the second's key holding a hash: MGET reads it as no
+	// value; the Op must fail WRONGTYPE, not overwrite it.
+	wrong := multi(2)
+	wrong.Quotas[1].Key = []byte(prefix + ":{wrong}:h")
+	wrong.Quotas[0].Key = []byte(prefix + ":{wrong}:m")
+	return append(ops, wrong)
 }
 
 // TestBatchDecidesAsOneByOne: a flight of Ops of every kind (batchOps) gives
 // each Op exactly the Result (or the error) the same Ops sent one by one
 // give on a second, identical set of keys, and leaves the same values
-// stored; the WRONGTYPE Op fails alone. On miniredis (no struct library:
+// stored; the WRONGTYPE Ops fail alone. On miniredis (no struct library:
 // the plain-Lua codec) and a real server, on a caller's clock (identical
 // instants) and on the server's TIME (one TIME per flight: compared on the
 // fields that do not depend on the instant).
@@ -376,8 +404,8 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 			t.Errorf("Op %d (%s, refund %v): batched %+v, one by one %+v", i, opsA[i].Quotas[0].Key, opsA[i].Refund, a.res, res)
 		}
 	}
-	if wrongs != 1 || denied < 6 || refunds != 4 {
-		t.Errorf("%d WRONGTYPE, %d denied, %d refunds: want 1, at least 6, 4", wrongs, denied, refunds)
+	if wrongs != 2 || denied < 6 || refunds != 4 {
+		t.Errorf("%d WRONGTYPE, %d denied, %d refunds: want 2, at least 6, 4", wrongs, denied, refunds)
 	}
 	// The same values stored.
 	for _, k := range scanKeys(t, client, pa) {
@@ -389,6 +417,16 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 		}
 		if ea != nil || eb != nil || (callerClock && va != vb) || len(va) != len(vb) {
 			t.Errorf("key %s: batched %x (%v), one by one %x (%v)", strings.TrimPrefix(k, pa), va, ea, vb, eb)
+		}
+	}
+	// The hashes are untouched, and the Op of two quotas that failed on one
+	// wrote neither (TestRegressionSeveralQuotasOnAKeyOfAnotherType).
+	for _, p := range []string{pa, pb} {
+		if typ, err := client.Do(ctx, client.B().Type().Key(p+":{wrong}:h").Build()).ToString(); err != nil || typ != "hash" {
+			t.Errorf("%s:{wrong}:h is a %q (%v) after the flight, want the hash", p, typ, err)
+		}
+		if n, err := client.Do(ctx, client.B().Exists().Key(p+":{wrong}:m").Build()).AsInt64(); err != nil || n != 0 {
+			t.Errorf("%s:{wrong}:m exists (%d, %v): the failed Op wrote its other quota", p, n, err)
 		}
 	}
 	t.Logf("%d Ops in one flight: %d denied, %d refunds, %d WRONGTYPE, each as one by one", len(opsA), denied, refunds, wrongs)
@@ -481,8 +519,8 @@ func TestCancelledMemberDoesNotFailItsFlight(t *testing.T) {
 		r.held = 0
 		select {
 		case n := <-g.arrived:
-			if n != 5 { // counts + the queued filler's and the three Ops' arguments
-				t.Fatalf("a call of %d arguments arrived; want the flight of 4 Ops (5)", n)
+			if n != 4 { // the queued filler and the three Ops
+				t.Fatalf("a call of %d Ops arrived; want the flight of 4 Ops", n)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("no flight within 10 s")

@@ -70,7 +70,7 @@ func TestRegressionGaveUpWhileQueuedNeverCharged(t *testing.T) {
 					select {
 					case n := <-g.arrived:
 						if n != 1 { // takeScript: the filler alone
-							t.Errorf("the flush sent a call of %d arguments; want the filler's plain call (1): the Take that gave up was sent", n)
+							t.Errorf("the flush sent a call of %d Ops; want the filler's plain call (1): the Take that gave up was sent", n)
 						}
 						g.permits <- struct{}{}
 					case <-time.After(10 * time.Second):

@@ -285,3 +285,44 @@ func TestNewFromURLCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestRegressionSeveralQuotasOnAKeyOfAnotherType: an Op of several quotas
+// one of whose keys holds another type (a hash) fails with WRONGTYPE and
+// writes nothing; it used to read that key as no state (MGET answers nil
+// for a key of another type) and overwrite it with a SET, deleting the
+// user's hash. Plain call (one Take at a time) on every backend.
+func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		c := be.newClient(t)
+		s, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		p := testPrefix(t)
+		hash, other := p+":{id}:h", p+":{id}:f"
+		if err := c.Do(ctx, c.B().Hset().Key(hash).FieldValue().FieldValue("f", "v").Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+		for _, first := range []bool{true, false} {
+			op := limit.Op{Cost: 1, N: 2}
+			op.Quotas[0] = limit.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 60_000, Key: []byte(other)}
+			op.Quotas[1] = limit.Quota{Algorithm: limit.SlidingWindow, Limit: 5, WindowMS: 60_000, Key: []byte(hash)}
+			if first {
+				op.Quotas[0], op.Quotas[1] = op.Quotas[1], op.Quotas[0]
+			}
+			if _, err := s.Take(ctx, &op); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Fatalf("hash as quota %v: Take error %v, want WRONGTYPE", map[bool]int{true: 1, false: 2}[first], err)
+			}
+		}
+		if typ, err := c.Do(ctx, c.B().Type().Key(hash).Build()).ToString(); err != nil || typ != "hash" {
+			t.Fatalf("%s is a %q (%v), want the hash kept", hash, typ, err)
+		}
+		if v, err := c.Do(ctx, c.B().Hget().Key(hash).Field("f").Build()).ToString(); err != nil || v != "v" {
+			t.Fatalf("the hash's field: %q (%v), want \"v\"", v, err)
+		}
+		if n, err := c.Do(ctx, c.B().Exists().Key(other).Build()).AsInt64(); err != nil || n != 0 {
+			t.Fatalf("%s exists (%d, %v): the failed Op wrote its other quota", other, n, err)
+		}
+	})
+}
