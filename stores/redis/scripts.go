@@ -55,7 +55,9 @@ import "github.com/redis/rueidis"
 // never before its state dies and never further than the policy's bound
 // (DESIGN.md, "Store keys"). A value that does not decode is no state (the
 // next write replaces it and sets a deadline); a key of another type is a
-// WRONGTYPE error, i.e. the failure mode, never silently deleted.
+// WRONGTYPE error, i.e. the failure mode, never silently deleted: MGET
+// reads such a key as none, so a key without a value is read again with GET
+// (which raises WRONGTYPE) before anything is written.
 //
 // Binary packing (the struct library of the server's Lua: Redis, Valkey) is
 // what makes the script cheap: six decimal arguments and a decimal value
@@ -72,8 +74,15 @@ import "github.com/redis/rueidis"
 //
 // Arithmetic: Lua numbers are IEEE doubles; limit.New keeps every integer
 // below 2^53, so sums, products and comparisons are exact; floor division is
-// math.floor(a/b) corrected by the remainder (a/b alone can round up to the
+// a % b corrected by the remainder (divmod: a/b alone can round up to the
 // next integer). Values are non-negative (times after 1970).
+//
+// Cost: in Redis's Lua every C function call (struct.unpack, string.byte,
+// math.floor, redis.call) costs a few hundred instructions and a global
+// lookup about a hundred (measured with callgrind, DESIGN.md "The script's
+// own cost"), so the scripts keep globals in locals (preamble), make as few
+// C calls per Op as they can, and pass SETRANGE's offset as the string '0'
+// (a number argument costs Redis a snprintf per call).
 var takeSource = preamble + `
 local servertime, tnow
 local K = KEYS
