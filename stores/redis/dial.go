@@ -158,7 +158,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 			errors.Is(err, rueidis.ErrWrongPipelineMultiplex) || errors.Is(err, rueidis.ErrNoSendToReplicas) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		return nil, fmt.Errorf("redisstore: connecting to %v: %w", opt.InitAddress, err)
+		return nil, prefixed(fmt.Errorf("connecting to %v: %w", opt.InitAddress, err))
 	}
 	s.lastErr.Store(&errRef{err})
 	s.stop = make(chan struct{})
