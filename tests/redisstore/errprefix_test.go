@@ -153,7 +153,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		// the silent connections (write_timeout) and redials, and the gate
 		// refuses the address: each of those errors, on either path.
 		srv := redisfault.Start(t)
-		s, err := NewFromURL(srv.URL()+"?dial_timeout=200ms&write_timeout=100ms")
+		s, err := NewFromURL(srv.URL() + "?dial_timeout=200ms&write_timeout=100ms")
 		if err != nil {
 			t.Fatal(err)
 		}
