@@ -75,7 +75,10 @@ const (
 //     with ErrReconnectBackoff. A hung server (SIGSTOP: it accepts, never
 //     answers) then costs one new connection per second per process instead
 //     of one per store timeout per pipelined connection (measured: 46 in a
-//     5 s freeze at 200 requests/s without it, 4 with it). Replacing
+//     5 s freeze at 200 requests/s without it, 4 with it). A connection
+//     attempt whose caller gives up first (a 1 ms deadline) is not a failure:
+//     it goes on in the background until the dial timeout, and only the
+//     server's silence makes the address back off. Replacing
 //     DialCtxFn (WithClientOption) removes the backoff; with it,
 //     DisableTCPNoDelay has no effect.
 //   - Sentinel (master_set): the sentinels are dialed with the same Dialer
@@ -158,7 +161,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 			errors.Is(err, rueidis.ErrWrongPipelineMultiplex) || errors.Is(err, rueidis.ErrNoSendToReplicas) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		return nil, fmt.Errorf("redisstore: connecting to %v: %w", opt.InitAddress, err)
+		return nil, prefixed(fmt.Errorf("connecting to %v: %w", opt.InitAddress, err))
 	}
 	s.lastErr.Store(&errRef{err})
 	s.stop = make(chan struct{})

@@ -16,10 +16,21 @@ type fakeDialer struct {
 	mu      sync.Mutex
 	dials   int
 	servers []net.Conn
-	fail    error // returned by the next dials when set
+	fail    error         // returned by the next dials when set
+	hold    chan struct{} // when set, dials wait until it is closed (a slow dial)
 }
 
 func (f *fakeDialer) dial(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
+	f.mu.Lock()
+	hold := f.hold
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.dials++
@@ -215,6 +226,151 @@ func TestDialGatePerAddress(t *testing.T) {
 	c.Close()
 	if n := f.count(); n != 2 {
 		t.Fatalf("%d dials, want 2", n)
+	}
+}
+
+// server returns the server side of connection i.
+func (f *fakeDialer) server(i int) net.Conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.servers[i]
+}
+
+// waitProbe waits until no attempt to gateAddr is pending (a confirmation
+// in the background included).
+func waitProbe(g *dialGate) {
+	g.mu.Lock()
+	var probe chan struct{}
+	if st := g.addrs[gateAddr]; st != nil {
+		probe = st.probe
+	}
+	g.mu.Unlock()
+	if probe != nil {
+		<-probe
+	}
+}
+
+// A handshake cut short by the CALLER's context (a 1 ms deadline) is no
+// evidence about the server: the attempt goes on in the background, and the
+// server's answer keeps the address answering; a server that stays silent
+// until the dial timeout, or resets the connection, still makes it back off.
+func TestRegressionDialGateCallerCutIsNoEvidence(t *testing.T) {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	// cutHandshake dials under a context it cancels before the server
+	// answers, then closes, as rueidis does; serve (when not nil) plays the
+	// server on the connection's other end.
+	cutHandshake := func(t *testing.T, g *dialGate, f *fakeDialer, d *net.Dialer, write bool, serve func(net.Conn)) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		c, err := g.dial(ctx, gateAddr, d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if serve != nil {
+			go serve(f.server(f.count() - 1))
+		}
+		if write { // the handshake went out (the fake server reads it: net.Pipe is synchronous)
+			if _, err := c.Write([]byte("*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cancel() // the caller gives up before the answer
+		c.Close()
+	}
+	readAndAnswer := func(s net.Conn) {
+		s.Read(make([]byte, 64))
+		s.Write([]byte{'+'})
+	}
+	t.Run("written-then-answered", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		cutHandshake(t, g, f, d, true, readAndAnswer)
+		waitProbe(g)
+		mustGateDial(t, g) // answering: a new attempt at once
+		if n := f.count(); n != 2 {
+			t.Fatalf("%d dials, want 2", n)
+		}
+	})
+	t.Run("nothing-written-ping-answered", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		cutHandshake(t, g, f, d, false, readAndAnswer)
+		waitProbe(g)
+		mustGateDial(t, g)
+	})
+	t.Run("silent-until-dial-timeout", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		cutHandshake(t, g, f, &net.Dialer{Timeout: 20 * time.Millisecond}, false, nil) // the PING is never read
+		waitProbe(g)
+		if _, err := gateDial(g, context.Background()); !errors.Is(err, ErrReconnectBackoff) {
+			t.Fatalf("dial after a silent attempt: %v, want ErrReconnectBackoff", err)
+		}
+		if n := f.count(); n != 1 {
+			t.Fatalf("%d dials, want 1", n)
+		}
+	})
+	t.Run("reset-is-evidence", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		c, err := g.dial(ctx, gateAddr, d, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.server(0).Close()
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("read from a closed server: no error")
+		}
+		cancel()
+		c.Close()
+		if _, err := gateDial(g, context.Background()); !errors.Is(err, ErrReconnectBackoff) {
+			t.Fatalf("dial after a reset: %v, want ErrReconnectBackoff", err)
+		}
+	})
+	t.Run("dial-outlives-caller", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		f.hold = make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		if _, err := g.dial(ctx, gateAddr, d, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("slow dial: %v, want the caller's deadline", err)
+		}
+		close(f.hold) // the dial completes after its caller left
+		f.waitConns(t, 1)
+		if f.count() == 1 {
+			go readAndAnswer(f.server(0))
+		}
+		waitProbe(g)
+		mustGateDial(t, g)
+		if n := f.count(); n != 2 {
+			t.Fatalf("%d dials, want 2", n)
+		}
+	})
+	t.Run("caller-already-done-makes-no-attempt", func(t *testing.T) {
+		g, f, _ := newTestGate(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := g.dial(ctx, gateAddr, d, nil); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%v, want context.Canceled", err)
+		}
+		mustGateDial(t, g)
+		if n := f.count(); n != 1 {
+			t.Fatalf("%d dials, want 1 (none for the caller already done)", n)
+		}
+	})
+}
+
+// waitConns waits until n connections have been handed out (5 s at most).
+func (f *fakeDialer) waitConns(t *testing.T, n int) {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		f.mu.Lock()
+		k := len(f.servers)
+		f.mu.Unlock()
+		if k >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d connections dialed, want %d", k, n)
+			return
+		}
+		time.Sleep(time.Millisecond) // polling the dial goroutine
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +172,10 @@ func (s *Store) Client() rueidis.Client {
 // may share (group commit: see Store). The error is non-nil when Redis
 // could not be asked or did not answer in time (ctx); the request may still
 // have been counted when the deadline expired after the script ran, but
-// never when ctx ended while it waited for a call to share.
+// never when ctx ended while it waited for a call to share. The error's
+// text starts with "redisstore: ", once, whatever path produced it;
+// errors.Is finds the sentinels (ErrClosed, ErrNotConnected, ErrBadReply,
+// ErrReconnectBackoff) and ctx's error.
 func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
@@ -192,9 +196,47 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	w := waiters.Get().(*waiter)
 	w.encode(op, now)
 	if !r.batches {
-		return s.call(ctx, r.c, op, w)
+		return checked(s.call(ctx, r.c, op, w))
 	}
-	return s.take(ctx, r.c, op, w)
+	return checked(s.take(ctx, r.c, op, w))
+}
+
+// errPrefix starts the text of every error the Store returns, once.
+const errPrefix = "redisstore: "
+
+// prefixedError is an error whose text has been given errPrefix exactly
+// once (see prefixed); it unwraps to the original.
+type prefixedError struct {
+	msg string
+	err error
+}
+
+func (e *prefixedError) Error() string { return e.msg }
+func (e *prefixedError) Unwrap() error { return e.err }
+
+// prefixed returns err with errPrefix once, at the start of its text,
+// whichever layers wrapped it on the way (this package's sentinels and
+// messages carry the prefix already, and reach the caller through rueidis,
+// the dial gate, a flight or Dial's own wrapping, each of which used to add
+// or keep one); errors.Is and errors.As see through it. It is applied where
+// an error leaves the package (Take, Ping, Dial), and only on failures.
+func prefixed(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, errPrefix) && strings.Count(msg, errPrefix) == 1 {
+		return err
+	}
+	return &prefixedError{errPrefix + strings.ReplaceAll(msg, errPrefix, ""), err}
+}
+
+// checked is a Take's outcome with its error prefixed.
+func checked(res limit.Result, err error) (limit.Result, error) {
+	if err != nil {
+		return limit.Result{}, prefixed(err)
+	}
+	return res, nil
 }
 
 // algorithmCode is the script's number for an algorithm.
@@ -215,7 +257,7 @@ func algorithmCode(a limit.Algorithm) int64 {
 func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 	s, err := resp.ToString()
 	if err != nil {
-		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
+		return limit.Result{}, err // prefixed by Take
 	}
 	return decideReply(op, s)
 }
@@ -271,7 +313,8 @@ func le64(s string, i int) int64 {
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56)
 }
 
-// Ping sends PING: nil when Redis answers. Before a Store built by Dial or
+// Ping sends PING: nil when Redis answers, else the error (its text starts
+// with "redisstore: ", as every error of the Store's does). Before a Store built by Dial or
 // NewFromURL has connected, and after Close, it returns the error Take
 // would (ErrNotConnected, ErrClosed). Meant for start-up messages and health
 // checks.
@@ -280,7 +323,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	if r == nil || s.closed.Load() {
 		return s.unusable()
 	}
-	return r.c.Do(ctx, r.c.B().Ping().Build()).Error()
+	return prefixed(r.c.Do(ctx, r.c.B().Ping().Build()).Error())
 }
 
 // unusable is the error of a call made after Close or before the first
@@ -290,7 +333,7 @@ func (s *Store) unusable() error {
 		return ErrClosed
 	}
 	if e := s.lastErr.Load(); e != nil {
-		return fmt.Errorf("%w: %w", ErrNotConnected, e.err)
+		return prefixed(fmt.Errorf("%w: %w", ErrNotConnected, e.err))
 	}
 	return ErrNotConnected
 }

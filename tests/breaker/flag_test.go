@@ -17,6 +17,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/tests/fibertest"
 )
 
 // twoPerHour is a net/http handler behind one httplimit mount of 2
@@ -47,6 +48,8 @@ func dialFrom(t *testing.T, from, addr string) net.Conn {
 }
 
 // serve serves srv on a loopback port until t ends and returns its address.
+// (net/http needs no more: a Close before Serve makes Serve return at once
+// and close ln, unlike fiber's Shutdown: see fibertest.Serve.)
 func serve(t *testing.T, srv *http.Server) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -90,13 +93,7 @@ func rawStatus(t *testing.T, from, addr string, extra ...string) int {
 func TestForgedLimitedFlagThroughFiberAdaptor(t *testing.T) {
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.All("/*", adaptor.HTTPHandler(twoPerHour(t)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = app.Listener(ln) }()
-	t.Cleanup(func() { _ = app.Shutdown() })
-	addr := ln.Addr().String()
+	addr := fibertest.Listen(t, app)
 
 	for _, forged := range []string{"quotagate limited: 1", "Quotagate limited: 1"} {
 		from := "127.0.0.2"

@@ -13,6 +13,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
+	"github.com/quotagate/quotagate/tests/fibertest"
 )
 
 // fiber keeps the "limited" flag in c.Locals, and fasthttp reuses one
@@ -34,18 +35,13 @@ func TestFiberLimitedFlagDoesNotOutliveItsRequest(t *testing.T) {
 	app.Use(fiberlimit.New(global))
 	app.Get("/a", fiberlimit.New(route), func(c *fiber.Ctx) error { return c.SendStatus(http.StatusNoContent) })
 	app.Get("/b", func(c *fiber.Ctx) error { return c.SendStatus(http.StatusNoContent) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = app.Listener(ln) }()
-	t.Cleanup(func() { _ = app.Shutdown() })
+	addr := fibertest.Listen(t, app)
 
 	client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
 	defer client.CloseIdleConnections()
 	var got []int
 	for _, p := range []string{"/a", "/a", "/b", "/b", "/b"} {
-		res, err := client.Get("http://" + ln.Addr().String() + p)
+		res, err := client.Get("http://" + addr + p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	"github.com/quotagate/quotagate/tests/fibertest"
 	"github.com/quotagate/quotagate/tests/redistest"
 	"github.com/valyala/fasthttp"
 )
@@ -88,33 +89,7 @@ func newApp() *fiber.App {
 // its base URL.
 func serve(t *testing.T, app *fiber.App) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveOn(t, ln, app)
-	return "http://" + ln.Addr().String()
-}
-
-// serveOn serves app on ln until t ends, then shuts it down and waits for
-// app.Listener to return. It closes ln itself after the shutdown: fasthttp's
-// Shutdown closes only the listeners Serve has registered, so a test that
-// ends before app.Listener reached Serve (fiber prepares the app first; on a
-// loaded machine that takes a while, and a scenario may end without a
-// request to the server) would otherwise leave Serve accepting on ln for
-// ever and the cleanup waiting on it.
-func serveOn(t testing.TB, ln net.Listener, app *fiber.App) {
-	done := make(chan error, 1)
-	go func() { done <- app.Listener(ln) }()
-	t.Cleanup(func() {
-		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		ln.Close()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	return "http://" + fibertest.Listen(t, app)
 }
 
 // routes builds the same API with the limiter at route level in each way
@@ -359,7 +334,7 @@ func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	for _, rt := range app.Routes {
 		a.Add(rt.Method, conformance.ColonPath(rt.Path), chain(handler(rt), rt.Limiters)...)
 	}
-	serveOn(t, ln, a)
+	fibertest.Serve(t, ln, a)
 }
 
 // At route level, where the package documentation puts PerRoute limits,

@@ -1,0 +1,56 @@
+// Package fibertest serves fiber apps on real sockets for the tests of the
+// tests module (the fiber adapter's conformance harness and the breaker
+// regressions), stopped cleanly however early the test ends.
+package fibertest
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"go.uber.org/goleak"
+)
+
+// LeakOptions are goleak's options for packages that serve fiber apps:
+// fasthttp's goroutines that are not a server's are ignored. Its
+// worker-pool cleaner sleeps up to MaxIdleWorkerDuration (10 s) between
+// looks at its stop channel (it ends by itself after Shutdown), and one
+// date updater per process runs for ever by design.
+var LeakOptions = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+	goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+}
+
+// Serve serves app on ln until t ends, then shuts it down and waits for
+// app.Listener to return. It closes ln itself after the shutdown: fasthttp's
+// Shutdown closes only the listeners Serve has registered, so a test that
+// ends before app.Listener reached Serve (fiber prepares the app first; on a
+// loaded machine that takes a while, and a test may end without a request
+// to the server) would otherwise leave Serve accepting on ln for ever (a
+// leaked goroutine) and a cleanup that waits for it hanging.
+func Serve(t testing.TB, ln net.Listener, app *fiber.App) {
+	done := make(chan error, 1)
+	go func() { done <- app.Listener(ln) }()
+	t.Cleanup(func() {
+		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		ln.Close()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+}
+
+// Listen serves app on a fresh loopback port until t ends (see Serve) and
+// returns the port's address ("127.0.0.1:PORT").
+func Listen(t testing.TB, app *fiber.App) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	Serve(t, ln, app)
+	return ln.Addr().String()
+}
