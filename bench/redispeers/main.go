@@ -10,7 +10,8 @@
 // exhaust), each measurement on a Redis holding only its contender's keys
 // (FLUSHALL, then a warm-up); Redis microseconds per decision from INFO commandstats (the
 // script commands' time, which includes the commands a script runs) and the
-// server process's CPU per decision from /proc; client allocations per
+// server process's CPU per decision from /proc, and this process's (getrusage:
+// the client's share of cores it may share with Redis); client allocations per
 // decision (runtime.MemStats.Mallocs, the whole process: the harness adds
 // none per call); and Redis commands per decision (every command
 // commandstats counts, the script's own included). Then a single-hot-key
@@ -34,6 +35,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -82,6 +84,7 @@ type measurement struct {
 	elapsed            time.Duration
 	redisUsec          int64         // script commands' usec (INFO commandstats)
 	redisCPU           time.Duration // the server process's user+system time
+	clientCPU          time.Duration // this process's user+system time
 	commands           int64         // every command counted, harness excluded
 	scriptCalls        int64         // EVAL/EVALSHA calls
 	writes             int64         // SET and SETRANGE calls (quotagate's state writes)
@@ -256,15 +259,15 @@ func (res *results) print(w io.Writer) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "contender\tgoroutines\tdecisions/s\tof ceiling\tRedis usec/decision (commandstats)\tRedis CPU usec/decision (process)\tallocs/decision\tcommands/decision\tallowed\t")
+	fmt.Fprintln(tw, "contender\tgoroutines\tdecisions/s\tof ceiling\tRedis usec/decision (commandstats)\tRedis CPU usec/decision (process)\tclient CPU usec/decision\tallocs/decision\tcommands/decision\tallowed\t")
 	for _, r := range res.allowed {
 		dps := r.median(rate)
 		of := "-"
 		if c := ceiling[r.g]; c > 0 {
 			of = fmt.Sprintf("%.2f", dps/c)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t\n", r.name, r.g, dps, of,
-			r.median(redisUsec), r.median(redisCPU), r.median(allocs), r.median(commands), r.median(allowedShare))
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t\n", r.name, r.g, dps, of,
+			r.median(redisUsec), r.median(redisCPU), r.median(clientCPU), r.median(allocs), r.median(commands), r.median(allowedShare))
 	}
 	tw.Flush()
 	if len(res.flood) == 0 {
@@ -281,8 +284,20 @@ func (res *results) print(w io.Writer) {
 }
 
 // Per-decision figures of a measurement.
-func redisUsec(m measurement) float64    { return m.perDecision(float64(m.redisUsec)) }
-func redisCPU(m measurement) float64     { return m.perDecision(float64(m.redisCPU.Microseconds())) }
+func redisUsec(m measurement) float64 { return m.perDecision(float64(m.redisUsec)) }
+func redisCPU(m measurement) float64  { return m.perDecision(float64(m.redisCPU.Microseconds())) }
+func clientCPU(m measurement) float64 { return m.perDecision(float64(m.clientCPU.Microseconds())) }
+
+// ownCPU is this process's user+system CPU time (getrusage): on a machine
+// whose cores the client and Redis share, the client's CPU per decision is
+// what Redis cannot have.
+func ownCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
 func allocs(m measurement) float64       { return m.perDecision(float64(m.mallocs)) }
 func commands(m measurement) float64     { return m.perDecision(float64(m.commands)) }
 func allowedShare(m measurement) float64 { return m.perDecision(float64(m.allowed)) }
@@ -306,6 +321,7 @@ func measure(srv *server, admin rueidis.Client, f decideFunc, g int, d time.Dura
 	if err != nil {
 		return m, err
 	}
+	own0 := ownCPU()
 	var decisions, allowed atomic.Int64
 	var next atomic.Int64
 	var firstErr atomic.Value
@@ -341,6 +357,7 @@ func measure(srv *server, admin rueidis.Client, f decideFunc, g int, d time.Dura
 	close(stop)
 	wg.Wait()
 	m.elapsed = time.Since(start)
+	m.clientCPU = ownCPU() - own0
 	runtime.ReadMemStats(&after)
 	cpu1, err := srv.cpu()
 	if err != nil {
