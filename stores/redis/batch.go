@@ -85,6 +85,7 @@ type waiter struct {
 	buf   []byte               // the keys, then the argument
 	ends  [limit.MaxQuotas]int // the end of each key in buf
 	n     int                  // keys
+	phase int64                // a window Op's phase, sent in a flight's head; -1: none (argument sent whole)
 	ready chan struct{}        // capacity 1: signalled once answered
 	dl    time.Time            // the caller's deadline,
 	hasDL bool                 // if it has one
@@ -110,6 +111,10 @@ func (w *waiter) encode(op *limit.Op, now int64) {
 		w.ends[i] = len(buf)
 	}
 	w.n = n
+	w.phase = -1
+	if q := &op.Quotas[0]; n == 1 && !op.Refund && q.Algorithm != limit.TokenBucket && q.PhaseMS >= 0 && q.PhaseMS < 1<<32 {
+		w.phase = q.PhaseMS
+	}
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(now))
 	buf = binary.LittleEndian.AppendUint64(buf, uint64(op.Cost))
 	for i := range n {
@@ -454,9 +459,10 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		f.keys, f.args = keys, append(f.args[:0], str[from:])
 		resp = takeScript.Exec(f, c, f.keys, f.args)
 	} else {
-		// KEYS: each key once; ARGV[2] on: each argument once; ARGV[1]:
-		// per Op n, the index in ARGV of its argument, the indexes in KEYS
-		// of its keys (batchSource). The arguments and keys are copied
+		// KEYS: each key once; ARGV[2] on: each argument once (a window
+		// Op's without its phase); ARGV[1]: per Op n, the index in ARGV of
+		// its argument, the indexes in KEYS of its keys, its phase in 4
+		// bytes (batchSource). The arguments and keys are copied
 		// after ARGV[1] into buf: rueidis may still be writing the command
 		// after a failed call, when the members' buffers are reused.
 		if f.keyIndex == nil {
@@ -464,13 +470,22 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 			f.argIndex = make(map[string]byte, maxBatchOps)
 		}
 		keys, args := f.keys[:0], append(f.args[:0], "")
+		var prev string // the previous Op's argument, at ARGV index px
+		var px byte
 		for _, w := range f.members {
 			arg := rueidis.BinaryString(w.buf[w.ends[w.n-1]:])
-			x, ok := f.argIndex[arg]
+			var ph uint32
+			if w.phase >= 0 { // a window Op: its phase goes in its head, its argument without it
+				arg, ph = arg[:len(arg)-8], uint32(w.phase)
+			}
+			x, ok := px, px != 0 && arg == prev // Ops of one policy share it: no map lookup
 			if !ok {
-				args = append(args, arg)
-				x = byte(len(args))
-				f.argIndex[arg] = x
+				if x, ok = f.argIndex[arg]; !ok {
+					args = append(args, arg)
+					x = byte(len(args))
+					f.argIndex[arg] = x
+				}
+				prev, px = arg, x
 			}
 			buf = append(buf, byte(w.n), x)
 			from := 0
@@ -484,6 +499,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 				}
 				buf = append(buf, x)
 			}
+			buf = binary.LittleEndian.AppendUint32(buf, ph)
 		}
 		clear(f.keyIndex)
 		clear(f.argIndex)

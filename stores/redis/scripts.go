@@ -1,6 +1,10 @@
 package redisstore
 
-import "github.com/redis/rueidis"
+import (
+	"strings"
+
+	"github.com/redis/rueidis"
+)
 
 // The store's script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
@@ -48,7 +52,10 @@ import "github.com/redis/rueidis"
 // ... PXAT, or PX with a caller's clock), and otherwise keeps it by
 // overwriting the 40 bytes in place (SETRANGE key 0: the key exists and
 // holds 40 bytes, or the deadline read would be 0), which costs Redis far
-// less, and less than SET ... KEEPTTL. Window algorithms set the deadline
+// less, and less than SET ... KEEPTTL; when only the count b changed (a
+// window's next admission, nearly every write) only its 8 bytes (SETRANGE
+// key 8): packing one integer costs Redis 1.2k instructions, five 3.3k
+// (callgrind). Window algorithms set the deadline
 // to the state's expiry (once per window and key); a token bucket to its
 // expiry plus the bucket's refill time, so that a busy key moves its
 // deadline at most once per refill time. A key thus always has a deadline,
@@ -132,26 +139,33 @@ end
 // batchSource is the script of a flight of several Ops (group commit, see
 // Store). KEYS holds the flight's keys, each once, in order of first use;
 // ARGV[2] on the flight's distinct arguments (takeSource's ARGV[1]), each
-// once; ARGV[1] the Ops, one after the other, each as a byte n (its
-// quotas), a byte: the index in ARGV of its argument, and n bytes: the
-// index in KEYS of each quota's key. Redis makes a Lua string of every key
-// and argument before the script runs, and the Ops of a flight often share
-// a policy: each is sent, stored and decoded once (the last argument the
+// once, except that a window Op of one quota (no refund) is sent without
+// its phase (the last 8 bytes: 40 bytes), its phase going into its head;
+// ARGV[1] the Ops, one after the other, each as a byte n (its quotas), a
+// byte: the index in ARGV of its argument, n bytes: the index in KEYS of
+// each quota's key, and 4 bytes: that phase (little-endian; 0 for the
+// others). Redis makes a Lua string of every key and argument before the
+// script runs, and the Ops of a flight usually share a policy, whose
+// window Ops differ only in their phase (a hash of the identity): each
+// argument is sent, stored and decoded once (the last argument the
 // straight path decoded is kept in arg*). Each Op runs the same body as
-// takeSource, in a function called under pcall in the Ops' order, so an Op
-// whose commands fail (a WRONGTYPE key) fails alone, with its error
-// message, and the others are decided as if they had been sent one by one;
-// the server's TIME is read once, for the first Op on the server clock,
-// and shared (tnow). Reply: one bulk string, per Op a 3-byte head (0 and
-// the length of the Op's takeSource reply, little-endian 16-bit; or 1 and
-// the length of an error message) and then that reply or message.
+// takeSource, in a function (one) called in the Ops' order; the server's
+// TIME is read once, for the first Op on the server clock, and shared
+// (tnow). Reply: one bulk string, per Op a 3-byte head (0 and the length of
+// the Op's takeSource reply, little-endian 16-bit; or 1 and the length of
+// an error message) and then that reply or message.
 //
 // The batch body reads through got, the flight's values (index in KEYS ->
-// value; false: none) filled by one MGET, and every write updates it, so an
-// Op reads what the Ops before it in the flight wrote, as it would one call
-// later. A key MGET found no string under (none, or a key of another type)
-// is read again with GET, as takeSource does, so a WRONGTYPE key fails that
-// Op alone.
+// value; false: none) filled by one MGET, and every write updates it (a
+// write of the count alone sets it to false: read again), so an Op reads
+// what the Ops before it in the flight wrote, as it would one call later.
+// A key MGET found no string under (none, or a key of another type) is
+// read again with GET under redis.pcall, before anything of its Op is
+// written: a WRONGTYPE key fails that Op alone (one returns nil and the
+// message), and the others are decided as if they had been sent one by
+// one. No other command of an Op can fail alone: a write fails (OOM,
+// READONLY) only as a script's first write, before anything was written,
+// and then the whole call fails (every Op of the flight gets the error).
 //
 // Every C function call and global lookup costs Redis hundreds of
 // instructions (measured with callgrind): the script reads an Op's head
@@ -159,22 +173,28 @@ end
 // once per flight where it can.
 var batchSource = preamble + `
 local servertime, tnow
-local h, K = ARGV[1], KEYS
+local rpcall = redis.pcall
+local A, K = ARGV, KEYS
+local h = A[1]
 local got = call('MGET', unpack(K))
 local heads, rs = {}, {}
 local argi, argnow, argcost, argalg, arglim, argw, argx
-local function one(n, ai, k1, at)
-  local a, p0 = ARGV[ai], 1
+local function one(n, ai, k1, at, ph)
+  local a, p0 = A[ai], 1
   local refund = #a > 16 + 32 * n
 ` + body(true) + `
 end
 local out = {}
 local p, j, e = 1, 0, #h
 while p <= e do
-  local n, ai, k1 = byte(h, p, p + 2)
-  local ok, r, v = pcall(one, n, ai, k1, p)
+  local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
+  local ph = 0
+  if n == 1 then
+    ph = q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
+  end
+  local r, v = one(n, ai, k1, p, ph)
   local hd
-  if ok then
+  if r then
     local l = #r
     if v then
       l = l + 40
@@ -185,10 +205,7 @@ while p <= e do
       heads[l] = hd
     end
   else
-    if type(r) == 'table' then
-      r = r.err
-    end
-    r, v = string.sub(tostring(r), 1, 65535), nil
+    r, v = string.sub(tostring(v), 1, 65535), nil
     hd = string.char(1, #r % 256, floor(#r / 256))
   end
   out[j + 1], out[j + 2] = hd, r
@@ -197,7 +214,7 @@ while p <= e do
     out[j + 1] = v
     j = j + 1
   end
-  p = p + 2 + n
+  p = p + 6 + n
 end
 return table.concat(out)
 `
@@ -229,20 +246,44 @@ func body(batch bool) string {
     now, cost, alg, lim, w, x = dec(a, p0, 6)
   end
 `
-	wrote, head, ret, ki := "", "", "r .. v", "1"
+	reget := `
+  for i = 1, n do
+    if not vals[i] then
+      vals[i] = call('GET', K[KI])
+    end
+  end
+`
+	wrote, forget, head, ret, ki := "", "", "", "r .. v", "1"
 	if batch {
+		// A window Op's argument comes without its phase (40 bytes: the
+		// Ops of a policy share it), the phase ph in the Op's head.
 		args = `
   if ai == argi then
     now, cost, alg, lim, w, x = argnow, argcost, argalg, arglim, argw, argx
-  else` + args + `    argi, argnow, argcost, argalg, arglim, argw, argx = ai, now, cost, alg, lim, w, x
+  else
+    if #a == 40 then
+      if struct then
+        now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
+      else
+        now, cost, alg, lim, w = dec(a, p0, 5)
+      end
+      x = 0
+    else` + args + `    end
+    argi, argnow, argcost, argalg, arglim, argw, argx = ai, now, cost, alg, lim, w, x
   end
+  x = x + ph
 `
 		ki = "k1"
 		index = func(i string) string { return "byte(h, at + 1 + " + i + ")" }
+		// GET under redis.pcall: a key of another type fails its Op alone
+		// (one returns nil and the message), the flight goes on.
 		read = `
   local v = got[ki]
   if not v then
-    v = call('GET', k)
+    v = rpcall('GET', k)
+    if type(v) == 'table' then
+      return nil, v.err
+    end
     got[ki] = v
   end
 `
@@ -252,8 +293,21 @@ func body(batch bool) string {
     vals[i] = got[` + index("i") + `]
   end
 `
+		reget = `
+  for i = 1, n do
+    if not vals[i] then
+      local v = rpcall('GET', K[KI])
+      if type(v) == 'table' then
+        return nil, v.err
+      end
+      vals[i] = v
+    end
+  end
+`
 		wrote = `
       got[ki] = val`
+		forget = `
+        got[ki] = false`
 		head = `
   local hr = rs[r]
   if not hr then
@@ -276,9 +330,10 @@ func body(batch bool) string {
   end
 `
 	}
-	w := write(wrote)
+	w := write(wrote, forget)
 	reply := replyHead + head
-	return fastPath(args, ki, read, w, reply, ret) + generalPath(index("i"), readAll, w, wrote, reply)
+	reget = strings.ReplaceAll(reget, "KI", index("i"))
+	return fastPath(args, ki, read, w, reply, ret) + generalPath(readAll+reget, index("i"), w, wrote, reply)
 }
 
 // fastPath: one quota, no refund. args is the Lua that decodes its
@@ -328,7 +383,7 @@ end
 // reply's head r. A key with no string value is read again with GET, so a
 // key of another type is a WRONGTYPE error (MGET reads it as none), before
 // anything is written.
-func generalPath(ki, readAll, w, wrote, reply string) string {
+func generalPath(readAll, ki, w, wrote, reply string) string {
 	return `
 local now, cost, pos
 if struct then
@@ -337,11 +392,6 @@ else
   now, cost, pos = dec(a, p0, 2)
 end
 ` + clock + readAll + `
-for i = 1, n do
-  if not vals[i] then
-    vals[i] = call('GET', K[` + ki + `])
-  end
-end
 local read = {}
 local all = true
 local passes = 1
@@ -594,7 +644,7 @@ const windowState = `
 // the expiry plus the slack (slack/lim ms, rounded up); wrote follows it.
 // SETRANGE's offset is the string '0': a number argument costs Redis a
 // snprintf per call.
-func write(wrote string) string {
+func write(wrote, forget string) string {
 	return `
       local e = now + ttl
       local pe = px
@@ -607,6 +657,15 @@ func write(wrote string) string {
           pe = e + s
         end
       end
+      if pe == px and e == ex and na == sa and nc == sc then
+        local val
+        if struct then
+          val = spack('<i8', nb)
+        else
+          val = enc(nb)
+        end
+        call('SETRANGE', k, '8', val)` + forget + `
+      else
 ` + encode("e", "pe") + `      if pe == px then
         call('SETRANGE', k, '0', val)
       elseif servertime then
@@ -614,6 +673,7 @@ func write(wrote string) string {
       else
         call('SET', k, val, 'PX', pe - now)
       end` + wrote + `
+      end
 `
 }
 

@@ -66,7 +66,8 @@ func (g *gatedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.Red
 // opsOf is the number of Ops a store's script call with arguments args
 // decides: 1 for a plain call (one argument), else the Ops of the batch
 // (the store's wire format: ARGV[1] holds per Op n, the index of its
-// argument, n key indexes; the arguments follow); 0 for neither.
+// argument, n key indexes and 4 bytes of phase; the arguments follow); 0
+// for neither.
 func opsOf(args []string) int {
 	if len(args) == 1 {
 		return 1
@@ -77,10 +78,10 @@ func opsOf(args []string) int {
 	h, ops := args[0], 0
 	for len(h) >= 2 {
 		n := int(h[0])
-		if n < 1 || n > limit.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 2+n {
+		if n < 1 || n > limit.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 6+n {
 			return 0
 		}
-		h, ops = h[2+n:], ops+1
+		h, ops = h[6+n:], ops+1
 	}
 	if h != "" {
 		return 0
