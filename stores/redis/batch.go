@@ -222,7 +222,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 	if err := ctx.Err(); err != nil { // given up already: never queued, never sent
 		b.mu.Unlock()
 		waiters.Put(w)
-		return limit.Result{}, fmt.Errorf("redisstore: %w", err)
+		return limit.Result{}, err
 	}
 	w.dl, w.hasDL = ctx.Deadline()
 	w.ctx = ctx
@@ -246,7 +246,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 			w.state, w.ctx = idle, nil
 			b.mu.Unlock()
 			waiters.Put(w)
-			return limit.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+			return limit.Result{}, ctx.Err()
 		case sent: // its flight may still write to w: not pooled
 			w.state = abandoned
 			f := w.f
@@ -255,7 +255,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 				close(*f.done.Load())
 			}
 			b.mu.Unlock()
-			return limit.Result{}, fmt.Errorf("redisstore: %w", ctx.Err())
+			return limit.Result{}, ctx.Err()
 		}
 		b.mu.Unlock() // answered meanwhile
 		<-w.ready
@@ -413,7 +413,7 @@ func (f *flight) fill(b *batcher) {
 		ctx := w.ctx
 		w.ctx = nil
 		if err := ctx.Err(); err != nil {
-			w.err, w.state = fmt.Errorf("redisstore: %w", err), answered
+			w.err, w.state = err, answered
 			w.ready <- struct{}{}
 			continue
 		}
@@ -523,9 +523,6 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		resp = batchScript.Exec(f, c, f.keys, f.args)
 	}
 	reply, err := resp.ToString()
-	if err != nil {
-		err = fmt.Errorf("redisstore: %w", err)
-	}
 	if resp.NonRedisError() == nil {
 		f.buf = buf // answered: rueidis is done with the command
 	} else {
