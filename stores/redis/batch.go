@@ -66,6 +66,9 @@ const (
 	flushAfter = time.Millisecond
 )
 
+// batchEpoch is the origin of batcher.done (a monotonic reading).
+var batchEpoch = time.Now()
+
 // batchScript is the script of a flight of several Ops (batchSource).
 var batchScript = rueidis.NewLuaScript(batchSource)
 
@@ -143,6 +146,7 @@ type batcher struct {
 
 	timer  *time.Timer    // the flush timer (armFlush)
 	armed  bool           // timer set and not yet fired
+	done   time.Duration  // when a script call last returned (since batchEpoch; 0: none yet)
 	client rueidis.Client // the client of the queued Takes, for flush
 }
 
@@ -296,6 +300,7 @@ func (s *Store) call(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 // then left to the other runners and the flush timer.
 func (s *Store) keepSlot() bool {
 	b := &s.batch
+	b.done = time.Since(batchEpoch)
 	if len(b.queue) > 0 && !s.closed.Load() && b.out <= maxFlights {
 		return true
 	}
@@ -340,14 +345,25 @@ func (s *Store) armFlush() {
 }
 
 // flush runs when the flush timer fires: Takes have been queued for
-// flushAfter while every call out was slow, so one more call (above
-// maxFlights) takes them, from this goroutine.
+// flushAfter. When no script call has returned for flushAfter, every call
+// out is slow, so one more call (above maxFlights) takes them, from this
+// goroutine. When one has, the calls out are answering and the next to
+// return takes the queue: the timer is set again for flushAfter after that
+// return. (A Redis merely busy keeps answering: an extra call would only
+// split its flights, costing Redis and the client more per decision;
+// measured with bench/redispeers, DESIGN.md.)
 func (s *Store) flush() {
 	b := &s.batch
 	b.mu.Lock()
 	b.armed = false
 	if len(b.queue) == 0 || s.closed.Load() {
 		s.failQueued(ErrClosed) // none unless closed
+		b.mu.Unlock()
+		return
+	}
+	if wait := b.done + flushAfter - time.Since(batchEpoch); b.done != 0 && wait > 0 {
+		b.armed = true
+		b.timer.Reset(wait)
 		b.mu.Unlock()
 		return
 	}
