@@ -132,14 +132,24 @@ type gatedRun struct {
 
 func startGated(t *testing.T, s *Store, g *gatedClient, fillerPrefix string) *gatedRun {
 	t.Helper()
+	return startGatedWith(t, s, g, func(i int) limit.Op {
+		return oneQuota(fmt.Sprintf("%s:{fill%d}:f", fillerPrefix, i),
+			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	})
+}
+
+// startGatedWith is startGated with the fillers' Ops made by filler (the
+// i-th filler's; each on keys of its own): the last one made is the one
+// that queued, the first Op of the flight.
+func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) limit.Op) *gatedRun {
+	t.Helper()
 	r := &gatedRun{t: t, s: s, g: g}
 	g.gated.Store(true)
 	for i := 0; ; i++ {
 		if i == 100 {
 			t.Fatal("100 concurrent Takes and none queued: the Store does not batch")
 		}
-		op := oneQuota(fmt.Sprintf("%s:{fill%d}:f", fillerPrefix, i),
-			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		op := filler(i)
 		ch, queued := r.start(context.Background(), &op)
 		r.fillers = append(r.fillers, ch)
 		if queued {
