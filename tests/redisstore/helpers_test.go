@@ -60,6 +60,9 @@ type backend struct {
 	real bool
 	// killConns drops every client connection on the server(s).
 	killConns func(t testing.TB)
+	// mini is the miniredis server (nil for a real one): its TIME can be
+	// set (SetTime).
+	mini *miniredis.Miniredis
 }
 
 // backends returns miniredis, the standalone server and the Cluster; the
@@ -87,7 +90,7 @@ func miniBackendServer(t testing.TB) *miniredis.Miniredis { return miniredis.Run
 
 func miniBackendOf(mr *miniredis.Miniredis) *backend {
 	return &backend{
-		name: "miniredis",
+		name: "miniredis", mini: mr,
 		// ForceSingleClient: miniredis answers CLUSTER SLOTS, so rueidis
 		// would otherwise build a Cluster client for it, on which the
 		// Store never batches (group commit); miniredis is one server.
