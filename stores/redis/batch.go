@@ -330,7 +330,11 @@ func (b *batcher) flight() *flight {
 // whole round trip more of the queued Takes' time); b.mu is held. A Take
 // without a deadline has no time to lose: it waits for a call to return.
 // The timer is the Store's one, made on first use; it starts a goroutine
-// only when it fires.
+// only when it fires. It is never stopped, only left to fire (a queue
+// emptied meanwhile makes flush a no-op): stopping and setting it again
+// per flight made the runtime scan its timer heap each time, which holds a
+// timer per millisecond of the engine's store timeout (the engine's shared
+// deadlines).
 func (s *Store) armFlush() {
 	b := &s.batch
 	if b.armed {
@@ -447,9 +451,6 @@ func (f *flight) fill(b *batcher) {
 	n := copy(b.queue, b.queue[taken:])
 	clear(b.queue[n:])
 	b.queue = b.queue[:n]
-	if n == 0 && b.armed && b.timer.Stop() {
-		b.armed = false
-	}
 	f.live = k
 	if forever {
 		f.dl.Store(0)
