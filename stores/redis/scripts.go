@@ -377,12 +377,12 @@ end
 }
 
 // generalPath: several quotas (a first pass decides, a second writes), or a
-// refund (one pass). ki is the Lua for the index in KEYS of quota i's key,
-// readAll the Lua that reads the values into vals (one per quota, false for
-// none), w the write, wrote what follows the refund's write, reply the
-// reply's head r. A key with no string value is read again with GET, so a
-// key of another type is a WRONGTYPE error (MGET reads it as none), before
-// anything is written.
+// refund (one pass). readAll is the Lua that reads the values into vals
+// (one per quota, false for none) and then reads a key with no string
+// value again with GET, so that a key of another type is a WRONGTYPE error
+// (MGET reads it as none) before anything is written; ki the Lua for the
+// index in KEYS of quota i's key, w the write, wrote what follows the
+// refund's write, reply the reply's head r.
 func generalPath(readAll, ki, w, wrote, reply string) string {
 	return `
 local now, cost, pos
