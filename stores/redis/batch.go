@@ -520,6 +520,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		}
 		clear(f.keyIndex)
 		clear(f.argIndex)
+		markAgain(buf, f.members)
 		end := len(buf)
 		for _, a := range args[1:] {
 			buf = append(buf, a...)
@@ -578,6 +579,34 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 	clear(parts)
 	clear(errs)
 	f.parts, f.errs = parts, errs
+}
+
+// headAgain is the flag of an Op's head byte n (batchSource): the Op has
+// one quota and a later Op of the flight reads its key, so its write must
+// leave the whole value where that Op will read it.
+const headAgain = 0x80
+
+// markAgain sets headAgain in the heads (ARGV[1], buf) of the members of
+// one quota whose key a later member reads too.
+func markAgain(buf []byte, members []*waiter) {
+	var uses [maxBatchKeys + 1]uint16 // reads of each key index (up to maxBatchOps x MaxQuotas)
+	p := 0
+	for _, w := range members {
+		for _, x := range buf[p+2 : p+2+w.n] {
+			uses[x]++
+		}
+		p += 6 + w.n
+	}
+	p = 0
+	for _, w := range members {
+		for _, x := range buf[p+2 : p+2+w.n] {
+			uses[x]--
+		}
+		if w.n == 1 && uses[buf[p+2]] > 0 {
+			buf[p] |= headAgain
+		}
+		p += 6 + w.n
+	}
 }
 
 // splitReply cuts the first Op's part off a batch reply (see batchSource):

@@ -54,8 +54,8 @@ import (
 // holds 40 bytes, or the deadline read would be 0), which costs Redis far
 // less, and less than SET ... KEEPTTL; when only the count b changed (a
 // window's next admission, nearly every write) only its 8 bytes (SETRANGE
-// key 8): packing one integer costs Redis 1.2k instructions, five 3.3k
-// (callgrind). Window algorithms set the deadline
+// key 8; not for a key a later Op of the flight reads): packing one integer
+// costs Redis 1.2k instructions, five 3.3k (callgrind). Window algorithms set the deadline
 // to the state's expiry (once per window and key); a token bucket to its
 // expiry plus the bucket's refill time, so that a busy key moves its
 // deadline at most once per refill time. A key thus always has a deadline,
@@ -91,7 +91,7 @@ import (
 // C calls per Op as they can, and pass SETRANGE's offset as the string '0'
 // (a number argument costs Redis a snprintf per call).
 var takeSource = preamble + `
-local servertime, tnow
+local servertime, tnow, again
 local K = KEYS
 local n, a, p0 = #K, ARGV[1], 1
 local refund = #a > 16 + 32 * n
@@ -144,7 +144,8 @@ end
 // ARGV[1] the Ops, one after the other, each as a byte n (its quotas), a
 // byte: the index in ARGV of its argument, n bytes: the index in KEYS of
 // each quota's key, and 4 bytes: that phase (little-endian; 0 for the
-// others). Redis makes a Lua string of every key and argument before the
+// others); n carries 128 (again) for an Op of one quota whose key a later
+// Op reads. Redis makes a Lua string of every key and argument before the
 // script runs, and the Ops of a flight usually share a policy, whose
 // window Ops differ only in their phase (a hash of the identity): each
 // argument is sent, stored and decoded once (the last argument the
@@ -156,9 +157,10 @@ end
 // an error message) and then that reply or message.
 //
 // The batch body reads through got, the flight's values (index in KEYS ->
-// value; false: none) filled by one MGET, and every write updates it (a
-// write of the count alone sets it to false: read again), so an Op reads
-// what the Ops before it in the flight wrote, as it would one call later.
+// value; false: none) filled by one MGET, and every write of a key a
+// later Op reads updates it (the head's flag 128 on n: again), so an Op
+// reads what the Ops before it in the flight wrote, as it would one call
+// later; a key no later Op reads may have its count written alone.
 // A key MGET found no string under (none, or a key of another type) is
 // read again with GET under redis.pcall, before anything of its Op is
 // written: a WRONGTYPE key fails that Op alone (one returns nil and the
@@ -179,7 +181,7 @@ local h = A[1]
 local got = call('MGET', unpack(K))
 local heads, rs = {}, {}
 local argi, argnow, argcost, argalg, arglim, argw, argx
-local function one(n, ai, k1, at, ph)
+local function one(n, ai, k1, at, ph, again)
   local a, p0 = A[ai], 1
   local refund = #a > 16 + 32 * n
 ` + body(true) + `
@@ -188,11 +190,15 @@ local out = {}
 local p, j, e = 1, 0, #h
 while p <= e do
   local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
+  local again = n > 127
+  if again then
+    n = n - 128
+  end
   local ph = 0
   if n == 1 then
     ph = q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
   end
-  local r, v = one(n, ai, k1, p, ph)
+  local r, v = one(n, ai, k1, p, ph, again)
   local hd
   if r then
     local l = #r
@@ -253,7 +259,7 @@ func body(batch bool) string {
     end
   end
 `
-	wrote, forget, head, ret, ki := "", "", "", "r .. v", "1"
+	wrote, head, ret, ki := "", "", "r .. v", "1"
 	if batch {
 		// A window Op's argument comes without its phase (40 bytes: the
 		// Ops of a policy share it), the phase ph in the Op's head.
@@ -306,8 +312,6 @@ func body(batch bool) string {
 `
 		wrote = `
       got[ki] = val`
-		forget = `
-        got[ki] = false`
 		head = `
   local hr = rs[r]
   if not hr then
@@ -330,17 +334,18 @@ func body(batch bool) string {
   end
 `
 	}
-	w := write(wrote, forget)
 	reply := replyHead + head
 	reget = strings.ReplaceAll(reget, "KI", index("i"))
-	return fastPath(args, ki, read, w, reply, ret) + generalPath(readAll+reget, index("i"), w, wrote, reply)
+	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), reply, ret) +
+		generalPath(readAll+reget, index("i"), write(wrote, false), wrote, reply)
 }
 
 // fastPath: one quota, no refund. args is the Lua that decodes its
 // argument, ki the Lua for the index of its key in KEYS, read the Lua that
-// reads its value v, w the write, reply the
-// reply's head r, ret what it returns when a value was read.
-func fastPath(args, ki, read, w, reply, ret string) string {
+// reads its value v, wb the token bucket's write and ww the windows' (which
+// may write the count alone), reply the reply's head r, ret what it returns
+// when a value was read.
+func fastPath(args, ki, read, wb, ww, reply, ret string) string {
 	return `
 if n == 1 and not refund then
   local now, cost, alg, lim, w, x
@@ -356,7 +361,7 @@ if n == 1 and not refund then
       off = off + cost * w
     end
     if ok or norm then
-` + bucketState + w + `
+` + bucketState + wb + `
     end
   else
 ` + windowView + windowFits + `
@@ -364,7 +369,7 @@ if n == 1 and not refund then
       curr = curr + cost
     end
     if ok or norm then
-` + windowState + w + `
+` + windowState + ww + `
     end
   end
 ` + reply + `
@@ -643,8 +648,29 @@ const windowState = `
 // beyond the policy's bound (a value written by something else): then to
 // the expiry plus the slack (slack/lim ms, rounded up); wrote follows it.
 // SETRANGE's offset is the string '0': a number argument costs Redis a
-// snprintf per call.
-func write(wrote, forget string) string {
+// snprintf per call. partial: when only the count b changed (a window's
+// next admission: same window, previous count, expiry and deadline) and no
+// later Op of the flight reads the key (again: batchSource), the count's 8
+// bytes alone are written (SETRANGE key 8), and got is not updated.
+func write(wrote string, partial bool) string {
+	count := ""
+	if partial {
+		count = `
+      if not again and pe == px and e == ex and na == sa and nc == sc then
+        local val
+        if struct then
+          val = spack('<i8', nb)
+        else
+          val = enc(nb)
+        end
+        call('SETRANGE', k, '8', val)
+      else`
+	}
+	end := ""
+	if partial {
+		end = `
+      end`
+	}
 	return `
       local e = now + ttl
       local pe = px
@@ -657,23 +683,13 @@ func write(wrote, forget string) string {
           pe = e + s
         end
       end
-      if pe == px and e == ex and na == sa and nc == sc then
-        local val
-        if struct then
-          val = spack('<i8', nb)
-        else
-          val = enc(nb)
-        end
-        call('SETRANGE', k, '8', val)` + forget + `
-      else
-` + encode("e", "pe") + `      if pe == px then
+` + count + encode("e", "pe") + `      if pe == px then
         call('SETRANGE', k, '0', val)
       elseif servertime then
         call('SET', k, val, 'PXAT', pe)
       else
         call('SET', k, val, 'PX', pe - now)
-      end` + wrote + `
-      end
+      end` + wrote + end + `
 `
 }
 

@@ -81,7 +81,7 @@ func opsOf(args []string) int {
 	}
 	h, ops := args[0], 0
 	for len(h) >= 2 {
-		n := int(h[0])
+		n := int(h[0]) &^ 0x80 // the head's flag: the key is read again later
 		if n < 1 || n > limit.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 6+n {
 			return 0
 		}
