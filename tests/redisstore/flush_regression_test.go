@@ -101,8 +101,12 @@ func TestRegressionFlushNotDeferredBySlotsGivenBack(t *testing.T) {
 			t.Fatalf("Take: %v", o.err)
 		}
 	}
-	t.Logf("B's flight reached Redis %v after B queued; %d calls returned meanwhile (each gave its slot back)", waited, released.Load())
-	if waited > 8*time.Millisecond {
-		t.Errorf("B waited %v in the queue while no call that could take it returned; want about 1 ms (the flush timer)", waited)
+	n := released.Load()
+	t.Logf("B's flight reached Redis %v after B queued; %d of %d calls returned meanwhile (each gave its slot back)", waited, n, len(cancels))
+	// An order, not a time bound: B's flight must leave while the extra
+	// calls are still returning (the flush timer, about 1 ms after B
+	// queued, while the returns last about 15 ms), not once they are done.
+	if n >= int32(len(cancels)) {
+		t.Errorf("B's flight left only after all %d returns (%v after B queued): returns that gave their slot back deferred the flush", n, waited)
 	}
 }
