@@ -146,7 +146,7 @@ type batcher struct {
 
 	timer  *time.Timer    // the flush timer (armFlush)
 	armed  bool           // timer set and not yet fired
-	done   time.Duration  // when a script call last returned (since batchEpoch; 0: none yet)
+	done   time.Duration  // when a script call last returned within maxFlights (since batchEpoch; 0: none yet)
 	client rueidis.Client // the client of the queued Takes, for flush
 }
 
@@ -300,7 +300,11 @@ func (s *Store) call(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 // then left to the other runners and the flush timer.
 func (s *Store) keepSlot() bool {
 	b := &s.batch
-	b.done = time.Since(batchEpoch)
+	if b.out <= maxFlights {
+		// A return that takes the queue (flush waits for such one): a
+		// slot above maxFlights is given back, taking nothing.
+		b.done = time.Since(batchEpoch)
+	}
 	if len(b.queue) > 0 && !s.closed.Load() && b.out <= maxFlights {
 		return true
 	}
