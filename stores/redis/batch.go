@@ -66,9 +66,6 @@ const (
 	flushAfter = time.Millisecond
 )
 
-// batchEpoch is the origin of batcher.done (a monotonic reading).
-var batchEpoch = time.Now()
-
 // batchScript is the script of a flight of several Ops (batchSource).
 var batchScript = rueidis.NewLuaScript(batchSource)
 
@@ -146,7 +143,7 @@ type batcher struct {
 
 	timer  *time.Timer    // the flush timer (armFlush)
 	armed  bool           // timer set and not yet fired
-	done   time.Duration  // when a script call last returned within maxFlights (since batchEpoch; 0: none yet)
+	done   time.Time      // when a script call last returned within maxFlights (zero: none yet)
 	client rueidis.Client // the client of the queued Takes, for flush
 }
 
@@ -303,7 +300,7 @@ func (s *Store) keepSlot() bool {
 	if b.out <= maxFlights {
 		// A return that takes the queue (flush waits for such one): a
 		// slot above maxFlights is given back, taking nothing.
-		b.done = time.Since(batchEpoch)
+		b.done = time.Now()
 	}
 	if len(b.queue) > 0 && !s.closed.Load() && b.out <= maxFlights {
 		return true
@@ -369,7 +366,7 @@ func (s *Store) flush() {
 		b.mu.Unlock()
 		return
 	}
-	if wait := b.done + flushAfter - time.Since(batchEpoch); b.done != 0 && wait > 0 {
+	if wait := flushAfter - time.Since(b.done); !b.done.IsZero() && wait > 0 {
 		b.armed = true
 		b.timer.Reset(wait)
 		b.mu.Unlock()

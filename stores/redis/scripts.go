@@ -1,10 +1,6 @@
 package redisstore
 
-import (
-	"strings"
-
-	"github.com/redis/rueidis"
-)
+import "github.com/redis/rueidis"
 
 // The store's script (store contract v2) transcribes line by line the
 // admission test and the state updates of limit.Op.Apply
@@ -252,13 +248,6 @@ func body(batch bool) string {
     now, cost, alg, lim, w, x = dec(a, p0, 6)
   end
 `
-	reget := `
-  for i = 1, n do
-    if not vals[i] then
-      vals[i] = call('GET', K[KI])
-    end
-  end
-`
 	wrote, head, ret, ki := "", "", "r .. v", "1"
 	if batch {
 		// A window Op's argument comes without its phase (40 bytes: the
@@ -299,17 +288,6 @@ func body(batch bool) string {
     vals[i] = got[` + index("i") + `]
   end
 `
-		reget = `
-  for i = 1, n do
-    if not vals[i] then
-      local v = rpcall('GET', K[KI])
-      if type(v) == 'table' then
-        return nil, v.err
-      end
-      vals[i] = v
-    end
-  end
-`
 		wrote = `
       got[ki] = val`
 		head = `
@@ -335,7 +313,28 @@ func body(batch bool) string {
 `
 	}
 	reply := replyHead + head
-	reget = strings.ReplaceAll(reget, "KI", index("i"))
+	// A key with no string value read again with GET (a batch's under
+	// redis.pcall, as read).
+	reget := `
+  for i = 1, n do
+    if not vals[i] then
+      vals[i] = call('GET', K[` + index("i") + `])
+    end
+  end
+`
+	if batch {
+		reget = `
+  for i = 1, n do
+    if not vals[i] then
+      local v = rpcall('GET', K[` + index("i") + `])
+      if type(v) == 'table' then
+        return nil, v.err
+      end
+      vals[i] = v
+    end
+  end
+`
+	}
 	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), reply, ret) +
 		generalPath(readAll+reget, index("i"), write(wrote, false), wrote, reply)
 }
@@ -653,7 +652,7 @@ const windowState = `
 // later Op of the flight reads the key (again: batchSource), the count's 8
 // bytes alone are written (SETRANGE key 8), and got is not updated.
 func write(wrote string, partial bool) string {
-	count := ""
+	count, end := "", ""
 	if partial {
 		count = `
       if not again and pe == px and e == ex and na == sa and nc == sc then
@@ -665,9 +664,6 @@ func write(wrote string, partial bool) string {
         end
         call('SETRANGE', k, '8', val)
       else`
-	}
-	end := ""
-	if partial {
 		end = `
       end`
 	}
