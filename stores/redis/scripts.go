@@ -98,12 +98,15 @@ local refund = #a > 16 + 32 * n
 var preamble = `
 local struct = rawget(_G, 'struct')
 local call, floor, byte = redis.call, math.floor, string.byte
-local sunpack, spack, dec, enc
+local sunpack, spack
 if struct then
   sunpack, spack = struct.unpack, struct.pack
 else
-  -- No struct library: little-endian 64-bit integers in plain Lua.
-  dec = function(s, p, k)
+  -- No struct library: struct.unpack and struct.pack of the formats used
+  -- here ('<' and k times 'i8': little-endian 64-bit integers) in plain Lua.
+  sunpack = function(fmt, s, p)
+    p = p or 1
+    local k = (#fmt - 1) / 2
     local out = {}
     for j = 1, k do
       local v = 0
@@ -116,7 +119,7 @@ else
     out[k + 1] = p
     return unpack(out)
   end
-  enc = function(...)
+  spack = function(fmt, ...)
     local parts = {}
     for j, v in ipairs({...}) do
       local bytes = {}
@@ -145,7 +148,10 @@ end
 // script runs, and the Ops of a flight usually share a policy, whose
 // window Ops differ only in their phase (a hash of the identity): each
 // argument is sent, stored and decoded once (the last argument the
-// straight path decoded is kept in arg*). Each Op runs the same body as
+// straight path decoded is kept in arg*, with its clock reading: an Op
+// with that argument neither decodes it nor reads the clock again, nor
+// checks it for a refund; the general path, which reads the clock of its
+// own argument, makes the next Op decode its argument). Each Op runs the same body as
 // takeSource, in a function (one) called in the Ops' order; the server's
 // TIME is read once, for the first Op on the server clock, and shared
 // (tnow). Reply: one bulk string, per Op a 3-byte head (0 and the length of
@@ -178,8 +184,10 @@ local got = call('MGET', unpack(K))
 local heads, rs = {}, {}
 local argi, argnow, argcost, argalg, arglim, argw, argx
 local function one(n, ai, k1, at, ph, again)
-  local a, p0 = A[ai], 1
-  local refund = #a > 16 + 32 * n
+  local a, p0, refund = A[ai], 1, false
+  if ai ~= argi then
+    refund = #a > 16 + 32 * n
+  end
 ` + body(true) + `
 end
 local out = {}
@@ -242,11 +250,7 @@ func body(batch bool) string {
   end
 `
 	args := `
-  if struct then
-    now, cost, alg, lim, w, x = sunpack('<i8i8i8i8i8i8', a, p0)
-  else
-    now, cost, alg, lim, w, x = dec(a, p0, 6)
-  end
+  now, cost, alg, lim, w, x = sunpack('<i8i8i8i8i8i8', a, p0)
 `
 	wrote, head, ret, ki := "", "", "r .. v", "1"
 	if batch {
@@ -257,13 +261,9 @@ func body(batch bool) string {
     now, cost, alg, lim, w, x = argnow, argcost, argalg, arglim, argw, argx
   else
     if #a == 40 then
-      if struct then
-        now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
-      else
-        now, cost, alg, lim, w = dec(a, p0, 5)
-      end
+      now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
       x = 0
-    else` + args + `    end
+    else` + args + `    end` + clock + `
     argi, argnow, argcost, argalg, arglim, argw, argx = ai, now, cost, alg, lim, w, x
   end
   x = x + ph
@@ -282,7 +282,10 @@ func body(batch bool) string {
     got[ki] = v
   end
 `
+		// The general path's clock sets servertime: the straight path's
+		// kept argument (whose clock it was) is decoded again after it.
 		readAll = `
+  argi = nil
   local vals = {}
   for i = 1, n do
     vals[i] = got[` + index("i") + `]
@@ -293,23 +296,16 @@ func body(batch bool) string {
 		head = `
   local hr = rs[r]
   if not hr then
-    if struct then
-      hr = spack('<i8', r)
-    else
-      hr = enc(r)
-    end
+    hr = spack('<i8', r)
     rs[r] = hr
   end
   r = hr
 `
 		ret = "r, v"
 	} else {
+		args += clock
 		head = `
-  if struct then
-    r = spack('<i8', r)
-  else
-    r = enc(r)
-  end
+  r = spack('<i8', r)
 `
 	}
 	reply := replyHead + head
@@ -348,7 +344,7 @@ func fastPath(args, ki, read, wb, ww, reply, ret string) string {
 	return `
 if n == 1 and not refund then
   local now, cost, alg, lim, w, x
-` + args + `` + clock + `
+` + args + `
   local ki = ` + ki + `
   local k = K[ki]
 ` + read + decodeState + `
@@ -390,11 +386,7 @@ end
 func generalPath(readAll, ki, w, wrote, reply string) string {
 	return `
 local now, cost, pos
-if struct then
-  now, cost, pos = sunpack('<i8i8', a, p0)
-else
-  now, cost, pos = dec(a, p0, 2)
-end
+now, cost, pos = sunpack('<i8i8', a, p0)
 ` + clock + readAll + `
 local read = {}
 local all = true
@@ -406,16 +398,9 @@ for pass = 1, passes do
   local p = pos
   for i = 1, n do
     local alg, lim, w, x, cw
-    if struct then
-      alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
-      if refund then
-        cw, p = sunpack('<i8', a, p)
-      end
-    else
-      alg, lim, w, x, p = dec(a, p, 4)
-      if refund then
-        cw, p = dec(a, p, 1)
-      end
+    alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
+    if refund then
+      cw, p = sunpack('<i8', a, p)
     end
     local ki = ` + ki + `
     local k = K[ki]
@@ -551,16 +536,14 @@ const clock = `
 // (397 days, beyond any policy's: MaxRefill plus the clock-step second),
 // which only a value written by something else can hold.
 const decodeState = `
-    local sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+    local sa, sb, sc, ex, px
     if v and #v == 40 then
-      if struct then
-        sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-      else
-        sa, sb, sc, ex, px = dec(v, 1, 5)
-      end
+      sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
       if ex <= now or ex - now > 34359738368 then
         sa, sb, sc, ex = 0, 0, 0, 0
       end
+    else
+      sa, sb, sc, ex, px = 0, 0, 0, 0, 0
     end
 `
 
@@ -657,11 +640,7 @@ func write(wrote string, partial bool) string {
 		count = `
       if not again and pe == px and e == ex and na == sa and nc == sc then
         local val
-        if struct then
-          val = spack('<i8', nb)
-        else
-          val = enc(nb)
-        end
+        val = spack('<i8', nb)
         call('SETRANGE', k, '8', val)
       else`
 		end = `
@@ -712,11 +691,7 @@ func divmod(q, r, a, b string) string {
 func encode(ex, px string) string {
 	return `
       local val
-      if struct then
-        val = spack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
-      else
-        val = enc(na, nb, nc, ` + ex + `, ` + px + `)
-      end
+      val = spack('<i8i8i8i8i8', na, nb, nc, ` + ex + `, ` + px + `)
 `
 }
 
