@@ -103,14 +103,19 @@ if struct then
   sunpack, spack = struct.unpack, struct.pack
 else
   -- No struct library: struct.unpack and struct.pack of the formats used
-  -- here ('<' and k times 'i8': little-endian 64-bit integers) in plain Lua.
+  -- here ('<' and k times 'i8': little-endian 64-bit integers, signed) in
+  -- plain Lua. The top byte carries the sign (a value written by something
+  -- else may be negative): exact below 2^53 in magnitude, as struct's.
   sunpack = function(fmt, s, p)
     p = p or 1
     local k = (#fmt - 1) / 2
     local out = {}
     for j = 1, k do
-      local v = 0
-      for b = p + 7, p, -1 do
+      local v = string.byte(s, p + 7)
+      if v > 127 then
+        v = v - 256
+      end
+      for b = p + 6, p, -1 do
         v = v * 256 + string.byte(s, b)
       end
       out[j] = v
