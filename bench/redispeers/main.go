@@ -16,13 +16,8 @@
 // none per call); and Redis commands per decision (every command
 // commandstats counts, the script's own included). Then a single-hot-key
 // flood: limit 10 per minute, 64 goroutines, nearly every request denied.
-// Each cell is the median over the rounds. "of ceiling" is the median
-// decisions/s over the ceiling's; "of ceiling (paired)" (-paired, the
-// default) the median, and the range, of the ratios to a ceiling
-// measurement made right before (even rounds) or after (odd rounds) each
-// one, which cancels the machine's drift over a round (on shared cores the
-// ceiling alone varied by 1.4x between rounds of one run). Benchmarks:
-// ratios inside one run count, absolute numbers depend on the machine.
+// Each cell is the median over the rounds. Benchmarks: ratios inside one run
+// count, absolute numbers depend on the machine.
 //
 //	go run ./redispeers            (make bench runs it)
 //	go run ./redispeers -rounds 5 -dur 3s -goroutines 64,256
@@ -58,7 +53,6 @@ type config struct {
 	flood      bool
 	only       string // substring filter on contender names
 	verbose    bool   // print every measurement to stderr
-	paired     bool   // measure the ceiling next to every other measurement
 }
 
 func main() {
@@ -70,7 +64,6 @@ func main() {
 	flag.IntVar(&cfg.keys, "keys", 10_000, "identities on the allowed path")
 	flag.BoolVar(&cfg.flood, "flood", true, "also run the single-hot-key flood")
 	flag.StringVar(&cfg.only, "only", "", "run only contenders whose name contains this (and the ceiling)")
-	flag.BoolVar(&cfg.paired, "paired", true, "measure the ceiling next to each other contender's measurement (same goroutines and duration; before it in even rounds, after it in odd ones) and report the median of those ratios too")
 	flag.BoolVar(&cfg.verbose, "v", false, "print every measurement (round, contender, goroutines, decisions/s) to stderr")
 	flag.Parse()
 	for _, g := range strings.Split(gs, ",") {
@@ -112,7 +105,6 @@ type row struct {
 	name string
 	g    int
 	ms   []measurement
-	ceil []float64 // the ceiling's decisions/s measured next to each of ms (-paired)
 }
 
 // median of f over the row's measurements.
@@ -204,55 +196,27 @@ func measureAll(cfg config) (*results, error) {
 			return nil, fmt.Errorf("%s: %w", cs[i].name, err)
 		}
 	}
-	// one measures contender i at g goroutines over its own 10 000 keys:
-	// the data set of every measurement is the same, whichever contenders
-	// the run holds (the others' keys would grow Redis's dictionaries, and
-	// with them the cost of every key lookup).
-	one := func(r, i, g int) (measurement, error) {
-		if err := admin.Do(context.Background(), admin.B().Flushall().Sync().Build()).Error(); err != nil {
-			return measurement{}, err
-		}
-		if _, err := measure(srv, admin, fns[i], 64, min(cfg.dur, 300*time.Millisecond)); err != nil {
-			return measurement{}, fmt.Errorf("%s: %w", cs[i].name, err)
-		}
-		m, err := measure(srv, admin, fns[i], g, cfg.dur)
-		if err != nil {
-			return measurement{}, fmt.Errorf("%s: %w", cs[i].name, err)
-		}
-		if cfg.verbose {
-			fmt.Fprintf(os.Stderr, "round %d\t%s\t%d\t%.0f\n", r, cs[i].name, g, rate(m))
-		}
-		return m, nil
-	}
-	ceiling := slices.IndexFunc(cs, func(c contender) bool { return strings.HasPrefix(c.name, "trivial") })
 	for r := range cfg.rounds {
 		for k := range cs {
 			i := (k + r) % len(cs)
 			for _, g := range cfg.goroutines {
-				// Paired: the ceiling right before (even rounds) or after
-				// (odd rounds) the contender, so that the machine's drift
-				// over a round (other tenants of its cores) cancels out.
-				pair := cfg.paired && i != ceiling
-				var cm measurement
-				var err error
-				if pair && r%2 == 0 {
-					if cm, err = one(r, ceiling, g); err != nil {
-						return nil, err
-					}
-				}
-				m, err := one(r, i, g)
-				if err != nil {
+				// Over its own 10 000 keys: the data set of every
+				// measurement is the same, whichever contenders the run
+				// holds (the others' keys would grow Redis's dictionaries,
+				// and with them the cost of every key lookup).
+				if err := admin.Do(context.Background(), admin.B().Flushall().Sync().Build()).Error(); err != nil {
 					return nil, err
 				}
-				if pair && r%2 == 1 {
-					if cm, err = one(r, ceiling, g); err != nil {
-						return nil, err
-					}
+				if _, err := measure(srv, admin, fns[i], 64, min(cfg.dur, 300*time.Millisecond)); err != nil {
+					return nil, fmt.Errorf("%s: %w", cs[i].name, err)
 				}
-				row := rows[key(cs[i].name, g)]
-				row.ms = append(row.ms, m)
-				if pair {
-					row.ceil = append(row.ceil, rate(cm))
+				m, err := measure(srv, admin, fns[i], g, cfg.dur)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", cs[i].name, err)
+				}
+				rows[key(cs[i].name, g)].ms = append(rows[key(cs[i].name, g)].ms, m)
+				if cfg.verbose {
+					fmt.Fprintf(os.Stderr, "round %d\t%s\t%d\t%.0f\n", r, cs[i].name, g, rate(m))
 				}
 			}
 		}
@@ -301,23 +265,14 @@ func (res *results) print(w io.Writer) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight|tabwriter.Debug)
-	fmt.Fprintln(tw, "contender\tgoroutines\tdecisions/s\tof ceiling\tof ceiling (paired)\tRedis usec/decision (commandstats)\tRedis CPU usec/decision (process)\tclient CPU usec/decision\tallocs/decision\tcommands/decision\tallowed\t")
+	fmt.Fprintln(tw, "contender\tgoroutines\tdecisions/s\tof ceiling\tRedis usec/decision (commandstats)\tRedis CPU usec/decision (process)\tclient CPU usec/decision\tallocs/decision\tcommands/decision\tallowed\t")
 	for _, r := range res.allowed {
 		dps := r.median(rate)
 		of := "-"
 		if c := ceiling[r.g]; c > 0 {
 			of = fmt.Sprintf("%.2f", dps/c)
 		}
-		paired := "-"
-		if len(r.ceil) == len(r.ms) && len(r.ms) > 0 {
-			v := make([]float64, len(r.ms))
-			for j, m := range r.ms {
-				v[j] = rate(m) / r.ceil[j]
-			}
-			slices.Sort(v)
-			paired = fmt.Sprintf("%.2f (%.2f-%.2f)", v[len(v)/2], v[0], v[len(v)-1])
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t\n", r.name, r.g, dps, of, paired,
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%.2f\t%.2f\t%.2f\t%.1f\t%.2f\t%.3f\t\n", r.name, r.g, dps, of,
 			r.median(redisUsec), r.median(redisCPU), r.median(clientCPU), r.median(allocs), r.median(commands), r.median(allowedShare))
 	}
 	tw.Flush()
