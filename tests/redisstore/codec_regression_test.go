@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
-	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // TestRegressionPlainLuaCodecReadsNegativeIntegers: the script's integers
@@ -25,14 +23,7 @@ import (
 // those states and store the engine's new states.
 func TestRegressionPlainLuaCodecReadsNegativeIntegers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
-		prefix := testPrefix(t)
-		client := be.newClient(t)
-		t.Cleanup(func() { deleteKeys(t, client, prefix) })
-		now := time.Now().UnixMilli()
-		s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(now) }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, client, prefix, now := frozenStore(t, be)
 		ctx := ctxT(t)
 		sliding := limit.Quota{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234}
 		fixed := limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321}

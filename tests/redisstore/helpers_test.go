@@ -173,6 +173,22 @@ func newStore(t testing.TB, be *backend, opts ...Option) *Store {
 	return s
 }
 
+// frozenStore returns a Store on a client of its own, with the caller's
+// clock frozen at the real time of the call (Unix ms, returned), the
+// client, and a key prefix whose keys are deleted when t ends.
+func frozenStore(t *testing.T, be *backend) (s *Store, client rueidis.Client, prefix string, now int64) {
+	t.Helper()
+	prefix = testPrefix(t)
+	client = be.newClient(t)
+	t.Cleanup(func() { deleteKeys(t, client, prefix) })
+	now = time.Now().UnixMilli()
+	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(now) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, client, prefix, now
+}
+
 // testPrefix is a key prefix unique to this test run, so runs sharing a
 // server never see each other's keys.
 func testPrefix(t testing.TB) string {

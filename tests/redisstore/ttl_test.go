@@ -98,14 +98,7 @@ func encodeState(v [5]int64) string {
 // writes has a TTL.)
 func TestForeignValuesGetADeadline(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
-		prefix := testPrefix(t)
-		client := be.newClient(t)
-		t.Cleanup(func() { deleteKeys(t, client, prefix) })
-		now := time.Now().UnixMilli()
-		s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(now) }))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, client, prefix, now := frozenStore(t, be)
 		ctx := ctxT(t)
 		cases := []struct {
 			name  string
