@@ -156,12 +156,12 @@ end
 // straight path decoded is kept in arg*, with its clock reading: an Op
 // with that argument neither decodes it nor reads the clock again, nor
 // checks it for a refund; the general path, which reads the clock of its
-// own argument, makes the next Op decode its argument). Each Op runs the same body as
-// takeSource, in a function (one) called in the Ops' order; the server's
-// TIME is read once, for the first Op on the server clock, and shared
-// (tnow). Reply: one bulk string, per Op a 3-byte head (0 and the length of
-// the Op's takeSource reply, little-endian 16-bit; or 1 and the length of
-// an error message) and then that reply or message.
+// own argument, makes the next Op decode its argument). Each Op runs the
+// same body as takeSource, in a function (one) called in the Ops' order;
+// the server's TIME is read once, for the first Op on the server clock,
+// and shared (tnow). Reply: one bulk string, per Op a 3-byte head (0 and
+// the length of the Op's takeSource reply, little-endian 16-bit; or 1 and
+// the length of an error message) and then that reply or message.
 //
 // The batch body reads through got, the flight's values (index in KEYS ->
 // value; false: none) filled by one MGET, and every write of a key a
