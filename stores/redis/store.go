@@ -97,7 +97,10 @@ type config struct {
 // caller's machine, sent to the script in whole Unix milliseconds) instead of
 // the Redis server's TIME. Meant for deterministic tests: in production the
 // server clock is what lets replicas share one allowance without
-// synchronised clocks. nil is an error.
+// synchronised clocks. nil is an error. A reading at or before the Unix
+// epoch (0 ms or less: outside the times the script's arithmetic holds for,
+// and 0 is how a call asks for the server's TIME) fails that Take with an
+// error saying so; nothing is sent.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
@@ -191,7 +194,10 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	// call.
 	var now int64 // 0: the server's TIME
 	if s.clock != nil {
-		now = s.clock().UnixMilli()
+		t := s.clock()
+		if now = t.UnixMilli(); now <= 0 {
+			return limit.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, at or before the Unix epoch (want a time after 1970)", t.UTC().Format(time.RFC3339Nano))
+		}
 	}
 	w := waiters.Get().(*waiter)
 	w.encode(op, now)

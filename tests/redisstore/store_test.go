@@ -326,3 +326,35 @@ func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
 		}
 	})
 }
+
+// A caller's clock reading at or before the Unix epoch fails the Take with
+// an error that says so, and nothing is sent: 0 ms is how a call asks the
+// script for the server's TIME, so such a Store used to decide at the
+// server's clock instead of the caller's without a word, and below 0 the
+// script's arithmetic does not hold. 1 ms decides as usual.
+func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
+	op := &limit.Op{Cost: 1, N: 1}
+	op.Quotas[0] = limit.Quota{Key: []byte("epoch:{a}:b:fw:r:a"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
+	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(0, 999_999), time.UnixMilli(-5), {}} {
+		s, err := New(client, WithClock(func() time.Time { return at }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Take(ctxT(t), op)
+		if err == nil || !strings.Contains(err.Error(), "at or before the Unix epoch") || res.Allowed {
+			t.Errorf("clock at %v: %+v, %v; want an error about the epoch", at, res, err)
+		}
+		if keys := mr.Keys(); len(keys) != 0 {
+			t.Errorf("clock at %v: keys %v written", at, keys)
+		}
+	}
+	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Take(ctxT(t), op); err != nil || !res.Allowed || res.NowMS != 1 {
+		t.Errorf("clock at 1 ms: %+v, %v; want admitted at 1", res, err)
+	}
+}
