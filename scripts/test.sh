@@ -81,13 +81,17 @@ if [ "${QUOTAGATE_NO_REDIS:-}" != 1 ] && command -v redis-server >/dev/null 2>&1
   fi
 else
   why="redis-server (or redis-cli) is not on PATH"
-  [ "${QUOTAGATE_NO_REDIS:-}" = 1 ] && why="QUOTAGATE_NO_REDIS=1 is set"
+  fix="apt-get install -y redis-server   (Debian/Ubuntu)"
+  if [ "${QUOTAGATE_NO_REDIS:-}" = 1 ]; then
+    why="QUOTAGATE_NO_REDIS=1 is set"
+    fix="unset QUOTAGATE_NO_REDIS"
+  fi
   hr
   echo "!!!"
   echo "!!!  NO REAL REDIS: $why."
   echo "!!!  Redis store tests run against miniredis ONLY."
   echo "!!!  The real-server half (standalone, Cluster, outage tests) did NOT run."
-  echo "!!!  To run it:  apt-get install -y redis-server   (Debian/Ubuntu)"
+  echo "!!!  To run it:  $fix"
   echo "!!!"
   hr
 fi
@@ -218,6 +222,8 @@ fi
 [ -n "${QUOTAGATE_REDIS_URL:-}" ] && [ -z "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: no Sentinel set (redis-sentinel not on PATH): the failover test did NOT run"
 [ -n "${QUOTAGATE_REDIS_SENTINEL:-}" ] && echo "redis: Sentinel set (primary, replica, 3 sentinels) at $QUOTAGATE_REDIS_SENTINEL"
 [ -n "$infra_failed" ] && echo "INFRASTRUCTURE FAILURE: $infra_failed"
-echo "entries: ${#mods[@]} modules and the checks after them; $passed passed, $failed failed"
+nmods="${#mods[@]} modules"
+[ "${#mods[@]}" = 1 ] && nmods="1 module"
+echo "entries: $nmods and the checks after them; $passed passed, $failed failed"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ -z "$infra_failed" ]
