@@ -66,7 +66,6 @@ func run(framework string) error {
 	defer stop()
 	fmt.Println("server:", banner)
 	fmt.Println("store: memory, the embedded default (nothing to install)")
-	fmt.Println()
 
 	var rows []row
 	sendTo := func(base, route, client, method, path string, n int, header ...[2]string) row {
