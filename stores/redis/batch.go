@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -92,7 +91,8 @@ type waiter struct {
 	ctx   context.Context      // the caller's context while queued
 	state int                  // guarded by batcher.mu
 	f     *flight              // the flight it was sent in (sent, abandoned)
-	reply string               // its part of the flight's reply
+	r     int64                // its answer: the clock reading (Unix ms), negated when denied,
+	reply string               // and the states its Op read (decideStates),
 	err   error                // or the flight's or its own error
 }
 
@@ -157,7 +157,8 @@ type flight struct {
 	args    []string
 	// During send: a key's index in keys, an argument's in args.
 	keyIndex, argIndex map[string]byte
-	parts              []string // per member: its reply
+	rs                 []int64  // per member: its answer's clock reading (waiter.r),
+	parts              []string // the states its Op read,
 	errs               []error  // or its error
 	live               int      // members still waiting (guarded by batcher.mu)
 
@@ -261,13 +262,13 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 		b.mu.Unlock() // answered meanwhile
 		<-w.ready
 	}
-	reply, err := w.reply, w.err
-	w.state, w.f, w.reply, w.err = idle, nil, "", nil
+	r, reply, err := w.r, w.reply, w.err
+	w.state, w.f, w.r, w.reply, w.err = idle, nil, 0, "", nil
 	waiters.Put(w)
 	if err != nil {
 		return limit.Result{}, err
 	}
-	return decideReply(op, reply)
+	return decideStates(op, r, reply)
 }
 
 // call sends w's Op alone (takeScript) under the caller's ctx. w goes back
@@ -547,31 +548,28 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 	} else {
 		f.buf = nil
 	}
-	parts, errs := f.parts[:0], f.errs[:0]
-	if len(f.members) == 1 {
-		parts, errs, reply = append(parts, reply), append(errs, err), ""
+	rs, parts, errs := f.rs[:0], f.parts[:0], f.errs[:0]
+	for range f.members {
+		rs, parts, errs = append(rs, 0), append(parts, ""), append(errs, err)
 	}
-	for range f.members[len(parts):] {
-		var part string
-		perr := err
-		if err == nil {
-			if reply, part, perr = splitReply(reply); perr != nil && errors.Is(perr, ErrBadReply) {
-				err = perr // the rest is unreadable too
+	if err == nil {
+		if len(f.members) == 1 { // takeSource's reply
+			if len(reply) < 8 {
+				errs[0] = fmt.Errorf("%w: %d bytes, want at least 8", ErrBadReply, len(reply))
+			} else {
+				rs[0], parts[0] = le64(reply, 0), reply[8:]
 			}
-		}
-		parts, errs = append(parts, part), append(errs, perr)
-	}
-	if err == nil && reply != "" {
-		err = fmt.Errorf("%w: %d bytes after the last Op's reply", ErrBadReply, len(reply))
-		for i := range errs {
-			errs[i] = err
+		} else if err = splitBatch(reply, f.members, rs, parts, errs); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
 		}
 	}
 	b := &s.batch
 	b.mu.Lock()
 	for i, w := range f.members {
 		if w.state == sent {
-			w.reply, w.err, w.state = parts[i], errs[i], answered
+			w.r, w.reply, w.err, w.state = rs[i], parts[i], errs[i], answered
 			w.ready <- struct{}{}
 		}
 	}
@@ -579,7 +577,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 	clear(f.members)
 	clear(parts)
 	clear(errs)
-	f.parts, f.errs = parts, errs
+	f.rs, f.parts, f.errs = rs, parts, errs
 }
 
 // headAgain is the flag of an Op's head byte n (batchSource): the Op has
@@ -610,24 +608,53 @@ func markAgain(buf []byte, members []*waiter) {
 	}
 }
 
-// splitReply cuts the first Op's part off a batch reply (see batchSource):
-// its takeSource reply, or its error.
-func splitReply(s string) (rest, part string, err error) {
-	if len(s) < 3 {
-		return "", "", fmt.Errorf("%w: a batch reply cut short (%d bytes left)", ErrBadReply, len(s))
+// splitBatch cuts a batch reply (see batchSource) into its members'
+// answers: rs[i] and parts[i] (see waiter.r and waiter.reply), or errs[i],
+// the Op's own error (a WRONGTYPE key). A reply of the wrong shape is
+// ErrBadReply, for every member.
+func splitBatch(s string, members []*waiter, rs []int64, parts []string, errs []error) error {
+	k := len(members)
+	if len(s) < 1 || len(s) < 1+2*int(s[0])+8 {
+		return fmt.Errorf("%w: a batch reply of %d bytes for %d Ops", ErrBadReply, len(s), k)
 	}
-	n := int(s[1]) | int(s[2])<<8
-	if len(s) < 3+n {
-		return "", "", fmt.Errorf("%w: a batch part of %d bytes, %d left", ErrBadReply, n, len(s)-3)
+	m := int(s[0])
+	odd, tnow, rest := s[1:1+2*m], le64(s, 1+2*m), s[1+2*m+8:]
+	for i, w := range members {
+		kind := byte(0) // admitted
+		if len(odd) > 0 && int(odd[0]) == i {
+			kind, odd = odd[1], odd[2:]
+		}
+		switch kind {
+		case 0, 1: // admitted, denied: the states read
+			l := stateLen * w.n
+			if len(rest) < l {
+				return fmt.Errorf("%w: a batch part of %d bytes, %d left", ErrBadReply, l, len(rest))
+			}
+			now := le64(rueidis.BinaryString(w.buf), w.ends[w.n-1]) // the clock sent, 0: the server's
+			if now == 0 {
+				now = tnow
+			}
+			if kind == 1 {
+				now = -now
+			}
+			rs[i], parts[i], errs[i], rest = now, rest[:l], nil, rest[l:]
+		case 2: // the Op's error: a little-endian 16-bit length, the message
+			if len(rest) < 2 || len(rest) < 2+(int(rest[0])|int(rest[1])<<8) {
+				return fmt.Errorf("%w: a batch error cut short (%d bytes left)", ErrBadReply, len(rest))
+			}
+			l := int(rest[0]) | int(rest[1])<<8
+			errs[i], rest = fmt.Errorf("redisstore: %s", rest[2:2+l]), rest[2+l:]
+		default:
+			return fmt.Errorf("%w: a batch part of kind %d", ErrBadReply, kind)
+		}
 	}
-	part, rest = s[3:3+n], s[3+n:]
-	switch s[0] {
-	case 0:
-		return rest, part, nil
-	case 1:
-		return rest, "", fmt.Errorf("redisstore: %s", part)
+	if len(odd) > 0 {
+		return fmt.Errorf("%w: a batch reply's odd Op %d of %d", ErrBadReply, odd[0], k)
 	}
-	return "", "", fmt.Errorf("%w: a batch part of kind %d", ErrBadReply, s[0])
+	if rest != "" {
+		return fmt.Errorf("%w: %d bytes after the last Op's reply", ErrBadReply, len(rest))
+	}
+	return nil
 }
 
 // failQueued answers every queued Take with err; b.mu is held.

@@ -93,26 +93,46 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 	}
 }
 
-// TestSplitReplyRejectsBadBatchReplies: the batch reply's parts (a 3-byte
-// head: kind, little-endian 16-bit length; then the part) are cut off one
-// by one; an Op's error comes back as its error, and a reply cut short or
-// of an unknown kind is ErrBadReply.
-func TestSplitReplyRejectsBadBatchReplies(t *testing.T) {
-	reply := "\x00\x02\x00ok" + "\x01\x04\x00boom" + "\x00\x00\x00"
-	rest, part, err := splitReply(reply)
-	if err != nil || part != "ok" {
-		t.Fatalf("first part: %q, %v; want \"ok\"", part, err)
+// TestSplitBatchRejectsBadBatchReplies: a batch reply (a kind byte per Op,
+// the server's clock reading, then per Op its states or its error) is cut
+// into the members' answers: an admitted or denied Op gets the clock it
+// sent (or the server's), negated when denied, and the states it read; an
+// Op's error comes back as its error; a reply of the wrong shape is
+// ErrBadReply.
+func TestSplitBatchRejectsBadBatchReplies(t *testing.T) {
+	member := func(now int64) *waiter {
+		w := &waiter{}
+		op := limit.Op{N: 1, Cost: 1}
+		op.Quotas[0] = limit.Quota{Key: []byte("k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
+		w.encode(&op, now)
+		return w
 	}
-	rest, part, err = splitReply(rest)
-	if err == nil || errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "boom") || part != "" {
-		t.Fatalf("second part: %q, %v; want the Op's error \"boom\"", part, err)
+	members := []*waiter{member(1000), member(0), member(0)}
+	st := strings.Repeat("s", stateLen)
+	good := "\x02\x01\x01\x02\x02" + string(binary.LittleEndian.AppendUint64(nil, 5000)) + st + st + "\x04\x00boom"
+	rs, parts, errs := make([]int64, 3), make([]string, 3), make([]error, 3)
+	if err := splitBatch(good, members, rs, parts, errs); err != nil {
+		t.Fatal(err)
 	}
-	if rest, part, err = splitReply(rest); err != nil || part != "" || rest != "" {
-		t.Fatalf("third part: %q, %q, %v; want an empty part and nothing left", part, rest, err)
+	if rs[0] != 1000 || parts[0] != st || errs[0] != nil {
+		t.Errorf("admitted on its own clock: %d %q %v, want 1000, the states", rs[0], parts[0], errs[0])
 	}
-	for _, bad := range []string{"", "\x00\x01", "\x00\x05\x00abc", "\x02\x01\x00x"} {
-		if _, _, err := splitReply(bad); !errors.Is(err, ErrBadReply) {
-			t.Errorf("splitReply(%q): %v, want ErrBadReply", bad, err)
+	if rs[1] != -5000 || parts[1] != st || errs[1] != nil {
+		t.Errorf("denied on the server's clock: %d %q %v, want -5000, the states", rs[1], parts[1], errs[1])
+	}
+	if err := errs[2]; err == nil || errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("the Op's error: %v, want \"boom\"", err)
+	}
+	for _, bad := range []string{
+		"",                   // nothing
+		good[:10],            // no clock reading
+		good[:11+stateLen+5], // a part cut short
+		good + "x",           // bytes after the last Op
+		good[:len(good)-1],   // an error cut short
+		"\x03" + good[1:],    // an unknown kind
+	} {
+		if err := splitBatch(bad, members, rs, parts, errs); !errors.Is(err, ErrBadReply) {
+			t.Errorf("splitBatch(%q): %v, want ErrBadReply", bad, err)
 		}
 	}
 }

@@ -159,9 +159,16 @@ end
 // own argument, makes the next Op decode its argument). Each Op runs the
 // same body as takeSource, in a function (one) called in the Ops' order;
 // the server's TIME is read once, for the first Op on the server clock,
-// and shared (tnow). Reply: one bulk string, per Op a 3-byte head (0 and
-// the length of the Op's takeSource reply, little-endian 16-bit; or 1 and
-// the length of an error message) and then that reply or message.
+// and shared (tnow). Reply: one bulk string: a byte m, then m pairs of
+// bytes for the Ops not admitted, in order (the Op's index from 0, and 1:
+// denied or 2: failed), then tnow as a little-endian 64-bit integer (0:
+// no Op read TIME), then per Op the values its quotas read, 40 bytes each
+// (40 zero bytes for none: takeSource's states, also for one quota), or
+// for a failed Op the length of its error message (little-endian 16-bit)
+// and the message. No head per Op: every piece of a reply costs Redis
+// about 700 instructions (callgrind), and the client knows each Op's
+// quotas and the clock it sent (Store.send; its answer is takeSource's
+// r, now negated when denied, and the states).
 //
 // The batch body reads through got, the flight's values (index in KEYS ->
 // value; false: none) filled by one MGET, and every write of a key a
@@ -186,7 +193,7 @@ local rpcall = redis.pcall
 local A, K = ARGV, KEYS
 local h = A[1]
 local got = call('MGET', unpack(K))
-local heads, rs = {}, {}
+local Z = string.rep('\0', 40)
 local argi, argnow, argcost, argalg, arglim, argw, argx
 local function one(n, ai, k1, at, ph, again)
   local a, p0, refund = A[ai], 1, false
@@ -195,8 +202,8 @@ local function one(n, ai, k1, at, ph, again)
   end
 ` + body(true) + `
 end
-local out = {}
-local p, j, e = 1, 0, #h
+local out, x = {}, {}
+local p, j, e, m = 1, 1, #h, 0
 while p <= e do
   local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
   local again = n > 127
@@ -207,40 +214,31 @@ while p <= e do
   if n == 1 then
     ph = q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
   end
-  local r, v = one(n, ai, k1, p, ph, again)
-  local hd
-  if r then
-    local l = #r
-    if v then
-      l = l + 40
+  local ok, v = one(n, ai, k1, p, ph, again)
+  if not ok then
+    local kind = 1
+    if ok == nil then
+      v = string.sub(tostring(v), 1, 65535)
+      v = string.char(#v % 256, floor(#v / 256)) .. v
+      kind = 2
     end
-    hd = heads[l]
-    if not hd then
-      hd = string.char(0, l % 256, floor(l / 256))
-      heads[l] = hd
-    end
-  else
-    r, v = string.sub(tostring(v), 1, 65535), nil
-    hd = string.char(1, #r % 256, floor(#r / 256))
+    x[m + 1], x[m + 2] = j - 1, kind
+    m = m + 2
   end
-  out[j + 1], out[j + 2] = hd, r
-  j = j + 2
-  if v then
-    out[j + 1] = v
-    j = j + 1
-  end
+  j = j + 1
+  out[j] = v
   p = p + 6 + n
 end
+out[1] = string.char(m / 2, unpack(x)) .. spack('<i8', tnow or 0)
 return table.concat(out)
 `
 
 // body decides one Op: n quotas, a refund or not, its argument a from
 // position p0 on; it returns takeSource's reply. batch: the Op is one of a
 // flight's (batchSource): its keys are indexed through h, its values read
-// and written through got, the reply's head r cached by value (rs: the
-// Ops of a flight on the server's clock share it), and the straight path's
-// value returned apart (r, v: the reply loop adds it to the reply's
-// parts).
+// and written through got, and it returns whether it admitted the Op and
+// the values read (ok, the states: batchSource's reply loop adds them to
+// the reply's parts), or nil and an error message.
 func body(batch bool) string {
 	index := func(i string) string { return i }
 	read := `
@@ -257,7 +255,30 @@ func body(batch bool) string {
 	args := `
   now, cost, alg, lim, w, x = sunpack('<i8i8i8i8i8i8', a, p0)
 `
-	wrote, head, ret, ki := "", "", "r .. v", "1"
+	wrote, ki := "", "1"
+	// What the Op returns: takeSource's reply (r: now, negated when
+	// denied, then the states read), or a batch Op's ok and the states
+	// read (batchSource makes the reply).
+	head := `
+  r = spack('<i8', r)
+`
+	fastTail, generalTail := replyHead+head+`
+  if v and #v == 40 then
+    return r .. v
+  end
+  return r
+`, replyHead+head+`
+local parts = {r}
+for i = 1, n do
+  local v = vals[i]
+  if v and #v == 40 then
+    parts[i + 1] = v
+  else
+    parts[i + 1] = string.rep('\0', 40)
+  end
+end
+return table.concat(parts)
+`
 	if batch {
 		// A window Op's argument comes without its phase (40 bytes: the
 		// Ops of a policy share it), the phase ph in the Op's head.
@@ -298,22 +319,27 @@ func body(batch bool) string {
 `
 		wrote = `
       got[ki] = val`
-		head = `
-  local hr = rs[r]
-  if not hr then
-    hr = spack('<i8', r)
-    rs[r] = hr
+		fastTail = `
+  if v and #v == 40 then
+    return ok, v
   end
-  r = hr
+  return ok, Z
 `
-		ret = "r, v"
+		generalTail = `
+local parts = {}
+for i = 1, n do
+  local v = vals[i]
+  if v and #v == 40 then
+    parts[i] = v
+  else
+    parts[i] = Z
+  end
+end
+return all, table.concat(parts)
+`
 	} else {
 		args += clock
-		head = `
-  r = spack('<i8', r)
-`
 	}
-	reply := replyHead + head
 	// A key with no string value read again with GET (a batch's under
 	// redis.pcall, as read).
 	reget := `
@@ -336,16 +362,16 @@ func body(batch bool) string {
   end
 `
 	}
-	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), reply, ret) +
-		generalPath(readAll+reget, index("i"), write(wrote, false), wrote, reply)
+	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), fastTail) +
+		generalPath(readAll+reget, index("i"), write(wrote, false), wrote, generalTail)
 }
 
 // fastPath: one quota, no refund. args is the Lua that decodes its
 // argument, ki the Lua for the index of its key in KEYS, read the Lua that
 // reads its value v, wb the token bucket's write and ww the windows' (which
-// may write the count alone), reply the reply's head r, ret what it returns
-// when a value was read.
-func fastPath(args, ki, read, wb, ww, reply, ret string) string {
+// may write the count alone), tail what it returns (ok, the value read and
+// the clock reading in locals).
+func fastPath(args, ki, read, wb, ww, tail string) string {
 	return `
 if n == 1 and not refund then
   local now, cost, alg, lim, w, x
@@ -372,12 +398,7 @@ if n == 1 and not refund then
 ` + windowState + ww + `
     end
   end
-` + reply + `
-  if v and #v == 40 then
-    return ` + ret + `
-  end
-  return r
-end
+` + tail + `end
 `
 }
 
@@ -387,8 +408,9 @@ end
 // value again with GET, so that a key of another type is a WRONGTYPE error
 // (MGET reads it as none) before anything is written; ki the Lua for the
 // index in KEYS of quota i's key, w the write, wrote what follows the
-// refund's write, reply the reply's head r.
-func generalPath(readAll, ki, w, wrote, reply string) string {
+// refund's write, tail what it returns (all: whether every quota admitted;
+// vals: the values read).
+func generalPath(readAll, ki, w, wrote, tail string) string {
 	return `
 local now, cost, pos
 now, cost, pos = sunpack('<i8i8', a, p0)
@@ -499,18 +521,7 @@ for pass = 1, passes do
   end
 end
 local ok = all
-` + reply + `
-local parts = {r}
-for i = 1, n do
-  local v = vals[i]
-  if v and #v == 40 then
-    parts[i + 1] = v
-  else
-    parts[i + 1] = string.rep('\0', 40)
-  end
-end
-return table.concat(parts)
-`
+` + tail
 }
 
 // replyHead is the reply's head r: now, negated when the Op is denied (not

@@ -268,13 +268,24 @@ func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 	return decideReply(op, s)
 }
 
-// decideReply is decide on the reply's bytes.
+// decideReply is decide on the reply's bytes (takeSource's reply: r, then
+// the states read).
 func decideReply(op *limit.Op, s string) (limit.Result, error) {
-	n := op.N
-	if len(s) != 8+stateLen*n && (n != 1 || len(s) != 8) {
-		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*n)
+	if len(s) < 8 {
+		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*op.N)
 	}
-	now, allowed := le64(s, 0), true
+	return decideStates(op, le64(s, 0), s[8:])
+}
+
+// decideStates decides op from the script's answer: r, the clock reading
+// in Unix ms, negated when the script denied; s, the states it read
+// (stateLen bytes per quota; for an Op of one quota also none: no value).
+func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
+	n := op.N
+	if len(s) != stateLen*n && (n != 1 || len(s) != 0) {
+		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, 8+len(s), 8+stateLen*n)
+	}
+	now, allowed := r, true
 	if now < 0 {
 		now, allowed = -now, false
 	}
@@ -282,8 +293,8 @@ func decideReply(op *limit.Op, s string) (limit.Result, error) {
 		return limit.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
 	var sts [limit.MaxQuotas]limit.State
-	for i := 0; i < n && len(s) > 8; i++ {
-		v := s[8+stateLen*i:]
+	for i := 0; i < n && len(s) > 0; i++ {
+		v := s[stateLen*i:]
 		// The script's rule (decodeState): a state counts only while its
 		// expiry is after now, and not absurdly far ahead.
 		if ex := le64(v, 24); ex <= now || ex-now > maxStateLifeMS {
