@@ -86,12 +86,16 @@ import "github.com/redis/rueidis"
 // own cost"), so the scripts keep globals in locals (preamble), make as few
 // C calls per Op as they can, and pass SETRANGE's offset as the string '0'
 // (a number argument costs Redis a snprintf per call).
-var takeSource = preamble + `
+var takeSource = func() string {
+	fast, general := body(false)
+	return preamble + `
 local servertime, tnow, again
 local K = KEYS
 local n, a, p0 = #K, ARGV[1], 1
 local refund = #a > 16 + 32 * n
-` + body(false)
+if n == 1 and not refund then` + fast + `end
+` + general
+}()
 
 // preamble defines the codecs: the struct library, or plain Lua where the
 // server has none.
@@ -153,12 +157,15 @@ end
 // script runs, and the Ops of a flight usually share a policy, whose
 // window Ops differ only in their phase (a hash of the identity): each
 // argument is sent, stored and decoded once (the last argument the
-// straight path decoded is kept in arg*, with its clock reading: an Op
-// with that argument neither decodes it nor reads the clock again, nor
-// checks it for a refund; the general path, which reads the clock of its
-// own argument, makes the next Op decode its argument). Each Op runs the
-// same body as takeSource, in a function (one) called in the Ops' order;
-// the server's TIME is read once, for the first Op on the server clock,
+// straight path decoded is kept in kai, know, ..., with its clock reading:
+// an Op with that argument neither decodes it nor reads the clock again,
+// nor checks it for a refund; the general path, which reads the clock of
+// its own argument, makes the next Op decode its argument). Each Op runs
+// the same body as takeSource, in the Ops' order: the straight path inline
+// in the reply loop (a function call per Op, and copying the kept argument
+// in and out of it, cost Redis about 1k instructions per Op: callgrind),
+// the general path in a function (one); the server's TIME is read once,
+// for the first Op on the server clock,
 // and shared (tnow). Reply: one bulk string: a byte m, then m pairs of
 // bytes for the Ops not admitted, in order (the Op's index from 0, and 1:
 // denied or 2: failed), then tnow as a little-endian 64-bit integer (0:
@@ -177,8 +184,8 @@ end
 // later; a key no later Op reads may have its count written alone.
 // A key MGET found no string under (none, or a key of another type) is
 // read again with GET under redis.pcall, before anything of its Op is
-// written: a WRONGTYPE key fails that Op alone (one returns nil and the
-// message), and the others are decided as if they had been sent one by
+// written: a WRONGTYPE key fails that Op alone (its answer is nil and
+// the message), and the others are decided as if they had been sent one by
 // one. No other command of an Op can fail alone: a write fails (OOM,
 // READONLY) only as a script's first write, before anything was written,
 // and then the whole call fails (every Op of the flight gets the error).
@@ -187,59 +194,66 @@ end
 // instructions (measured with callgrind): the script reads an Op's head
 // with one string.byte, keeps globals in locals, and decodes an argument
 // once per flight where it can.
-var batchSource = preamble + `
+var batchSource = func() string {
+	fast, general := body(true)
+	return preamble + `
 local servertime, tnow
 local rpcall = redis.pcall
 local A, K = ARGV, KEYS
 local h = A[1]
 local got = call('MGET', unpack(K))
 local Z = string.rep('\0', 40)
-local argi, argnow, argcost, argalg, arglim, argw, argx
-local function one(n, ai, k1, at, ph, again)
-  local a, p0, refund = A[ai], 1, false
-  if ai ~= argi then
-    refund = #a > 16 + 32 * n
-  end
-` + body(true) + `
+local function one(n, ai, at)
+  local a, p0 = A[ai], 1
+  local refund = #a > 16 + 32 * n
+` + general + `
 end
-local out, x = {}, {}
+local out, odd = {}, {}
 local p, j, e, m = 1, 1, #h, 0
+local kai, know, kcost, kalg, klim, kw, kx
 while p <= e do
   local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
   local again = n > 127
   if again then
     n = n - 128
   end
-  local ph = 0
-  if n == 1 then
-    ph = q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
+  local rok, rv
+  if n == 1 and (ai == kai or #A[ai] <= 48) then
+    repeat` + fast + `
+    until true
+  else
+    rok, rv = one(n, ai, p)
+    kai = nil
   end
-  local ok, v = one(n, ai, k1, p, ph, again)
-  if not ok then
+  if not rok then
     local kind = 1
-    if ok == nil then
-      v = string.sub(tostring(v), 1, 65535)
-      v = string.char(#v % 256, floor(#v / 256)) .. v
+    if rok == nil then
+      rv = string.sub(tostring(rv), 1, 65535)
+      rv = string.char(#rv % 256, floor(#rv / 256)) .. rv
       kind = 2
     end
-    x[m + 1], x[m + 2] = j - 1, kind
+    odd[m + 1], odd[m + 2] = j - 1, kind
     m = m + 2
   end
   j = j + 1
-  out[j] = v
+  out[j] = rv
   p = p + 6 + n
 end
-out[1] = string.char(m / 2, unpack(x)) .. spack('<i8', tnow or 0)
+out[1] = string.char(m / 2, unpack(odd)) .. spack('<i8', tnow or 0)
 return table.concat(out)
 `
+}()
 
 // body decides one Op: n quotas, a refund or not, its argument a from
-// position p0 on; it returns takeSource's reply. batch: the Op is one of a
-// flight's (batchSource): its keys are indexed through h, its values read
-// and written through got, and it returns whether it admitted the Op and
-// the values read (ok, the states: batchSource's reply loop adds them to
-// the reply's parts), or nil and an error message.
-func body(batch bool) string {
+// position p0 on: fast is the straight path (one quota, no refund), for
+// the caller to wrap, general the rest. takeSource's returns its reply.
+// batch: the Op is one of a flight's (batchSource): its keys are indexed
+// through h, its values read and written through got, and its answer is
+// whether it admitted the Op and the values read (the states: the reply
+// loop adds them to the reply's parts), or nil and an error message; the
+// general path (the function one) returns it, the straight path (inline)
+// sets rok and rv.
+func body(batch bool) (fast, general string) {
 	index := func(i string) string { return i }
 	read := `
   local v = call('GET', k)
@@ -283,27 +297,30 @@ return table.concat(parts)
 		// A window Op's argument comes without its phase (40 bytes: the
 		// Ops of a policy share it), the phase ph in the Op's head.
 		args = `
-  if ai == argi then
-    now, cost, alg, lim, w, x = argnow, argcost, argalg, arglim, argw, argx
+  if ai == kai then
+    now, cost, alg, lim, w, x = know, kcost, kalg, klim, kw, kx
   else
+    local a, p0 = A[ai], 1
     if #a == 40 then
       now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
       x = 0
     else` + args + `    end` + clock + `
-    argi, argnow, argcost, argalg, arglim, argw, argx = ai, now, cost, alg, lim, w, x
+    kai, know, kcost, kalg, klim, kw, kx = ai, now, cost, alg, lim, w, x
   end
-  x = x + ph
+  x = x + q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
 `
 		ki = "k1"
 		index = func(i string) string { return "byte(h, at + 1 + " + i + ")" }
 		// GET under redis.pcall: a key of another type fails its Op alone
-		// (one returns nil and the message), the flight goes on.
+		// (its answer is nil and the message: break leaves the straight
+		// path's repeat block), the flight goes on.
 		read = `
   local v = got[ki]
   if not v then
     v = rpcall('GET', k)
     if type(v) == 'table' then
-      return nil, v.err
+      rok, rv = nil, v.err
+      break
     end
     got[ki] = v
   end
@@ -311,7 +328,6 @@ return table.concat(parts)
 		// The general path's clock sets servertime: the straight path's
 		// kept argument (whose clock it was) is decoded again after it.
 		readAll = `
-  argi = nil
   local vals = {}
   for i = 1, n do
     vals[i] = got[` + index("i") + `]
@@ -320,10 +336,10 @@ return table.concat(parts)
 		wrote = `
       got[ki] = val`
 		fastTail = `
+  rok, rv = ok, Z
   if v and #v == 40 then
-    return ok, v
+    rv = v
   end
-  return ok, Z
 `
 		generalTail = `
 local parts = {}
@@ -362,7 +378,7 @@ return all, table.concat(parts)
   end
 `
 	}
-	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), fastTail) +
+	return fastPath(args, ki, read, write(wrote, false), write(wrote, true), fastTail),
 		generalPath(readAll+reget, index("i"), write(wrote, false), wrote, generalTail)
 }
 
@@ -370,10 +386,11 @@ return all, table.concat(parts)
 // argument, ki the Lua for the index of its key in KEYS, read the Lua that
 // reads its value v, wb the token bucket's write and ww the windows' (which
 // may write the count alone), tail what it returns (ok, the value read and
-// the clock reading in locals).
+// the clock reading in locals). The caller wraps it: takeSource in
+// "if n == 1 and not refund", batchSource in a repeat block that read's
+// break leaves.
 func fastPath(args, ki, read, wb, ww, tail string) string {
 	return `
-if n == 1 and not refund then
   local now, cost, alg, lim, w, x
 ` + args + `
   local ki = ` + ki + `
@@ -398,8 +415,7 @@ if n == 1 and not refund then
 ` + windowState + ww + `
     end
   end
-` + tail + `end
-`
+` + tail
 }
 
 // generalPath: several quotas (a first pass decides, a second writes), or a
