@@ -157,16 +157,17 @@ end
 // script runs, and the Ops of a flight usually share a policy, whose
 // window Ops differ only in their phase (a hash of the identity): each
 // argument is sent, stored and decoded once (the last argument the
-// straight path decoded is kept in kai, know, ..., with its clock reading:
-// an Op with that argument neither decodes it nor reads the clock again,
+// straight path decoded is kept in the reply loop's now, cost, alg, lim,
+// w and x0 (the phase apart), kai its index, with its clock reading: an
+// Op with that argument neither decodes it nor reads the clock again,
 // nor checks it for a refund; the general path, which reads the clock of
 // its own argument, makes the next Op decode its argument). Each Op runs
 // the same body as takeSource, in the Ops' order: the straight path inline
 // in the reply loop (a function call per Op, and copying the kept argument
 // in and out of it, cost Redis about 1k instructions per Op: callgrind),
 // the general path in a function (one); the server's TIME is read once,
-// for the first Op on the server clock,
-// and shared (tnow). Reply: one bulk string: a byte m, then m pairs of
+// for the first Op on the server clock, and shared (tnow). Reply: one bulk
+// string: a byte m, then m pairs of
 // bytes for the Ops not admitted, in order (the Op's index from 0, and 1:
 // denied or 2: failed), then tnow as a little-endian 64-bit integer (0:
 // no Op read TIME), then per Op the values its quotas read, 40 bytes each
@@ -210,7 +211,7 @@ local function one(n, ai, at)
 end
 local out, odd = {}, {}
 local p, j, e, m = 1, 1, #h, 0
-local kai, know, kcost, kalg, klim, kw, kx
+local kai, now, cost, alg, lim, w, x0
 while p <= e do
   local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
   local again = n > 127
@@ -297,17 +298,17 @@ return table.concat(parts)
 		// A window Op's argument comes without its phase (40 bytes: the
 		// Ops of a policy share it), the phase ph in the Op's head.
 		args = `
-  if ai == kai then
-    now, cost, alg, lim, w, x = know, kcost, kalg, klim, kw, kx
-  else
+  if ai ~= kai then
     local a, p0 = A[ai], 1
     if #a == 40 then
       now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
-      x = 0
-    else` + args + `    end` + clock + `
-    kai, know, kcost, kalg, klim, kw, kx = ai, now, cost, alg, lim, w, x
+      x0 = 0
+    else
+      now, cost, alg, lim, w, x0 = sunpack('<i8i8i8i8i8i8', a, p0)
+    end` + clock + `
+    kai = ai
   end
-  x = x + q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
+  local x = x0 + q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
 `
 		ki = "k1"
 		index = func(i string) string { return "byte(h, at + 1 + " + i + ")" }
@@ -354,7 +355,8 @@ end
 return all, table.concat(parts)
 `
 	} else {
-		args += clock
+		args = `
+  local now, cost, alg, lim, w, x` + args + clock
 	}
 	// A key with no string value read again with GET (a batch's under
 	// redis.pcall, as read).
@@ -390,9 +392,7 @@ return all, table.concat(parts)
 // "if n == 1 and not refund", batchSource in a repeat block that read's
 // break leaves.
 func fastPath(args, ki, read, wb, ww, tail string) string {
-	return `
-  local now, cost, alg, lim, w, x
-` + args + `
+	return args + `
   local ki = ` + ki + `
   local k = K[ki]
 ` + read + decodeState + `
