@@ -99,8 +99,10 @@ type config struct {
 // server clock is what lets replicas share one allowance without
 // synchronised clocks. nil is an error. A reading at or before the Unix
 // epoch (0 ms or less: outside the times the script's arithmetic holds for,
-// and 0 is how a call asks for the server's TIME) fails that Take with an
-// error saying so; nothing is sent.
+// and 0 is how a call asks for the server's TIME), or beyond 2^52 ms after
+// it (the year 144683: the script computes in doubles, exact below 2^53,
+// and a flight's answers take the reading each Op sent) fails that Take
+// with an error saying so; nothing is sent.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
@@ -197,6 +199,8 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 		t := s.clock()
 		if now = t.UnixMilli(); now <= 0 {
 			return limit.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, at or before the Unix epoch (want a time after 1970)", t.UTC().Format(time.RFC3339Nano))
+		} else if now > maxClockMS {
+			return limit.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, %d ms after the Unix epoch: beyond %d ms, the script's arithmetic is not exact there", t.UTC().Format(time.RFC3339Nano), now, int64(maxClockMS))
 		}
 	}
 	w := waiters.Get().(*waiter)
@@ -313,6 +317,15 @@ func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
 	}
 	return res, nil
 }
+
+// maxClockMS is the latest caller's clock reading a Take accepts (Unix ms,
+// 2^52: the year 144683). The script computes in doubles, exact below 2^53,
+// and adds up to 2^35 ms (maxStateLifeMS) and a bucket's slack to now; a
+// flight's answers take the reading each Op sent (splitBatch), so beyond
+// 2^53 the engine and the script decided at two instants (ErrBadReply, or
+// Results other than the same Op's alone) and a write's deadline could
+// fail the whole flight.
+const maxClockMS = 1 << 52
 
 // stateLen is the length of a stored value: five little-endian 64-bit
 // integers (see takeSource).
