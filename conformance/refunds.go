@@ -1,8 +1,10 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -29,15 +31,20 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	var ls [2]pair
 	// A store call that times out on a loaded machine would be decided by
 	// the FailureMode, not the store: the comparison is of store decisions,
-	// so the timeout is generous and a failed call fails the test loudly.
-	slow := limit.WithStoreTimeout(30 * time.Second)
+	// so the timeout is generous and a failed call fails the test loudly,
+	// a refund's too (Finish reports it to the Observer and the log only).
+	// The "conformance" prefix: the keys the stores' tests delete.
+	rec := &limittest.Recorder{}
+	var logged bytes.Buffer
+	opts := []limit.Option{limit.WithStoreTimeout(30 * time.Second), limit.WithKeyPrefix("conformance"),
+		limit.WithObserver(rec), limit.WithLogger(slog.New(slog.NewTextHandler(&logged, nil)))}
 	for i, s := range stores {
 		var err error
-		if ls[i].outer, err = limit.New(s, limit.Policy{Name: "refund-outer-" + alg.String(), Algorithm: alg, Limit: 6, Window: 2 * time.Second}, slow); err != nil {
+		if ls[i].outer, err = limit.New(s, limit.Policy{Name: "refund-outer-" + alg.String(), Algorithm: alg, Limit: 6, Window: 2 * time.Second}, opts...); err != nil {
 			t.Fatal(err)
 		}
 		if ls[i].inner, err = limit.New(s, limit.Policy{Name: "refund-inner-" + alg.String(), Algorithm: alg, Limit: 3, Window: time.Second,
-			CountStatus: func(s int) bool { return s >= 400 }}, slow); err != nil {
+			CountStatus: func(s int) bool { return s >= 400 }}, opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,6 +61,9 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 			ls[i].inner.Finish(ctx, &p.d[i][1], p.status)
 			ls[i].outer.Finish(ctx, &p.d[i][0], p.status)
 		}
+	}
+	storeErrors := func() string { // a refund's, which no decision shows
+		return fmt.Sprintf("%d failed store calls; log: %q", rec.StoreErrors(), logged.String())
 	}
 	summary := func(d limit.Decision) string {
 		return fmt.Sprintf("%v r=%d reset=%v retry=%v", d.Allowed, d.Remaining, d.ResetAfter, d.RetryAfter)
@@ -76,7 +86,7 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 				t.Fatalf("step %d, mount %d: the store call failed (the FailureMode decided)", step, j)
 			}
 			if a, b := summary(p.d[0][j]), summary(p.d[1][j]); a != b {
-				t.Fatalf("step %d, mount %d: store %s, reference %s", step, j, a, b)
+				t.Fatalf("step %d, mount %d: store %s, reference %s (%s)", step, j, a, b, storeErrors())
 			}
 		}
 		waiting = append(waiting, p)
@@ -89,6 +99,9 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	for k := range waiting {
 		settle(&waiting[k])
 	}
+	if rec.StoreErrors() > 0 {
+		t.Fatal(storeErrors())
+	}
 }
 
 // countByStatusExact runs requests of one client from many goroutines
@@ -100,7 +113,8 @@ func countByStatusExact(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	s := newStore(t, clock.Now)
 	l, err := limit.New(s, limit.Policy{Name: "count-by-status-exact", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour,
-		CountStatus: func(s int) bool { return s >= 400 }, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(30*time.Second))
+		CountStatus: func(s int) bool { return s >= 400 }, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(30*time.Second),
+		limit.WithKeyPrefix("conformance")) // the keys the stores' tests delete
 	if err != nil {
 		t.Fatal(err)
 	}
