@@ -554,11 +554,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 	}
 	if err == nil {
 		if len(f.members) == 1 { // takeSource's reply
-			if len(reply) < 8 {
-				errs[0] = fmt.Errorf("%w: %d bytes, want at least 8", ErrBadReply, len(reply))
-			} else {
-				rs[0], parts[0] = le64(reply, 0), reply[8:]
-			}
+			rs[0], parts[0], errs[0] = splitTake(reply, f.members[0].n)
 		} else if err = splitBatch(reply, f.members, rs, parts, errs); err != nil {
 			for i := range errs {
 				errs[i] = err

@@ -275,10 +275,20 @@ func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 // decideReply is decide on the reply's bytes (takeSource's reply: r, then
 // the states read).
 func decideReply(op *limit.Op, s string) (limit.Result, error) {
-	if len(s) < 8 {
-		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*op.N)
+	r, states, err := splitTake(s, op.N)
+	if err != nil {
+		return limit.Result{}, err
 	}
-	return decideStates(op, le64(s, 0), s[8:])
+	return decideStates(op, r, states)
+}
+
+// splitTake cuts takeSource's reply to an Op of n quotas into r and the
+// states read (see decideStates).
+func splitTake(s string, n int) (r int64, states string, err error) {
+	if len(s) < 8 {
+		return 0, "", fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*n)
+	}
+	return le64(s, 0), s[8:], nil
 }
 
 // decideStates decides op from the script's answer: r, the clock reading
