@@ -100,7 +100,20 @@ func run(framework string) error {
 		return sendTo(base, route, client, method, path, n, header...)
 	}
 
-	loginA := send("POST /v1/login", "127.0.0.2", "POST", "/v1/login", 8)
+	// A fixed window rolls at one instant of each minute for each client
+	// (a phase per identity), and a burst that spans that instant is
+	// admitted twice over: a fixed-window sequence that does not come out
+	// as promised is repeated once from a spare address, whose window rolls
+	// at another instant (a fault fails both).
+	loginClient := "127.0.0.2"
+	loginA := send("POST /v1/login", loginClient, "POST", "/v1/login", 8)
+	loginAll := loginA // every login burst, for the metrics
+	if loginA.ok != 5 || loginA.limited != 3 {
+		fmt.Printf("POST /v1/login from %s: %d x 200, %d x 429; its fixed window may have rolled during the burst: again from 127.0.0.20\n", loginClient, loginA.ok, loginA.limited)
+		loginClient = "127.0.0.20"
+		loginA = send("POST /v1/login", loginClient, "POST", "/v1/login", 8)
+		loginAll.ok, loginAll.limited = loginAll.ok+loginA.ok, loginAll.limited+loginA.limited
+	}
 	loginB := send("POST /v1/login", "127.0.0.3", "POST", "/v1/login", 3)
 	search := send("GET /v1/search", "127.0.0.4", "GET", "/v1/search", 8)
 	expensive := send("GET /v1/search?expensive=1", "127.0.0.6", "GET", "/v1/search?expensive=1", 3)
@@ -130,6 +143,16 @@ func run(framework string) error {
 		return err
 	}
 	shadowM := parseRequests(shadowLines)
+	shadowLoginLimited := shadowM.sum("/v1/login", true, "shadow-limited")
+	if shadowLoginLimited != 3 { // a fixed window rolled (see loginClient)?
+		fmt.Printf("-shadow: POST /v1/login from 127.0.0.2: %v would-be limits; its fixed window may have rolled during the burst: again from 127.0.0.21\n", shadowLoginLimited)
+		shadowLogin = sendTo(shadowBase, "-shadow: POST /v1/login", "127.0.0.21", "POST", "/v1/login", 8)
+		if shadowLines, err = metricLines(shadowBase + "/metrics"); err != nil {
+			return err
+		}
+		shadowM = parseRequests(shadowLines)
+		shadowLoginLimited = shadowM.sum("/v1/login", true, "shadow-limited") - shadowLoginLimited
+	}
 
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tCLIENT\tSENT\t200\t429\tOTHER\tFIRST RETRY-AFTER")
@@ -149,8 +172,8 @@ func run(framework string) error {
 		}
 		fmt.Println(mark, msg)
 	}
-	check(loginA.ok == 5 && loginA.limited == 3, "login: client 127.0.0.2 gets 5 x 200, then 429 (fixed window 5/60s per client)")
-	check(loginB.ok == 3 && loginB.limited == 0, "login: client 127.0.0.3 still gets 200 while 127.0.0.2 is limited")
+	check(loginA.ok == 5 && loginA.limited == 3, "login: client "+loginClient+" gets 5 x 200, then 429 (fixed window 5/60s per client)")
+	check(loginB.ok == 3 && loginB.limited == 0, "login: client 127.0.0.3 still gets 200 while "+loginClient+" is limited")
 	// The token bucket refills 1 per second while the demo runs, so a slow
 	// machine may see one more 200 than a fast one; the burst must hold.
 	check(search.ok >= 5 && search.limited >= 1, "search: burst of 5, then 429 (token bucket 1/s)")
@@ -169,7 +192,7 @@ func run(framework string) error {
 	check(strings.Contains(proPolicy, `"export";q=20;w=60`) && strings.Contains(freePolicy, `"export";q=5;w=60`),
 		"export: RateLimit-Policy shows the plan's numbers: "+proPolicy+" / "+freePolicy)
 	check(shadowLogin.ok == 8 && shadowReports.ok == 4, "-shadow: no 429 at all (8 logins and 4 reports admitted)")
-	check(shadowM.sum("/v1/login", true, "shadow-limited") == 3 && shadowM.sum("/v1/reports", false, "shadow-limited") == 2 && shadowM.total("limited") == 0,
+	check(shadowLoginLimited == 3 && shadowM.sum("/v1/reports", false, "shadow-limited") == 2 && shadowM.total("limited") == 0,
 		"-shadow: /metrics counts the would-be limits as outcome=\"shadow-limited\" (3 logins, 2 reports) and no limited")
 	for _, r := range rows {
 		check(r.other == 0, fmt.Sprintf("%s from %s: no status other than 200/429", r.route, r.client))
@@ -183,7 +206,7 @@ func run(framework string) error {
 	m := parseRequests(lines)
 	perRoute := func(handler, outcome string) float64 { return m.sum(handler, true, outcome) }
 	global := func(handler, outcome string) float64 { return m.sum(handler, false, outcome) }
-	check(perRoute("/v1/login", "allowed") == float64(loginA.ok+loginB.ok) && perRoute("/v1/login", "limited") == float64(loginA.limited+loginB.limited),
+	check(perRoute("/v1/login", "allowed") == float64(loginAll.ok+loginB.ok) && perRoute("/v1/login", "limited") == float64(loginAll.limited+loginB.limited),
 		"metrics: the login bucket counts the table's login 200s as allowed and its 429s as limited")
 	check(perRoute("/v1/search", "allowed") == float64(search.ok+expensive.ok) && perRoute("/v1/search", "limited") == float64(search.limited+expensive.limited),
 		"metrics: the search bucket counts the table's search 200s and 429s")
@@ -192,7 +215,7 @@ func run(framework string) error {
 	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
 	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
 	unmatched(framework, base, check)
-	signinAndStacked(base, check)
+	signinAndStacked(base, loginClient, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -317,38 +340,47 @@ func policyField(url, client string, header ...[2]string) string {
 // signinAndStacked shows counting by outcome (POST /v1/signin counts only
 // failed attempts) and stacked mounts (a login the per-route limit answers
 // 429 charges the global limit nothing).
-func signinAndStacked(base string, check func(bool, string)) {
-	c := limittest.ClientFrom("127.0.0.7")
-	defer c.CloseIdleConnections()
-	var got []string
-	attempt := func(password string) int {
-		st, _, err := request(c, "POST", base+"/v1/signin", [2]string{"X-Password", password})
-		if err != nil {
-			st = 0
+func signinAndStacked(base, loginClient string, check func(bool, string)) {
+	// A fixed window: repeated once from a spare address when it does not
+	// come out as promised (see loginClient in run).
+	var ok bool
+	for i, client := range []string{"127.0.0.7", "127.0.0.22"} {
+		c := limittest.ClientFrom(client)
+		var got []string
+		attempt := func(password string) int {
+			st, _, err := request(c, "POST", base+"/v1/signin", [2]string{"X-Password", password})
+			if err != nil {
+				st = 0
+			}
+			got = append(got, fmt.Sprint(st))
+			return st
 		}
-		got = append(got, fmt.Sprint(st))
-		return st
+		ok = attempt("open-sesame") == http.StatusNoContent && attempt("open-sesame") == http.StatusNoContent
+		for range 3 {
+			ok = attempt("guess") == http.StatusUnauthorized && ok
+		}
+		ok = attempt("open-sesame") == http.StatusTooManyRequests && ok
+		ok = attempt("guess") == http.StatusTooManyRequests && ok
+		c.CloseIdleConnections()
+		fmt.Printf("\nPOST /v1/signin from %s (right, right, wrong x3, right, wrong): %s\n", client, strings.Join(got, " "))
+		if ok || i > 0 {
+			break
+		}
+		fmt.Println("its fixed window may have rolled during the sequence: again from another address")
 	}
-	ok := attempt("open-sesame") == http.StatusNoContent && attempt("open-sesame") == http.StatusNoContent
-	for range 3 {
-		ok = attempt("guess") == http.StatusUnauthorized && ok
-	}
-	ok = attempt("open-sesame") == http.StatusTooManyRequests && ok
-	ok = attempt("guess") == http.StatusTooManyRequests && ok
-	fmt.Println("\nPOST /v1/signin from 127.0.0.7 (right, right, wrong x3, right, wrong):", strings.Join(got, " "))
 	check(ok, "signin: successes are free; after 3 failed attempts the next gets 429 whatever its password (fixed window 3 failures/60s)")
 
-	// 127.0.0.2 sent 8 logins above: 5 admitted, 3 limited by the login
+	// loginClient sent 8 logins above: 5 admitted, 3 limited by the login
 	// limit. Only the 5 stay charged to the global limit, so one more
 	// request shows r=94 in the global member (100 - 5 - itself).
-	lc := limittest.ClientFrom("127.0.0.2")
+	lc := limittest.ClientFrom(loginClient)
 	defer lc.CloseIdleConnections()
 	_, h, err := request(lc, "GET", base+"/v1/notes/1")
 	rl := ""
 	if err == nil {
 		rl = h.Get("RateLimit")
 	}
-	fmt.Println("GET /v1/notes/1 from 127.0.0.2 after its 8 logins: RateLimit:", rl)
+	fmt.Printf("GET /v1/notes/1 from %s after its 8 logins: RateLimit: %s\n", loginClient, rl)
 	check(strings.Contains(rl, `"100p60";r=94;`), "stacked mounts: the 3 limited logins charged the global limit nothing (global member r=94, not 91)")
 }
 
