@@ -274,15 +274,12 @@ func body(batch bool) (fast, general string) {
 	// What the Op returns: takeSource's reply (r: now, negated when
 	// denied, then the states read), or a batch Op's ok and the states
 	// read (batchSource makes the reply).
-	head := `
-  r = spack('<i8', r)
-`
-	fastTail, generalTail := replyHead+head+`
+	fastTail, generalTail := replyHead+`
   if v and #v == 40 then
     return r .. v
   end
   return r
-`, replyHead+head+`
+`, replyHead+`
 local parts = {r}
 for i = 1, n do
   local v = vals[i]
@@ -540,14 +537,15 @@ local ok = all
 ` + tail
 }
 
-// replyHead is the reply's head r: now, negated when the Op is denied (not
-// ok), then packed as a little-endian 64-bit integer (body). The states
+// replyHead is takeSource's reply head r: now, negated when the Op is
+// denied (not ok), packed as a little-endian 64-bit integer. The states
 // read follow it.
 const replyHead = `
   local r = now
   if not ok then
     r = -now
   end
+  r = spack('<i8', r)
 `
 
 // clock reads the server's TIME, once, when the caller sent no clock.
