@@ -22,7 +22,7 @@ func bounds(t *testing.T, newStore NewStoreFunc) {
 	store := newStore(t, clock.Now)
 	ctx := context.Background()
 	for i, p := range limittest.BoundaryPolicies(t, rng) {
-		l, err := limit.New(store, p, limit.WithKeyPrefix("bounds"), limit.WithStoreTimeout(10*time.Second))
+		l, err := limit.New(store, p, limit.WithKeyPrefix("bounds"))
 		if err != nil {
 			t.Fatalf("%+v: %v", p, err)
 		}

@@ -140,5 +140,8 @@ func ColonPath(p string) string {
 // given clock's readings (the Redis store's injected clock, not server TIME),
 // so that scenarios can script exact instants. Stores that share a server
 // must isolate each call's keys (e.g. a unique key prefix is not available to
-// the store, so flush or use a fresh database/namespace per call).
+// the store, so flush or use a fresh database/namespace per call). A store
+// that does I/O should bound its calls generously (a loaded CI machine can
+// take well over 100 ms for a round trip, and a timed-out call would fail
+// open and turn an exactness check into noise).
 type NewStoreFunc func(t testing.TB, clock func() time.Time) limit.Store

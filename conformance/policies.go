@@ -57,7 +57,7 @@ func policies(t *testing.T, newStore NewStoreFunc) {
 		t.Run(alg.String(), func(t *testing.T) {
 			clock := limittest.NewClock(epoch)
 			p := multiPolicy(alg)
-			opts := []limit.Option{limit.WithKeyPrefix("conformance"), limit.WithStoreTimeout(10 * time.Second)}
+			opts := []limit.Option{limit.WithKeyPrefix("conformance")}
 			got, err := limit.New(newStore(t, clock.Now), p, opts...)
 			if err != nil {
 				t.Fatal(err)

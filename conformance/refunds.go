@@ -36,7 +36,7 @@ func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	// The "conformance" prefix: the keys the stores' tests delete.
 	rec := &limittest.Recorder{}
 	var logged bytes.Buffer
-	opts := []limit.Option{limit.WithStoreTimeout(30 * time.Second), limit.WithKeyPrefix("conformance"),
+	opts := []limit.Option{limit.WithKeyPrefix("conformance"),
 		limit.WithObserver(rec), limit.WithLogger(slog.New(slog.NewTextHandler(&logged, nil)))}
 	for i, s := range stores {
 		var err error
@@ -113,7 +113,7 @@ func countByStatusExact(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	s := newStore(t, clock.Now)
 	l, err := limit.New(s, limit.Policy{Name: "count-by-status-exact", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour,
-		CountStatus: func(s int) bool { return s >= 400 }, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(30*time.Second),
+		CountStatus: func(s int) bool { return s >= 400 }, FailureMode: limit.FailClosed},
 		limit.WithKeyPrefix("conformance")) // the keys the stores' tests delete
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -61,13 +63,13 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	var flaky *limittest.FlakyStore
 	if sc.Failure {
 		flaky = &limittest.FlakyStore{Store: store}
-		store = flaky
+		g, err := guard.New(flaky, guard.WithTimeout(cmp.Or(sc.Timeout, 10*time.Second)), guard.WithoutDenyCache())
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = g
 	}
-	// A generous store timeout by default: a loaded CI machine can take well
-	// over the 100 ms default on a Redis round trip, and a timed-out call
-	// would fail open and turn an exactness check into noise. Scenarios that
-	// test timeouts set their own (later options win).
-	opts := append([]limit.Option{limit.WithStoreTimeout(10 * time.Second)}, sc.Options...)
+	opts := slices.Clip(sc.Options)
 	rec := &limittest.Recorder{}
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))

@@ -21,8 +21,11 @@ type Scenario struct {
 	Policies map[string]limit.Policy
 	// Options are passed to every limiter of the scenario.
 	Options []limit.Option
-	// Failure wraps the store in a Flaky store that steps can break.
+	// Failure wraps the store in a Flaky store that steps can break, behind
+	// a guard.New wrapper (timeout, breaker; no deny cache) with Timeout.
 	Failure bool
+	// Timeout is the Failure wrapper's timeout; 0: 10 s.
+	Timeout time.Duration
 	// App is the router the harness serves: which routes, and which
 	// policies are mounted where.
 	App AppSpec
@@ -512,7 +515,7 @@ func Scenarios() []Scenario {
 			Name:     "15a-fail-open",
 			Failure:  true,
 			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailOpen}},
-			Options:  []limit.Option{limit.WithStoreTimeout(50 * time.Millisecond)},
+			Timeout:  50 * time.Millisecond,
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				get("127.0.0.2", "/a", ok),
@@ -520,7 +523,7 @@ func Scenarios() []Scenario {
 				{Store: "ok", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: limited}},
 				// Last: a silent store opens the circuit breaker, after which
 				// the failure mode decides for a cool-down without calling
-				// the store (the engine's breaker tests pin that).
+				// the store (package guard's tests pin that).
 				{Store: "hang", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: ok, Handler: "ran"}},
 			},
 		},
@@ -528,7 +531,7 @@ func Scenarios() []Scenario {
 			Name:     "15b-fail-closed",
 			Failure:  true,
 			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailClosed}},
-			Options:  []limit.Option{limit.WithStoreTimeout(50 * time.Millisecond)},
+			Timeout:  50 * time.Millisecond,
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run",

@@ -35,7 +35,7 @@ func SteadyRate(t *testing.T, newStore NewStoreFunc) {
 		t.Run(fmt.Sprintf("%d-per-%v", r.limit, r.window), func(t *testing.T) {
 			clock := limittest.NewClock(epoch)
 			l, err := limit.New(newStore(t, clock.Now), limit.Policy{Algorithm: limit.TokenBucket, Limit: r.limit, Window: r.window, Disclosure: limit.DiscloseAlways},
-				limit.WithKeyPrefix("conformance"), limit.WithStoreTimeout(10*time.Second))
+				limit.WithKeyPrefix("conformance"))
 			if err != nil {
 				t.Fatalf("C-13: %d per %v refused: %v", r.limit, r.window, err)
 			}

@@ -50,14 +50,6 @@ func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
 	return sts[0], res.Quotas[0]
 }
 
-// SilenceGrace is how long a silent store is confirmed before its calls
-// fail: a call to a store that answers nothing fails at the store timeout +
-// the 1 ms tick + SilenceGrace.
-const SilenceGrace = silenceGrace
-
-// DefaultStoreTimeout is the store timeout without WithStoreTimeout.
-const DefaultStoreTimeout = defaultStoreTimeout
-
 // WithoutTicket returns d without what Finish would give back, so that
 // Decisions of separate Limiters compare equal.
 func WithoutTicket(d Decision) Decision { d.charge = charge{}; return d }

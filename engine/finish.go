@@ -2,15 +2,16 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"net/http"
 )
 
-// This file settles a request after its handler (issue 15): a charge is
+// This file settles a request after its handler: a charge is
 // given back when a later mount on the same request limited it (stacked
 // mounts: a limited request charges no mount), or when the policy does not
 // count the status the handler wrote (Policy.CountStatus). The refund is one
-// Op with Refund set through the same store call as the charge (storecall.go),
-// which also drops this process's cached denials of its keys (denycache.go).
+// Op with Refund set through the same store call as the charge (storecall.go);
+// a guarded store also drops its cached denials of the keys.
 
 // charge is what an admitted request took from the store, kept in its
 // Decision (the request's ticket) so that Finish can give it back: the key
@@ -128,8 +129,8 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 		for i := range min(op.N, MaxQuotas) {
 			op.Quotas[i].Window = c.windows[i]
 		}
-		if _, err := l.store.take(ctx, &sc.ctx, &l.store.primary, op); err != nil {
-			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !l.store.primary.shared.breaker.isOpen())
+		if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
+			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, ErrCircuitOpen))
 		}
 	}
 	l.scratch.Put(sc)

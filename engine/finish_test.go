@@ -135,29 +135,6 @@ func TestFinishCountStatus(t *testing.T) {
 	}
 }
 
-// A refund drops this process's cached denial of its key: the next request
-// asks the store, which admits it.
-func TestFinishRefundDropsCachedDenial(t *testing.T) {
-	ref := limittest.NewStore(nil)
-	ref.Info = limit.StoreInfo{Name: "remote"} // does I/O: deny cache on
-	l := limittest.MustNew(ref, limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour, CountStatus: countFailures})
-	ctx := context.Background()
-	first, _ := l.Consume(ctx, "a") // its handler is still running
-	for range 3 {
-		if d, _ := l.Consume(ctx, "a"); d.Allowed {
-			t.Fatal("admitted over the limit")
-		}
-	}
-	calls := ref.Calls()
-	if d, _ := l.Consume(ctx, "a"); d.Allowed || ref.Calls() != calls {
-		t.Fatal("the denial was not cached")
-	}
-	l.Finish(ctx, &first, 200)
-	if d, _ := l.Consume(ctx, "a"); !d.Allowed {
-		t.Fatal("after the refund the cached denial still answered")
-	}
-}
-
 // A handler that panics never reaches Finish: its request stays counted
 // (a policy counting only failures counts it, as the 500 it becomes), and
 // the panic reaches the server unchanged.

@@ -23,7 +23,7 @@ type Limiter struct {
 	cfg        *config          // process-wide settings, shared with the Limiters from With
 	shared     bucketRef        // the Shared-scope bucket: Name or signature
 	plans      map[string]*plan // Policy.Plans by name (res.plans[1:]); nil without plans
-	state      string           // the default plan's state signatures joined by '+' (registry.go)
+	state      string           // the default plan's state signatures joined by '+' (claims.go)
 	shadowLog  logGate          // Policy.Shadow's log line, at most once per 10 s
 	routes     routeCache
 	keys       keyer
@@ -41,7 +41,6 @@ type Limiter struct {
 type scratch struct {
 	op  Op
 	key []byte
-	ctx storeCtx // the store call's context (deadline.go)
 }
 
 // New returns a Limiter for policy p on store s. Zero Policy fields take
@@ -138,7 +137,7 @@ func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
 		}
 	}
 	l.scratch.New = func() any { return &scratch{key: make([]byte, 0, 256)} } // room for the keys of several quotas
-	if err := l.store.primary.shared.register(l); err != nil {
+	if err := l.claim(s); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -231,7 +230,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		// to count, and no delay to promise).
 		d.Outcome, d.OverCapacity = OutcomeLimited, true
 	} else {
-		err = l.store.decide(ctx, &sc.ctx, op, bucket.name, d)
+		err = l.store.decide(ctx, op, bucket.name, d)
 		if err == nil && d.Allowed {
 			// Taken from the shared store: Finish may give it back.
 			d.charge.lim, d.charge.bucket, d.charge.id, d.charge.set, d.charge.cost = l, *bucket, *id, set, cost

@@ -69,7 +69,6 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"prefix_with_brace", limit.WithKeyPrefix("a{b")},
 		{"prefix_with_colon", limit.WithKeyPrefix("a:b")},
 		{"prefix_empty", limit.WithKeyPrefix("")},
-		{"timeout_zero", limit.WithStoreTimeout(0)},
 		{"nil_logger", limit.WithLogger(nil)},
 		{"nil_observer", limit.WithObserver(nil)},
 		{"divisor_zero", limit.WithFallbackDivisor(0)},
@@ -358,5 +357,29 @@ func TestStoreFailureModes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A local store given to a policy that does not fail local would be
+// ignored (4 of Limit 2 admitted with the store down): New refuses it,
+// naming both settings; With may still derive policies of any mode.
+func TestNewRefusesALocalStoreWithoutFailLocal(t *testing.T) {
+	local := storeAt(0)
+	_, err := limit.New(errStore, limit.Policy{Limit: 2}, limit.WithLocalStore(local))
+	if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithLocalStore") || !strings.Contains(err.Error(), "FailLocal") {
+		t.Fatalf("New: %v; want ErrInvalidOption naming WithLocalStore and FailLocal", err)
+	}
+	l := mustNew(t, errStore, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(local))
+	admitted := 0
+	for range 4 {
+		if d, _ := l.Consume(context.Background(), "c"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("FailLocal with the store down admitted %d of 4, want 2", admitted)
+	}
+	if _, err := l.With(limit.Policy{Limit: 2, FailureMode: limit.FailClosed}); err != nil {
+		t.Fatalf("With a FailClosed policy: %v", err)
 	}
 }

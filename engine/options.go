@@ -5,12 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 )
-
-// defaultStoreTimeout bounds each call to a store that does I/O when
-// WithStoreTimeout is not given.
-const defaultStoreTimeout = 100 * time.Millisecond
 
 // config is what Options set. It is shared, read-only, by a Limiter and the
 // Limiters derived from it with With.
@@ -18,7 +13,6 @@ type config struct {
 	keyPrefix       string
 	logger          *slog.Logger
 	observer        Observer
-	storeTimeout    time.Duration
 	hashKeys        bool
 	localStore      Store
 	fallbackDivisor int64
@@ -26,8 +20,7 @@ type config struct {
 	ipv6Bits        int
 	trust           trustConfig
 	rep             *reporter // built by New from logger and observer
-	// The stores, described and bound to what every Limiter on them shares
-	// (breaker, deny cache), once per New (newStoreCall).
+	// The stores with their names, once per New (newStoreCall).
 	primary, local storeRef
 }
 
@@ -36,7 +29,6 @@ func defaultConfig() *config {
 		keyPrefix:       "quotagate",
 		logger:          slog.New(slog.DiscardHandler),
 		observer:        nopObserver{},
-		storeTimeout:    defaultStoreTimeout,
 		fallbackDivisor: 10,
 		ipv4Bits:        32,
 		ipv6Bits:        64,
@@ -83,19 +75,6 @@ func WithObserver(o Observer) Option {
 			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
 		}
 		c.observer = guardedObserver{o}
-		return nil
-	}
-}
-
-// WithStoreTimeout bounds each call to a store that is not in-process
-// (StoreInfo.InProcess); default 100 ms. It must be
-// positive.
-func WithStoreTimeout(d time.Duration) Option {
-	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithStoreTimeout(%v): must be positive", ErrInvalidOption, d)
-		}
-		c.storeTimeout = d
 		return nil
 	}
 }

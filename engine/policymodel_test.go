@@ -17,7 +17,7 @@ type mapStore struct {
 	m   map[string]State
 }
 
-func (s *mapStore) Describe() StoreInfo { return StoreInfo{Name: "map", InProcess: true} }
+func (s *mapStore) Describe() StoreInfo { return StoreInfo{Name: "map"} }
 
 func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
 	s.mu.Lock()

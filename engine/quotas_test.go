@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -303,12 +302,12 @@ func outcomeStrings(os []limit.Outcome) []string {
 	return s
 }
 
-// The registry and the fallback bucket handle several quotas: a second
+// The claims and the fallback bucket handle several quotas: a second
 // unnamed Limiter with the same quotas on one Store is refused (one with
 // other quotas is not), and requests without an identity draw on every
 // quota tightened by the fallback divisor, under the quotas' own names.
-func TestSeveralQuotasRegistryAndFallback(t *testing.T) {
-	store := storeAt(epochMS)
+func TestSeveralQuotasClaimsAndFallback(t *testing.T) {
+	store := claiming(storeAt(epochMS))
 	p := limit.Policy{Algorithm: limit.FixedWindow, AlignWindows: true, Disclosure: limit.DiscloseAlways,
 		Quotas: []limit.Rate{{Limit: 20, Window: 10 * time.Second}, {Limit: 50, Window: time.Minute}}}
 	l := mustNew(t, store, p)
@@ -326,5 +325,4 @@ func TestSeveralQuotasRegistryAndFallback(t *testing.T) {
 	if p := got.Header.Get("Ratelimit-Policy"); p != `"20p10f";q=2;w=10, "50p60f";q=5;w=60` {
 		t.Fatalf("fallback RateLimit-Policy %q", p)
 	}
-	runtime.KeepAlive(l) // the registry holds it weakly
 }

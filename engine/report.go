@@ -63,39 +63,6 @@ func (r *reporter) storeFailure(bucket string, mode FailureMode, err error, logI
 	}
 }
 
-// Events of Observer.StoreEvent.
-const (
-	skipDenyCache   = "deny-cache"
-	skipBreakerOpen = "breaker-open"
-	eventOpened     = "opened"
-	eventClosed     = "closed"
-)
-
-// storeSkipped reports a decision that did not call the store.
-func (r *reporter) storeSkipped(store, reason string) {
-	r.observer.StoreEvent(store, reason)
-}
-
-// storeOpened reports that the store's circuit breaker opened: an event
-// and a log line, once per transition (never gated).
-func (r *reporter) storeOpened(store string, silent bool, err error) {
-	r.observer.StoreEvent(store, eventOpened)
-	why := "it failed 5 calls in a row"
-	if silent {
-		why = "it answered nothing for a whole store timeout"
-	}
-	r.logger.Error("quotagate: store is failing ("+why+"); circuit breaker open: decisions follow each policy's FailureMode without calling it, one probe call every "+breakerCoolDown.String(),
-		slog.String("store", store), slog.String("error", sanitize(err.Error())))
-}
-
-// storeRecovered reports that the store's circuit breaker closed: an event
-// and a log line, once per transition.
-func (r *reporter) storeRecovered(store string, openFor time.Duration) {
-	r.observer.StoreEvent(store, eventClosed)
-	r.logger.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
-		slog.String("store", store), slog.Duration("open_for", openFor.Round(time.Millisecond)))
-}
-
 // issue reports a client-address or route issue: an event every time, a
 // log line at most once per 10 minutes per kind.
 func (r *reporter) issue(bucket string, kind Issue) {

@@ -216,7 +216,7 @@ func TestObserverAllocationFree(t *testing.T) {
 		{"per_route", ref, limit.Policy{Limit: 1_000_000_000, Scope: limit.PerRoute}, func(l *limit.Limiter) { do(l, peer) }},
 		{"fallback_issue", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { do(l, limit.Request{Route: "/a/{id}"}) }},
 		{"consume", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { l.Consume(ctx, "user-1") }},
-		{"degraded", func() limit.Store { return limittest.FailingStore{Err: errBackend, InProcess: true} }, limit.Policy{Limit: 10}, func(l *limit.Limiter) { do(l, peer) }},
+		{"degraded", func() limit.Store { return limittest.FailingStore{Err: errBackend} }, limit.Policy{Limit: 10}, func(l *limit.Limiter) { do(l, peer) }},
 	}
 	for _, tc := range cases {
 		for _, observed := range []bool{true, false} {
@@ -270,7 +270,7 @@ func TestLogRateLimits(t *testing.T) {
 	advance := func(d time.Duration) { now.Add(int64(d)) }
 
 	// In-process: no circuit breaker, so every call fails and meets the gate.
-	failing := limittest.FailingStore{Err: errBackend, InProcess: true}
+	failing := limittest.FailingStore{Err: errBackend}
 	l := limittest.MustNew(failing, limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithLogger(logger))
 	limit.SetLogClock(l, func() time.Time { return time.Unix(0, now.Load()) })
 	ctx := context.Background()

@@ -301,7 +301,7 @@ func (s *propStore) Take(_ context.Context, op *limit.Op) (limit.Result, error) 
 	return limit.Result{Allowed: res.Allowed, NowMS: s.now, N: 1, Quotas: [limit.MaxQuotas]limit.QuotaResult{res}}, nil
 }
 
-func (s *propStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: true} }
+func (s *propStore) Describe() limit.StoreInfo { return limit.StoreInfo{} }
 
 // Property: over random states of all three algorithms, Retry-After is at
 // least 1, equals the t (and Triplet Reset) it accompanies, and the same

@@ -95,50 +95,6 @@ func TestFailLocalWithFailingLocalStoreFailsOpen(t *testing.T) {
 	}
 }
 
-// A store that stops answering is cut off at the store timeout (default
-// 100 ms), rounded up to the 1 ms tick of the shared deadlines, plus the
-// grace that confirms the silence, measured on synctest's fake clock, and
-// the failure mode applies.
-func TestHangingStoreTimesOut(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opts []limit.Option
-		want time.Duration
-	}{
-		{"default_100ms", nil, 100 * time.Millisecond},
-		{"configured_30ms", []limit.Option{limit.WithStoreTimeout(30 * time.Millisecond)}, 30 * time.Millisecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				var seen error
-				l := mustNew(t, hangStore, limit.Policy{FailureMode: limit.FailClosed, OnStoreError: func(_ context.Context, _ limit.Request, err error) { seen = err }}, tc.opts...)
-				start := time.Now()
-				resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
-				if took, want := time.Since(start), tc.want+time.Millisecond+limit.SilenceGrace; took != want {
-					t.Fatalf("Check took %v, want the store timeout %v + the 1 ms tick + %v", took, tc.want, limit.SilenceGrace)
-				}
-				if resp.Status != 503 || !errors.Is(seen, context.DeadlineExceeded) {
-					t.Fatalf("status %d, error %v", resp.Status, seen)
-				}
-			})
-		})
-	}
-}
-
-// In-process stores are called without a deadline (no timer per decision);
-// others under the store timeout.
-func TestInProcessStoreHasNoDeadline(t *testing.T) {
-	s := limittest.NewStore(nil)
-	check(mustNew(t, s, limit.Policy{}), context.Background(), req("192.0.2.1:1", "/"))
-	if s.CallsWithDeadline() != 0 {
-		t.Fatal("an in-process store got a context with a deadline")
-	}
-	check(mustNew(t, limittest.SlowStore{Store: s, Delay: time.Nanosecond}, limit.Policy{}), context.Background(), req("192.0.2.1:1", "/"))
-	if s.Calls() != 2 || s.CallsWithDeadline() != 1 {
-		t.Fatalf("%d calls, %d with a deadline; want the store that does I/O called under the timeout", s.Calls(), s.CallsWithDeadline())
-	}
-}
-
 // Isolated store failures (the store answers other calls, its breaker stays
 // closed) are counted every time and logged at most once per 10 s.
 func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
@@ -174,31 +130,3 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 	})
 }
 
-// A client that cancels its own request (half-closes the connection) gets the
-// same decision as any other: its cancellation is not a store failure, so it
-// cannot make a FailOpen policy admit it over an exhausted limit.
-func TestClientCancellationIsNotAStoreFailure(t *testing.T) {
-	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed} {
-		t.Run(mode.String(), func(t *testing.T) {
-			// A store that does I/O and fails with its context's error once
-			// the context is done, as a real network store does.
-			store := limittest.SlowStore{Store: storeAt(0), Delay: time.Nanosecond}
-			var opts []limit.Option
-			if mode == limit.FailLocal {
-				opts = append(opts, limit.WithLocalStore(storeAt(0)))
-			}
-			l := limittest.MustNew(store, limit.Policy{Limit: 1, FailureMode: mode}, opts...)
-			if r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"}); r.Denied() {
-				t.Fatal("first request denied")
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			cancel()
-			for i := 0; i < 5; i++ {
-				r := check(l, ctx, limit.Request{Peer: "192.0.2.1:1"})
-				if r.Status != 429 || r.Decision.StoreFailed {
-					t.Fatalf("cancelled request %d: status %d, store failed %v; want a normal 429", i, r.Status, r.Decision.StoreFailed)
-				}
-			}
-		})
-	}
-}

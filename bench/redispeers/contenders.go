@@ -109,11 +109,14 @@ func policy(alg limit.Algorithm, lim int64) limit.Policy {
 	return limit.Policy{Algorithm: alg, Limit: lim, Window: time.Minute, FailureMode: limit.FailClosed}
 }
 
-// opts are the engine options of every quotagate contender: a generous
-// store timeout, so that a loaded machine measures latency, not failures.
+// opts are the engine options of every quotagate contender.
 func opts(prefix string) []limit.Option {
-	return []limit.Option{limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(5 * time.Second)}
+	return []limit.Option{limit.WithKeyPrefix(prefix)}
 }
+
+// storeTimeout is the Store timeout of every quotagate contender: generous,
+// so that a loaded machine measures latency, not failures.
+const storeTimeout = 5 * time.Second
 
 // takeContender calls Store.Take with the Ops the engine would build (it
 // builds them once per identity through a recording store, so the keys,
@@ -121,7 +124,7 @@ func opts(prefix string) []limit.Option {
 // process's clock (redisstore.WithClock) instead of the server's TIME.
 func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
 	return func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
-		var sopts []redisstore.Option
+		sopts := []redisstore.Option{redisstore.WithTimeout(storeTimeout)}
 		if callerClock {
 			sopts = append(sopts, redisstore.WithClock(time.Now))
 		}
@@ -161,7 +164,7 @@ func (r *recorder) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
 // Limiter.Check with a distinct client address per identity.
 func checkContender(alg limit.Algorithm) func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
 	return func(c *clients, prefix string, lim int64, ids []string) (decideFunc, error) {
-		store, err := redisstore.New(c.rueidis)
+		store, err := redisstore.New(c.rueidis, redisstore.WithTimeout(storeTimeout))
 		if err != nil {
 			return nil, err
 		}

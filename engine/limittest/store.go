@@ -19,9 +19,8 @@ import (
 // one. Deciding for keys already present allocates nothing. It is safe for
 // concurrent use.
 type Store struct {
-	// Info is what the store tells the engine about itself; NewStore sets
-	// InProcess (no store timeout) and leaves Name empty ("custom"). Set it
-	// before the store is used.
+	// Info is what the store tells the engine about itself; NewStore leaves
+	// Name empty ("custom"). Set it before the store is used.
 	Info limit.StoreInfo
 
 	now       func() time.Time
@@ -48,7 +47,7 @@ func NewStore(now func() time.Time) *Store {
 	if now == nil {
 		now = time.Now
 	}
-	return &Store{Info: limit.StoreInfo{InProcess: true}, now: now, m: map[string]*entry{}}
+	return &Store{now: now, m: map[string]*entry{}}
 }
 
 // Take implements limit.Store.
@@ -133,20 +132,13 @@ func (s *Store) Reset() {
 var ErrDown = errors.New("limittest: store down")
 
 // FailingStore fails every call, as a backend that is down (Err, or ErrDown
-// when nil) or, with Panic, as a store with a bug (Take panics). It describes
-// itself as doing I/O unless InProcess is set (then the engine calls it
-// without a store timeout, as it does the memory store).
+// when nil) or, with Panic, as a store with a bug (Take panics).
 type FailingStore struct {
 	// Err is the error every call returns (nil: ErrDown).
 	Err error
 	// Panic makes every call panic instead.
 	Panic bool
-	// InProcess makes it describe itself as in-process (no store timeout).
-	InProcess bool
 }
-
-// Describe describes the store to the engine (limit.StoreInfo).
-func (f FailingStore) Describe() limit.StoreInfo { return limit.StoreInfo{InProcess: f.InProcess} }
 
 // Take implements limit.Store.
 func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
@@ -162,8 +154,8 @@ func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
 // SlowStore passes every call to Store after Delay, as a backend that
 // answers late; Delay 0 means never (a backend that stopped answering: the
 // call blocks until its context ends). A call whose context ends first
-// returns the context's error, as the Store contract requires. It does not
-// describe itself: the engine arms its store timeout.
+// returns the context's error, as the Store contract requires. Wrap it with
+// guard.New for a store timeout.
 type SlowStore struct {
 	// Store answers the calls once Delay has passed.
 	Store limit.Store
@@ -192,12 +184,9 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 
 // FlakyStore passes calls to Store until switched: Fail makes every call
 // return ErrDown, Hang makes every call block until its context ends (the
-// engine's store timeout), Heal restores. It counts its calls and the failed
-// ones. It describes itself with Store's Name (when Store describes itself)
-// but never as in-process, so that the engine arms its timeout and its
-// circuit breaker, and as deciding at an injected clock (a test's: no local
-// deny cache, so that a test may advance the clock of the store it wraps
-// and meet the store's new answers at once). Safe for concurrent use.
+// timeout of a guard.New wrapper), Heal restores. It counts its calls and
+// the failed ones. It describes itself with Store's Name (when Store
+// describes itself). Safe for concurrent use.
 type FlakyStore struct {
 	// Store answers the calls while the FlakyStore is healthy.
 	Store        limit.Store
@@ -243,7 +232,7 @@ func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
 // Describe describes the store to the engine (limit.StoreInfo).
 func (f *FlakyStore) Describe() limit.StoreInfo {
-	info := limit.StoreInfo{InjectedClock: true}
+	var info limit.StoreInfo
 	if d, ok := f.Store.(interface{ Describe() limit.StoreInfo }); ok {
 		info.Name = d.Describe().Name
 	}

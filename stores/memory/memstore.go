@@ -102,6 +102,8 @@ const minMaxKeys = shardCount * limit.MaxQuotas
 // Store is an in-process limit.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
+	limit.Claims // the unnamed Limiters built on this Store
+
 	clock     func() time.Time // nil: the default clock, see nowMS
 	base      time.Time        // wall clock at New, with its monotonic reading
 	baseMS    int64
@@ -396,9 +398,9 @@ func (s *Store) nowMS() int64 {
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
 }
 
-// Describe tells the engine that Store is in-process (it is called without
-// the store timeout) and is "memory", the store label in metrics.
-func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "memory", InProcess: true} }
+// Describe tells the engine that Store is "memory", the store label in
+// metrics.
+func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "memory"} }
 
 // Len returns the number of entries held, expired ones not yet reclaimed
 // included.

@@ -150,7 +150,8 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	if len(opt.InitAddress) == 0 {
 		return nil, fmt.Errorf("%w: no Redis address (ClientOption.InitAddress is empty)", ErrInvalidOption)
 	}
-	s := &Store{clock: cfg.clock, owned: true}
+	s := newStore(cfg)
+	s.owned = true
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
 		s.client.Store(newClientRef(c))

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/redis/rueidis"
 )
 
@@ -56,6 +58,9 @@ var (
 // rueidis auto-pipelining. The zero value is not usable: call New, Dial or
 // NewFromURL.
 type Store struct {
+	limit.Claims // the unnamed Limiters built on this Store
+
+	guard  *guard.Store // the timeout, breaker and deny cache in front of the script calls
 	client atomic.Pointer[clientRef]
 	clock  func() time.Time // nil: the server's TIME
 	closed atomic.Bool
@@ -91,6 +96,62 @@ type Option func(*config) error
 type config struct {
 	clock  func() time.Time
 	client func(*rueidis.ClientOption)
+	guard  []guard.Option
+}
+
+// WithTimeout bounds each decision's wait for a Redis that answers nothing
+// (default 100 ms; see package guard for what the timeout measures). It
+// must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: WithTimeout(%v): must be positive", ErrInvalidOption, d)
+		}
+		c.guard = append(c.guard, guard.WithTimeout(d))
+		return nil
+	}
+}
+
+// WithObserver sets the receiver of the Store's protection events (its
+// deny cache's answers and its circuit breaker's skips and transitions:
+// see guard.Observer); promlimit's Observer is one. nil is an error.
+func WithObserver(o guard.Observer) Option {
+	return func(c *config) error {
+		if o == nil {
+			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
+		}
+		c.guard = append(c.guard, guard.WithObserver(o))
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the circuit breaker's transitions (one line
+// when it opens, one when it closes). Default: discard. nil is an error.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: WithLogger(nil)", ErrInvalidOption)
+		}
+		c.guard = append(c.guard, guard.WithLogger(l))
+		return nil
+	}
+}
+
+// newStore returns a Store on cfg with its protections, not yet connected.
+func newStore(cfg *config) *Store {
+	s := &Store{clock: cfg.clock}
+	opts := cfg.guard
+	if cfg.clock != nil {
+		// The deny cache counts down on the process's monotonic clock,
+		// which an injected clock need not follow.
+		opts = append(opts[:len(opts):len(opts)], guard.WithoutDenyCache())
+	}
+	g, err := guard.New((*backend)(s), opts...)
+	if err != nil {
+		panic(err) // every option was checked when it was applied
+	}
+	s.guard = g
+	return s
 }
 
 // WithClock makes the Store decide at now() (read once per decision, on the
@@ -151,17 +212,23 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{clock: cfg.clock}
+	s := newStore(cfg)
 	s.client.Store(newClientRef(client))
 	return s, nil
 }
 
 // Describe tells the engine that Store is "redis", the store label in
-// metrics, does I/O (it is called under the store timeout, behind a circuit
-// breaker and a local deny cache) and, with WithClock, decides at an
-// injected clock (the engine then keeps no deny cache for it).
-func (s *Store) Describe() limit.StoreInfo {
-	return limit.StoreInfo{Name: "redis", InjectedClock: s.clock != nil}
+// metrics.
+func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
+
+// backend is the Store without its protections: its Take is the script
+// call, which the Store's guard wraps.
+type backend Store
+
+func (b *backend) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
+
+func (b *backend) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	return (*Store)(b).script(ctx, op)
 }
 
 // Client returns the rueidis client, or nil while a Store built by Dial or
@@ -182,6 +249,11 @@ func (s *Store) Client() rueidis.Client {
 // errors.Is finds the sentinels (ErrClosed, ErrNotConnected, ErrBadReply,
 // ErrReconnectBackoff) and ctx's error.
 func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	return s.guard.Take(ctx, op)
+}
+
+// script is Take without the protections: one script call.
+func (s *Store) script(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
 		return limit.Result{}, s.unusable()

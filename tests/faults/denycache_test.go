@@ -69,10 +69,10 @@ func charges(t *testing.T, srv *redisfault.Server) int64 {
 // and is admitted.
 func TestDenyCacheAcrossReplicas(t *testing.T) {
 	srv := redisfault.Start(t)
-	storeA, storeB := newStore(t, srv.URL()), newStore(t, srv.URL())
+	logA, logB := newBreakerLog(), newBreakerLog()
+	storeA, storeB := newStore(t, srv.URL(), redisstore.WithObserver(logA)), newStore(t, srv.URL(), redisstore.WithObserver(logB))
 	pfx := prefix(t)
 	p := limit.Policy{Name: "deny", Algorithm: limit.FixedWindow, Limit: 5, Window: 2 * time.Second}
-	logA, logB := newBreakerLog(), newBreakerLog()
 	a, err := limit.New(storeA, p, pfx, limit.WithObserver(logA))
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +150,8 @@ func TestDenyCacheAcrossReplicas(t *testing.T) {
 // charged: at least one of the timed-out calls, none of the skipped ones.
 func TestTimedOutCallsAreChargedWhenRedisResumes(t *testing.T) {
 	srv := redisfault.Start(t)
-	store := newStore(t, srv.URL())
 	log := newBreakerLog()
+	store := newStore(t, srv.URL(), redisstore.WithObserver(log))
 	const quota = 100
 	lim, err := limit.New(store, limit.Policy{Name: "acct", Algorithm: limit.FixedWindow, Limit: quota, Window: 24 * time.Hour, FailureMode: limit.FailClosed},
 		prefix(t), limit.WithObserver(log))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"go.uber.org/goleak"
 )
@@ -28,12 +29,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-const storeTimeout = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
+const storeTimeout = guard.DefaultTimeout // the Redis store's default timeout
 
 // newStore is a Store on url (a proxy or a server) closed with the test.
-func newStore(t *testing.T, url string) *redisstore.Store {
+func newStore(t *testing.T, url string, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.NewFromURL(url)
+	s, err := redisstore.NewFromURL(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,8 @@ func TestRegressionC10FrozenRedis(t *testing.T) {
 	)
 	srv := redisfault.Start(t)
 	proxy := redisfault.NewProxy(t, srv.Addr())
-	store := newStore(t, proxy.URL())
 	log := newBreakerLog()
+	store := newStore(t, proxy.URL(), redisstore.WithObserver(log))
 	lim, err := limit.New(store, limit.Policy{Limit: 1_000_000, Window: time.Minute, Disclosure: limit.DiscloseAlways},
 		prefix(t), limit.WithObserver(log))
 	if err != nil {
@@ -139,8 +139,8 @@ func TestKilledRedis(t *testing.T) {
 		down = 3 * time.Second
 	)
 	srv := redisfault.Start(t)
-	store := newStore(t, srv.URL())
 	log := newBreakerLog()
+	store := newStore(t, srv.URL(), redisstore.WithObserver(log))
 	lim, err := limit.New(store, limit.Policy{Limit: 1_000_000, Window: time.Minute}, prefix(t), limit.WithObserver(log))
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
 )
 
@@ -34,15 +35,15 @@ import (
 func TestSlowRedisNeverAdmitsOverTheLimit(t *testing.T) {
 	srv := redisfault.Start(t)
 	proxy := redisfault.NewProxy(t, srv.Addr())
-	store := newStore(t, proxy.URL())
 	scale := time.Duration(1)
 	if limittest.RaceEnabled {
 		scale = 3
-		t.Logf("-race: store timeout %v, replies delayed %v (the issue's 100 ms and 90 ms, times 3)", scale*storeTimeout, scale*90*time.Millisecond)
+		t.Logf("-race: store timeout %v, replies delayed %v (100 ms and 90 ms, times 3)", scale*storeTimeout, scale*90*time.Millisecond)
 	}
+	store := newStore(t, proxy.URL(), redisstore.WithTimeout(scale*storeTimeout))
 	const quota = 100
 	lim, err := limit.New(store, limit.Policy{Name: "slow", Algorithm: limit.FixedWindow, Limit: quota, Window: 24 * time.Hour},
-		prefix(t), limit.WithStoreTimeout(scale*storeTimeout))
+		prefix(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 const (
 	rate      = 200                    // requests per second offered during the test
 	freeze    = 5 * time.Second        // how long the server stays SIGSTOPped
-	storeWait = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
+	storeWait = 100 * time.Millisecond // the Redis store's default timeout (redisstore.WithTimeout)
 	// maxConnsPerSecond is issue 14's target: new connections to the hung
 	// server per second per process.
 	maxConnsPerSecond = 1

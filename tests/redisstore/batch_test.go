@@ -466,7 +466,7 @@ func countingStore(t *testing.T, be *backend) (prefix string, client rueidis.Cli
 	client = be.newClient(t)
 	t.Cleanup(func() { deleteKeys(t, client, prefix) })
 	g = newGated(client)
-	s, err := New(g)
+	s, err := New(g, WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +574,7 @@ func TestBatchedExactCount(t *testing.T) {
 			t.Run(alg.String(), func(t *testing.T) {
 				prefix, _, s, g := countingStore(t, be)
 				l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: quota, Window: 24 * time.Hour, FailureMode: limit.FailClosed},
-					limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
+					limit.WithKeyPrefix(prefix))
 				ctx := ctxT(t)
 				for rep := range 5 {
 					var allowed atomic.Int64
@@ -629,7 +629,7 @@ func TestBatchedCheckAllocs(t *testing.T) {
 	prefix, _, s, g := countingStore(t, standaloneBackend(t))
 	for _, alg := range algorithms {
 		l := limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 1 << 20, Window: time.Hour, FailureMode: limit.FailClosed},
-			limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
+			limit.WithKeyPrefix(prefix))
 		reqs := make([]limit.Request, 1000)
 		for i := range reqs {
 			reqs[i] = limit.Request{Route: "/r", Method: "GET", Path: "/r", Peer: fmt.Sprintf("10.0.%d.%d:1000", i>>8, i&255)}

@@ -29,7 +29,7 @@ var trivialScript = rueidis.NewLuaScript("return 1")
 //	. DIR/env && go test -run '^$' -bench Redis -benchtime 1s
 func BenchmarkRedis(b *testing.B) {
 	url := skipNoEnv(b, envURL, "benchmark (real standalone Redis)")
-	s, err := NewFromURL(url)
+	s, err := NewFromURL(url, WithTimeout(time.Second))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func BenchmarkRedis(b *testing.B) {
 		keys[i] = []string{k}
 	}
 	lim := limittest.MustNew(s, limit.Policy{Limit: 1_000_000, Window: time.Minute},
-		limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(time.Second))
+		limit.WithKeyPrefix(prefix))
 	c := s.Client()
 	ctx := context.Background()
 	for _, g := range []int{64, 256} {
@@ -158,15 +158,15 @@ func TestOneCallPerDecision(t *testing.T) {
 		for i, n := range nodes {
 			loadScript(t, n, prefix, addrs[i])
 		}
-		s, err := New(client)
+		rec := &limittest.Recorder{} // counts the denials the Store's deny cache answered without a call
+		s, err := New(client, WithTimeout(10*time.Second), WithObserver(rec))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var lims []*limit.Limiter
-		rec := &limittest.Recorder{} // counts the denials the engine's deny cache answered without a call
 		for _, alg := range algorithms {
 			lims = append(lims, limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 10, Window: time.Hour},
-				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second), limit.WithObserver(rec)))
+				limit.WithKeyPrefix(prefix), limit.WithObserver(rec)))
 		}
 		// The client connects lazily: let it do its handshake before counting.
 		if err := client.Do(ctx, client.B().Ping().Build()).Error(); err != nil {

@@ -35,7 +35,7 @@ func TestExactAcrossClients(t *testing.T) {
 		var lims [limiters]*limit.Limiter
 		for i := range lims {
 			lims[i] = limittest.MustNew(newStore(t, be), p,
-				limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(10*time.Second))
+				limit.WithKeyPrefix(prefix))
 		}
 		t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
 		ctx := ctxT(t)

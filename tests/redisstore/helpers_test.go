@@ -163,10 +163,12 @@ func killConns(t testing.TB, addrs []string) {
 	}
 }
 
-// newStore wraps a fresh client of be.
+// newStore wraps a fresh client of be, with a 10 s timeout unless opts
+// set another (a loaded machine under -race can take well over the 100 ms
+// default for a round trip).
 func newStore(t testing.TB, be *backend, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(be.newClient(t), opts...)
+	s, err := New(be.newClient(t), append([]Option{WithTimeout(10 * time.Second)}, opts...)...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

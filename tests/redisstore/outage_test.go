@@ -153,7 +153,7 @@ func newOutageLimiters(t *testing.T, s *Store) *outageLimiters {
 	o := &outageLimiters{modes: [3]limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed}}
 	prefix := testPrefix(t)
 	for i, m := range o.modes {
-		opts := []limit.Option{limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(outageTimeout)}
+		opts := []limit.Option{limit.WithKeyPrefix(prefix)}
 		if m == limit.FailLocal {
 			opts = append(opts, limit.WithLocalStore(local))
 		}
@@ -321,7 +321,7 @@ func TestOutage(t *testing.T) {
 
 	t.Run("stopped-mid-run", func(t *testing.T) {
 		srv := startRedis(t, bin, 0)
-		s, err := NewFromURL(srv.url())
+		s, err := NewFromURL(srv.url(), WithTimeout(outageTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +342,7 @@ func TestOutage(t *testing.T) {
 	t.Run("closed-port-at-start", func(t *testing.T) {
 		port := freePort(t)
 		t0 := time.Now()
-		s, err := NewFromURL("redis://127.0.0.1:" + strconv.Itoa(port))
+		s, err := NewFromURL("redis://127.0.0.1:"+strconv.Itoa(port), WithTimeout(outageTimeout))
 		if err != nil {
 			t.Fatalf("NewFromURL with Redis down: %v (want a Store that connects later)", err)
 		}
@@ -365,7 +365,7 @@ func TestOutage(t *testing.T) {
 
 	t.Run("hung-SIGSTOP", func(t *testing.T) {
 		srv := startRedis(t, bin, 0)
-		s, err := NewFromURL(srv.url())
+		s, err := NewFromURL(srv.url(), WithTimeout(outageTimeout))
 		if err != nil {
 			t.Fatal(err)
 		}

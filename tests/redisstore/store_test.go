@@ -134,7 +134,7 @@ func TestOwnership(t *testing.T) {
 	if _, err := s.Take(ctx, &op); err != nil {
 		t.Fatal(err)
 	}
-	if info := s.Describe(); info.Name != "redis" || info.InProcess || s.Client() == nil {
+	if info := s.Describe(); info.Name != "redis" || s.Client() == nil {
 		t.Errorf("Describe %+v Client %v", info, s.Client())
 	}
 	s.Close()

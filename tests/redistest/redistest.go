@@ -84,7 +84,7 @@ func open(t testing.TB, opt rueidis.ClientOption, clock func() time.Time) limit.
 		t.Fatalf("connecting to Redis: %v", err)
 	}
 	t.Cleanup(client.Close)
-	s, err := redisstore.New(client, redisstore.WithClock(clock))
+	s, err := redisstore.New(client, redisstore.WithClock(clock), redisstore.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

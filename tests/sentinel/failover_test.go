@@ -49,7 +49,7 @@ const (
 	rate = 200 // decisions per second offered during the test
 	// resumeMargin is the allowance past the failover time.
 	resumeMargin = time.Second
-	storeTimeout = 100 * time.Millisecond // the engine's default store timeout (limit.WithStoreTimeout)
+	storeTimeout = 100 * time.Millisecond // the Redis store's default timeout
 )
 
 type env struct {
@@ -184,14 +184,14 @@ func TestSentinelFailover(t *testing.T) {
 	for _, s := range e.sentinels[1:] {
 		url += "&addr=" + s
 	}
-	store, err := redisstore.NewFromURL(url)
+	store, err := redisstore.NewFromURL(url, redisstore.WithTimeout(storeTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
 	prefix := fmt.Sprintf("qgsentinel%d", time.Now().UnixNano())
 	lim, err := limit.New(store, limit.Policy{Name: "failover", Limit: 1000, Window: time.Minute},
-		limit.WithKeyPrefix(prefix), limit.WithStoreTimeout(storeTimeout))
+		limit.WithKeyPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

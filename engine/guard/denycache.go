@@ -1,16 +1,18 @@
-package limit
+package guard
 
 import (
 	"encoding/binary"
 	"hash/maphash"
 	"sync/atomic"
+
+	limit "github.com/quotagate/quotagate/engine"
 )
 
-// The local deny cache (issue 13) of a store that does I/O, shared by every
-// Limiter on the store (storeShared): once the store has denied an Op until
+// The local deny cache of a guarded store, shared by every Limiter on the
+// wrapper: once the store has denied an Op until
 // T, this process denies the same Op (same keys, quotas and cost) itself
 // until T, without asking the store, with the numbers the store gave (the
-// delays counting down). See DESIGN.md, "Local deny cache", for why it never
+// delays counting down). See docs/decisions for why it never
 // admits what the store would deny and never denies what the store would
 // admit, refunds apart.
 //
@@ -43,7 +45,7 @@ type denyEntry struct {
 	cost    int64
 	until   int64 // monotonic ns: the cache denies before this instant
 	receipt int64 // monotonic ns the store's answer arrived
-	res     Result
+	res     limit.Result
 }
 
 func newDenyCache() *denyCache { return &denyCache{seed: maphash.MakeSeed()} }
@@ -56,11 +58,11 @@ func (c *denyCache) slot(h uint64) *atomic.Pointer[denyEntry] { return &c.slots[
 // rest hashes what identifies op besides the first key: every quota's
 // algorithm and numbers, the other quotas' keys. Two policies that write one
 // key (a Name given to two policies) therefore never answer for each other.
-func (c *denyCache) rest(op *Op) uint64 {
+func (c *denyCache) rest(op *limit.Op) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	var b [8 * 6]byte
-	n := min(max(op.N, 0), MaxQuotas)
+	n := min(max(op.N, 0), limit.MaxQuotas)
 	for i := range n {
 		q := &op.Quotas[i]
 		if i > 0 {
@@ -77,10 +79,10 @@ func (c *denyCache) rest(op *Op) uint64 {
 	return h.Sum64()
 }
 
-// lookup returns the store's Result for op as of now when the cache denies
+// lookup returns the store's limit.Result for op as of now when the cache denies
 // op, with the delays counted down; ok is false when the store must be
 // asked. An expired entry met on the way is dropped.
-func (c *denyCache) lookup(op *Op, now int64) (res Result, ok bool) {
+func (c *denyCache) lookup(op *limit.Op, now int64) (res limit.Result, ok bool) {
 	if c == nil || op.Refund || op.N < 1 {
 		return res, false
 	}
@@ -103,7 +105,7 @@ func (c *denyCache) lookup(op *Op, now int64) (res Result, ok bool) {
 	res = e.res
 	el := max(now-e.receipt, 0) / int64(1e6) // whole ms, rounded down: delays never early
 	res.NowMS += el
-	for i := range min(res.N, MaxQuotas) {
+	for i := range min(res.N, limit.MaxQuotas) {
 		q := &res.Quotas[i]
 		q.ResetAfterMS = max(q.ResetAfterMS-el, 0)
 		if q.RetryAfterMS > 0 {
@@ -116,12 +118,12 @@ func (c *denyCache) lookup(op *Op, now int64) (res Result, ok bool) {
 // store records the store's denial of op: start is the monotonic instant
 // read before the call, receipt the one after it. Admissions, refunds and
 // denials without a RetryAfter are not recorded.
-func (c *denyCache) store(op *Op, res *Result, start, receipt int64) {
+func (c *denyCache) store(op *limit.Op, res *limit.Result, start, receipt int64) {
 	if c == nil || op.Refund || res.Allowed || op.N < 1 {
 		return
 	}
 	var retry int64
-	for i := range min(res.N, MaxQuotas) {
+	for i := range min(res.N, limit.MaxQuotas) {
 		if q := &res.Quotas[i]; !q.Allowed {
 			retry = max(retry, q.RetryAfterMS)
 		}
@@ -139,11 +141,11 @@ func (c *denyCache) store(op *Op, res *Result, start, receipt int64) {
 
 // drop forgets every entry whose first key is a key of op (a refund gives
 // quota back, so a denial recorded before it may end sooner than its T).
-func (c *denyCache) drop(op *Op) {
+func (c *denyCache) drop(op *limit.Op) {
 	if c == nil {
 		return
 	}
-	for i := range min(max(op.N, 0), MaxQuotas) {
+	for i := range min(max(op.N, 0), limit.MaxQuotas) {
 		h := maphash.Bytes(c.seed, op.Quotas[i].Key)
 		s := c.slot(h)
 		if e := s.Load(); e != nil && e.key0 == h {

@@ -1,11 +1,10 @@
-package limit_test
+package guard_test
 
 import (
 	"context"
 	"errors"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,17 +12,16 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// The store call of a store that does I/O: the shared deadline and what it
-// measures, the circuit breaker, the local deny cache (storecall.go,
-// deadline.go, breaker.go, denycache.go). Timing runs on synctest's fake
-// clock: every duration below is exact.
+// The wrapper against fake stores: the shared deadline and what it
+// measures, the circuit breaker, the local deny cache. Timing runs on
+// synctest's fake clock: every duration below is exact.
 
-// ioStore is the reference store on clock now (bubble time when nil),
-// describing itself as a store that does I/O on real time: the engine arms
-// the timeout, the breaker and the deny cache for it.
+// ioStore is the reference store on clock now (bubble time when nil), named
+// "io".
 func ioStore(now func() time.Time) *limittest.Store {
 	s := limittest.NewStore(now)
 	s.Info = limit.StoreInfo{Name: "io"}
@@ -52,6 +50,16 @@ func (s *scriptedStore) Take(ctx context.Context, op *limit.Op) (limit.Result, e
 
 type traceKey struct{}
 
+// guarded wraps s with guard.New.
+func guarded(t testing.TB, s limit.Store, opts ...guard.Option) *guard.Store {
+	t.Helper()
+	g, err := guard.New(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // The store's context carries the caller's values, never its cancellation
 // (nor its cause), has a deadline at least the store timeout away, and is
 // shared, Done channel and all, by calls that start in the same tick.
@@ -75,7 +83,7 @@ func TestStoreContext(t *testing.T) {
 				t.Errorf("deadline %v away, want the 100 ms timeout rounded up to the 1 ms tick", time.Until(dl))
 			}
 		}}
-		l := mustNew(t, inspect, limit.Policy{Limit: 100})
+		l := mustNew(t, guarded(t, inspect), limit.Policy{Limit: 100})
 		parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), traceKey{}, "trace-7"))
 		cancel(errors.New("client went away"))
 		for range 3 {
@@ -118,9 +126,8 @@ func (s *ctxStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 
 // A call fails at the store timeout when the store answered nothing while it
 // waited; while the store answers other calls, a late answer is waited for up
-// to twice the timeout (issue 14: queueing in the client must not turn an
-// answer into a failure, and FailOpen must not then admit what the store
-// denied).
+// to twice the timeout (queueing in the client must not turn an answer into
+// a failure, and FailOpen must not then admit what the store denied).
 func TestStoreTimeoutMeasuresTheStoreNotTheCall(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	cases := []struct {
@@ -132,8 +139,8 @@ func TestStoreTimeoutMeasuresTheStoreNotTheCall(t *testing.T) {
 	}{
 		{"late_answer_while_the_store_answers_others", 150 * time.Millisecond, true, false, 150 * time.Millisecond},
 		{"answer_beyond_twice_the_timeout", 250 * time.Millisecond, true, true, 2*timeout + time.Millisecond},
-		{"silent_store", -1, false, true, timeout + time.Millisecond + limit.SilenceGrace},
-		{"slow_store_answering_nothing_else", 150 * time.Millisecond, false, true, timeout + time.Millisecond + limit.SilenceGrace},
+		{"silent_store", -1, false, true, timeout + time.Millisecond + guard.SilenceGrace},
+		{"slow_store_answering_nothing_else", 150 * time.Millisecond, false, true, timeout + time.Millisecond + guard.SilenceGrace},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,7 +151,7 @@ func TestStoreTimeoutMeasuresTheStoreNotTheCall(t *testing.T) {
 					}
 					return time.Millisecond
 				}}
-				l := mustNew(t, s, limit.Policy{Limit: 1000, FailureMode: limit.FailClosed}, limit.WithStoreTimeout(timeout))
+				l := mustNew(t, guarded(t, s, guard.WithTimeout(timeout)), limit.Policy{Limit: 1000, FailureMode: limit.FailClosed})
 				stop := make(chan struct{})
 				var wg sync.WaitGroup
 				if tc.others {
@@ -186,7 +193,7 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
 		obs := &limittest.Recorder{}
 		var logs logBuffer
-		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs), guard.WithLogger(logs.logger())), limit.Policy{Limit: 1_000_000}, limit.WithObserver(obs))
 		ctx := context.Background()
 		if _, err := l.Consume(ctx, "u"); err != nil {
 			t.Fatal(err)
@@ -195,7 +202,7 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		flaky.Hang()
 		start := time.Now()
 		d, err := l.Consume(ctx, "u")
-		if el := time.Since(start); el != limit.DefaultStoreTimeout+time.Millisecond+limit.SilenceGrace || !d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
+		if el := time.Since(start); el != guard.DefaultTimeout+time.Millisecond+guard.SilenceGrace || !d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("first call to a silent store: %v, %+v, %v; want the timeout (+ tick + grace), FailOpen", el, d, err)
 		}
 		if got := obs.Breaker(); len(got) != 1 || !got[0] || logs.count("circuit breaker open") != 1 {
@@ -259,7 +266,7 @@ func TestCircuitBreakerConsecutiveErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
 		obs := &limittest.Recorder{}
-		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000, FailureMode: limit.FailClosed}, limit.WithObserver(obs))
+		l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs)), limit.Policy{Limit: 1_000_000, FailureMode: limit.FailClosed})
 		ctx := context.Background()
 		for range 3 {
 			for range 4 {
@@ -286,19 +293,20 @@ func TestCircuitBreakerConsecutiveErrors(t *testing.T) {
 	})
 }
 
-// Limiters built separately on one Store share its breaker (and limiters
-// from one New share it through With); limiters on another Store do not.
-func TestCircuitBreakerSharedPerStore(t *testing.T) {
+// Limiters built separately on one wrapper share its breaker (and limiters
+// from one New share it through With); limiters on another wrapper do not,
+// even of the same backend.
+func TestCircuitBreakerSharedPerWrapper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
-		other := &limittest.FlakyStore{Store: ioStore(nil)}
-		a := mustNew(t, flaky, limit.Policy{Limit: 100})
-		b := mustNew(t, flaky, limit.Policy{Name: "b", Limit: 100})
+		g := guarded(t, flaky)
+		a := mustNew(t, g, limit.Policy{Limit: 100})
+		b := mustNew(t, g, limit.Policy{Name: "b", Limit: 100})
 		c, err := a.With(limit.Policy{Name: "c", Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
-		elsewhere := mustNew(t, other, limit.Policy{Limit: 100})
+		elsewhere := mustNew(t, guarded(t, flaky), limit.Policy{Limit: 100})
 		ctx := context.Background()
 		flaky.Fail()
 		for range 5 {
@@ -309,21 +317,21 @@ func TestCircuitBreakerSharedPerStore(t *testing.T) {
 				t.Errorf("%s limiter on the same store: %v, want ErrCircuitOpen", name, err)
 			}
 		}
-		if _, err := elsewhere.Consume(ctx, "u"); err != nil {
-			t.Errorf("limiter on another store: %v", err)
+		if _, err := elsewhere.Consume(ctx, "u"); errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
+			t.Errorf("limiter on another wrapper: %v, want the store's own failure (its breaker closed)", err)
 		}
 	})
 }
 
-// Case C-10 in the engine: a store that hangs under steady load; after the
-// first timeout every decision answers at once, none waits more than the
-// timeout (plus the tick and the silence grace: within issue 14's timeout +
-// 10 ms), probes included, and limiting resumes at the first probe after
-// the store returns.
-func TestRegressionC10FrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
+// A store that hangs under steady load costs one timeout, not one per
+// request: after the first timeout every decision answers at once, none
+// waits more than the timeout (plus the tick and the silence grace: within
+// the timeout + 10 ms), probes included, and limiting resumes at the first
+// probe after the store returns.
+func TestFrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
-		l := mustNew(t, flaky, limit.Policy{Limit: 1_000_000})
+		l := mustNew(t, guarded(t, flaky, guard.WithoutDenyCache()), limit.Policy{Limit: 1_000_000})
 		ctx := context.Background()
 		type result struct {
 			start, took time.Duration
@@ -371,7 +379,7 @@ func TestRegressionC10FrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
 		}
 		t.Logf("first timeout at %v; after it %d of ~%d decisions waited (probes), longest %v; longest overall %v; limiting resumed %v after the store returned",
 			firstTimeout, slowCount, int((6*time.Second-firstTimeout)/(5*time.Millisecond)), slowAfter, maxTook, resumed)
-		if maxTook > limit.DefaultStoreTimeout+10*time.Millisecond {
+		if maxTook > guard.DefaultTimeout+10*time.Millisecond {
 			t.Errorf("a decision took %v, want at most the store timeout + 10 ms", maxTook)
 		}
 		if slowCount > 5*4+1 { // one probe per 250 ms cool-down (plus its timeout) over 5 s
@@ -387,7 +395,7 @@ func TestRegressionC10FrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
 // decisions through again: one cool-down plus one probe's timeout.
 // (The scenario's requests come every 5 ms: the first after the probe may
 // start up to 5 ms later.)
-const breakerResume = 250*time.Millisecond + limit.DefaultStoreTimeout + time.Millisecond + limit.SilenceGrace + 5*time.Millisecond
+const breakerResume = 250*time.Millisecond + guard.DefaultTimeout + time.Millisecond + guard.SilenceGrace + 5*time.Millisecond
 
 // A denial is repeated from the deny cache until its Retry-After, with the
 // store's own numbers counting down; then the store is asked again and
@@ -399,7 +407,7 @@ func TestDenyCache(t *testing.T) {
 		obs := &limittest.Recorder{}
 		p := limit.Policy{Name: "q", Limit: 3, Window: 10 * time.Second, Algorithm: limit.FixedWindow, AlignWindows: true,
 			Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}
-		l := mustNew(t, counted, p, limit.WithObserver(obs))
+		l := mustNew(t, guarded(t, counted, guard.WithObserver(obs)), p)
 		ctx := context.Background()
 		r := req("192.0.2.1:1", "/")
 		for range 3 {
@@ -479,9 +487,12 @@ func TestDenyCacheAgreesWithTheStore(t *testing.T) {
 					w := &world{}
 					backing := limittest.NewStore(serverNow)
 					for i := range w.lims {
-						replica := &latencyStore{Store: backing, cache: cache, lat: &w.lat, calls: &w.calls}
-						w.lims[i] = mustNew(t, replica, limit.Policy{Name: "m", Limit: 5, Window: 2 * time.Second, Algorithm: algo},
-							limit.WithStoreTimeout(time.Second))
+						replica := &latencyStore{Store: backing, lat: &w.lat, calls: &w.calls}
+						opts := []guard.Option{guard.WithTimeout(time.Second)}
+						if !cache {
+							opts = append(opts, guard.WithoutDenyCache())
+						}
+						w.lims[i] = mustNew(t, guarded(t, replica, opts...), limit.Policy{Name: "m", Limit: 5, Window: 2 * time.Second, Algorithm: algo})
 					}
 					return w
 				}
@@ -540,7 +551,7 @@ func TestDenyCacheStoreClockTruncation(t *testing.T) {
 		// The server's clock is 0.7 ms ahead: at every whole bubble
 		// millisecond it reads the same ms, 0.7 ms late.
 		store := ioStore(func() time.Time { return time.Now().Add(700 * time.Microsecond) })
-		l := mustNew(t, store, limit.Policy{Limit: 1, Window: time.Second, Algorithm: limit.FixedWindow, AlignWindows: true})
+		l := mustNew(t, guarded(t, store), limit.Policy{Limit: 1, Window: time.Second, Algorithm: limit.FixedWindow, AlignWindows: true})
 		ctx := context.Background()
 		l.Consume(ctx, "u")
 		if d, _ := l.Consume(ctx, "u"); d.Allowed || d.RetryAfter != time.Second {
@@ -560,18 +571,11 @@ type latency struct{ there, back atomic.Int64 }
 
 // latencyStore is one replica's client of a shared backing store: a call
 // reaches the store lat.there after it starts and comes back lat.back after
-// that (synctest time), so the store evaluates inside the call. cache false
-// makes it report an injected clock, which turns the engine's deny cache
-// off.
+// that (synctest time), so the store evaluates inside the call.
 type latencyStore struct {
 	Store limit.Store
-	cache bool
 	lat   *latency
 	calls *atomic.Int64
-}
-
-func (s *latencyStore) Describe() limit.StoreInfo {
-	return limit.StoreInfo{Name: "replica", InjectedClock: !s.cache}
 }
 
 func (s *latencyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
@@ -582,15 +586,14 @@ func (s *latencyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, er
 	return res, err
 }
 
-// With an I/O store the engine allocates nothing per decision: the store
-// context lives in the pooled scratch and the deadline is shared by the calls
-// of a tick (synctest's clock stands still while the loop runs, so every
-// call is in one tick; at real rates a tick's few allocations are shared by
-// every call that starts within 1 ms). A cached denial allocates nothing
-// either.
-func TestStoreCallAllocationFree(t *testing.T) {
+// A guarded call allocates nothing per decision: the store context is
+// pooled and the deadline is shared by the calls of a tick (synctest's clock
+// stands still while the loop runs, so every call is in one tick; at real
+// rates a tick's few allocations are shared by every call that starts
+// within 1 ms). A cached denial allocates nothing either.
+func TestTakeAllocationFree(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := ioStore(nil)
+		store := guarded(t, ioStore(nil))
 		l := mustNew(t, store, limit.Policy{Limit: 1_000_000_000})
 		r := req("192.0.2.1:1", "/")
 		w := limittest.Discard
@@ -606,26 +609,84 @@ func TestStoreCallAllocationFree(t *testing.T) {
 	})
 }
 
-// Case C-09: a local store given to a policy that does not fail local was
-// silently ignored (4 of Limit 2 admitted with the store down). New refuses
-// it, naming both settings; With may still derive policies of any mode.
-func TestRegressionC09LocalStoreWithoutFailLocal(t *testing.T) {
-	local := storeAt(0)
-	_, err := limit.New(errStore, limit.Policy{Limit: 2}, limit.WithLocalStore(local))
-	if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithLocalStore") || !strings.Contains(err.Error(), "FailLocal") {
-		t.Fatalf("New: %v; want ErrInvalidOption naming WithLocalStore and FailLocal", err)
+// A store that stops answering is cut off at the store timeout (default
+// 100 ms), rounded up to the 1 ms tick of the shared deadlines, plus the
+// grace that confirms the silence, measured on synctest's fake clock, and
+// the failure mode applies.
+func TestHangingStoreTimesOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []guard.Option
+		want time.Duration
+	}{
+		{"default_100ms", nil, 100 * time.Millisecond},
+		{"configured_30ms", []guard.Option{guard.WithTimeout(30 * time.Millisecond)}, 30 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var seen error
+				l := mustNew(t, guarded(t, limittest.SlowStore{}, tc.opts...), limit.Policy{FailureMode: limit.FailClosed, OnStoreError: func(_ context.Context, _ limit.Request, err error) { seen = err }})
+				start := time.Now()
+				resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
+				if took, want := time.Since(start), tc.want+time.Millisecond+guard.SilenceGrace; took != want {
+					t.Fatalf("Check took %v, want the store timeout %v + the 1 ms tick + %v", took, tc.want, guard.SilenceGrace)
+				}
+				if resp.Status != 503 || !errors.Is(seen, context.DeadlineExceeded) {
+					t.Fatalf("status %d, error %v", resp.Status, seen)
+				}
+			})
+		})
 	}
-	l := mustNew(t, errStore, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(local))
-	admitted := 0
-	for range 4 {
-		if d, _ := l.Consume(context.Background(), "c"); d.Allowed {
-			admitted++
+}
+
+// A client that cancels its own request (half-closes the connection) gets the
+// same decision as any other: its cancellation is not a store failure, so it
+// cannot make a FailOpen policy admit it over an exhausted limit.
+func TestClientCancellationIsNotAStoreFailure(t *testing.T) {
+	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			// A store that does I/O and fails with its context's error once
+			// the context is done, as a real network store does.
+			store := guarded(t, limittest.SlowStore{Store: limittest.NewStore(nil), Delay: time.Nanosecond})
+			var opts []limit.Option
+			if mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(limittest.NewStore(nil)))
+			}
+			l := limittest.MustNew(store, limit.Policy{Limit: 1, FailureMode: mode}, opts...)
+			if r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"}); r.Status != 0 {
+				t.Fatal("first request denied")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			for i := 0; i < 5; i++ {
+				r := check(l, ctx, limit.Request{Peer: "192.0.2.1:1"})
+				if r.Status != 429 || r.Decision.StoreFailed {
+					t.Fatalf("cancelled request %d: status %d, store failed %v; want a normal 429", i, r.Status, r.Decision.StoreFailed)
+				}
+			}
+		})
+	}
+}
+
+// A refund (Limiter.Finish) drops the wrapper's cached denial of its key:
+// the next request asks the store, which admits it.
+func TestFinishRefundDropsCachedDenial(t *testing.T) {
+	ref := limittest.NewStore(nil)
+	l := limittest.MustNew(guarded(t, ref), limit.Policy{Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour,
+		CountStatus: func(s int) bool { return s >= 400 }})
+	ctx := context.Background()
+	first, _ := l.Consume(ctx, "a") // its handler is still running
+	for range 3 {
+		if d, _ := l.Consume(ctx, "a"); d.Allowed {
+			t.Fatal("admitted over the limit")
 		}
 	}
-	if admitted != 2 {
-		t.Fatalf("FailLocal with the store down admitted %d of 4, want 2", admitted)
+	calls := ref.Calls()
+	if d, _ := l.Consume(ctx, "a"); d.Allowed || ref.Calls() != calls {
+		t.Fatal("the denial was not cached")
 	}
-	if _, err := l.With(limit.Policy{Limit: 2, FailureMode: limit.FailClosed}); err != nil {
-		t.Fatalf("With a FailClosed policy: %v", err)
+	l.Finish(ctx, &first, 200)
+	if d, _ := l.Consume(ctx, "a"); !d.Allowed {
+		t.Fatal("after the refund the cached denial still answered")
 	}
 }

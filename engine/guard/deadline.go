@@ -1,4 +1,4 @@
-package limit
+package guard
 
 import (
 	"context"
@@ -6,18 +6,16 @@ import (
 	"time"
 )
 
-// The store timeout without a context per call (issue 13), and what it
-// measures (issue 14).
+// The store timeout without a context per call, and what it measures.
 //
-// context.WithTimeout per store call cost 6 allocations (the context, its
+// context.WithTimeout per store call costs 6 allocations (the context, its
 // timer, the channel, the cancel closure). Instead, calls to one store that
 // start within the same tick (1 ms) share one deadline: a done channel and
 // one timer, created by the first caller of the tick. Each call's context is
-// a storeCtx held in the pooled scratch of its decision: it answers Done and
-// Err from the shared deadline and Value from the caller's context (so
-// tracing and other request values still reach the store), and it is never
-// cancelled by the caller (a client that goes away gets the same decision as
-// one that stays).
+// a pooled storeCtx: it answers Done and Err from the shared deadline and
+// Value from the caller's context (so tracing and other request values still
+// reach the store), and it is never cancelled by the caller (a client that
+// goes away gets the same decision as one that stays).
 //
 // What the timeout measures. A call fails when the store has answered
 // nothing at all for the store timeout while the call waited: then it is
@@ -25,15 +23,12 @@ import (
 // the store answers other calls, a call keeps waiting for its own answer, up
 // to twice the timeout: its reply is late because of queueing (its command
 // waited in the client's pipeline behind a burst, the process had no CPU
-// for its goroutine), not because the store is down. Issue 14's "Redis slow
-// (replies delayed 90 ms, under the 100 ms timeout): 128-142 of 200
-// admitted where the limit is 100" was exactly that: measured with a delaying
-// proxy, a burst of 200 calls put its commands on the wire 4-14 ms after the
-// calls started (the client's writer goroutine waited for CPU behind 200
-// runnable ones), so replies that Redis sent 90 ms after receiving them came
-// 100-113 ms after the calls began; the calls timed out, and FailOpen
-// admitted the ones Redis had denied. The time a request spent before the
-// store call was never part of it (the timeout starts at the store call).
+// for its goroutine), not because the store is down. A burst of 200 calls
+// on two cores can put its commands on the wire 4-14 ms after the calls
+// started, so replies a store sent 90 ms after receiving them arrive
+// 100-113 ms after the calls began: failing those at a 100 ms timeout would
+// let FailOpen admit what the store had denied. The time a request spent
+// before the store call is never part of it.
 const (
 	tickNS = int64(time.Millisecond)
 	// lateAnswerFactor bounds the wait of a call whose store answers other
@@ -42,14 +37,14 @@ const (
 	// silenceGrace is how long a silence found at a check is confirmed
 	// before the calls fail (see check): a call to a store that answers
 	// nothing fails at the store timeout + 1 tick + silenceGrace, within
-	// issue 14's "store timeout + 10 ms".
+	// 10 ms of the timeout.
 	silenceGrace = 4 * time.Millisecond
 )
 
 // tickSource hands out the shared deadlines of one store under one timeout.
 type tickSource struct {
 	timeout int64 // ns
-	shared  *storeShared
+	store   *Store
 	cur     atomic.Pointer[deadline]
 }
 
@@ -122,7 +117,7 @@ func newDeadline(ts *tickSource, now int64) *deadline {
 // The checks of one deadline run one after the other (each sets at most one
 // timer for the next), so the suspicion fields need no lock.
 func (d *deadline) check() {
-	sh, to := d.src.shared, d.src.timeout
+	sh, to := d.src.store, d.src.timeout
 	now := sh.now()
 	last := sh.breaker.lastSuccess.Load()
 	limit := d.start + tickNS + lateAnswerFactor*to
@@ -155,9 +150,8 @@ func (d *deadline) close(why int32) {
 func (d *deadline) stop() { d.timer.Stop() }
 
 // storeCtx is the context of one store call: Done, Err and Deadline come
-// from the shared deadline, Value from the caller's context. It lives in a
-// decision's pooled scratch, so passing it as a context.Context allocates
-// nothing.
+// from the shared deadline, Value from the caller's context. It is pooled,
+// so passing it as a context.Context allocates nothing.
 //
 // A store's client may leave a goroutine behind that still watches the
 // context after Take returned: rueidis does when it waits for a pooled

@@ -1,14 +1,16 @@
-package limit
+package guard
 
 import (
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
 )
 
-// Circuit breaker of a store that does I/O, shared by every Limiter on the
-// store (storeShared). Closed: every decision calls the store. It opens when
+// Circuit breaker of a guarded store, shared by every Limiter on the
+// wrapper. Closed: every decision calls the store. It opens when
 // the store has answered nothing for a whole store timeout (a call timed out
 // and no call succeeded since it started: see deadline.go), or after
 // breakerFailures consecutive failed calls of any kind. Open: the store is
@@ -18,8 +20,8 @@ import (
 // FailureMode, one probe at a time. Any successful call closes it, the
 // probe's or a straggler's that started before it opened.
 //
-// The schedule is fixed rather than growing: issue 14 asks that limiting
-// resume within 1 s of the store's return, and a probe costs one decision
+// The schedule is fixed rather than growing: limiting resumes within a
+// second of the store's return, and a probe costs one decision
 // one store timeout at most, so 4 probes a second cost 4 requests in 800 a
 // second (at 200 requests/s) the wait.
 const (
@@ -117,7 +119,7 @@ func (b *breaker) failed(now int64, silent, probe bool, err error) bool {
 	if !b.state.CompareAndSwap(breakerClosed, breakerOpen) {
 		return false
 	}
-	b.skipErr.Store(&errHolder{fmt.Errorf("%w; it opened on: %w", ErrCircuitOpen, err)})
+	b.skipErr.Store(&errHolder{fmt.Errorf("%w; it opened on: %w", limit.ErrCircuitOpen, err)})
 	b.failures.Store(0)
 	b.openedAt.Store(now)
 	b.retryAt.Store(now + int64(breakerCoolDown))
@@ -130,7 +132,7 @@ func (b *breaker) skipError() error {
 	if h := b.skipErr.Load(); h != nil {
 		return h.err
 	}
-	return ErrCircuitOpen
+	return limit.ErrCircuitOpen
 }
 
 // isOpen reports whether the breaker is open or probing.

@@ -1,13 +1,13 @@
-package limit
+package guard
 
 import (
 	"context"
 	"errors"
 	"hash/maphash"
-	"reflect"
-	"runtime"
 	"testing"
 	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
 )
 
 // The key by which context finds a cancellable parent was learnt at init:
@@ -56,12 +56,12 @@ func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
 // quota it gives back may end them early.
 func TestDenyCacheRefundDrops(t *testing.T) {
 	c := newDenyCache()
-	op := &Op{Cost: 1, N: 2}
-	op.Quotas[0] = Quota{Key: []byte("p:{t}:a"), Algorithm: FixedWindow, Limit: 1, WindowMS: 60_000}
-	op.Quotas[1] = Quota{Key: []byte("p:{t}:b"), Algorithm: FixedWindow, Limit: 5, WindowMS: 3_600_000}
-	res := &Result{N: 2}
-	res.Quotas[0] = QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
-	res.Quotas[1] = QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
+	op := &limit.Op{Cost: 1, N: 2}
+	op.Quotas[0] = limit.Quota{Key: []byte("p:{t}:a"), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
+	op.Quotas[1] = limit.Quota{Key: []byte("p:{t}:b"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 3_600_000}
+	res := &limit.Result{N: 2}
+	res.Quotas[0] = limit.QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
+	res.Quotas[1] = limit.QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
 	c.store(op, res, 0, int64(time.Millisecond))
 	if got, ok := c.lookup(op, int64(time.Second)); !ok || got.Quotas[0].RetryAfterMS != 30_000-999 {
 		t.Fatalf("lookup 1 s later: %v %+v; want the denial with 999 ms counted off (from the answer's arrival)", ok, got.Quotas[0])
@@ -86,30 +86,3 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 	}
 }
 
-// The per-Store registry holds its storeShared weakly: once no Limiter
-// refers to it, it is collected, and a new Store at the same address gets a
-// fresh one.
-func TestStoreRegistryIsWeak(t *testing.T) {
-	type store struct {
-		Store
-		_ int // non-zero size: a Store at its own address
-	}
-	s := &store{}
-	a := sharedFor(s, StoreInfo{Name: "x"})
-	if b := sharedFor(s, StoreInfo{Name: "x"}); a != b {
-		t.Fatal("one Store got two storeShared values")
-	}
-	if sharedFor(&store{}, StoreInfo{}) == a {
-		t.Fatal("two Stores share one storeShared")
-	}
-	id := storeID{typ: reflect.TypeOf(s), ptr: reflect.ValueOf(s).Pointer()}
-	a = nil
-	runtime.GC()
-	stores.mu.Lock()
-	alive := stores.m[id].Value() != nil
-	stores.mu.Unlock()
-	if alive {
-		t.Fatal("a storeShared no Limiter refers to was kept alive by the registry")
-	}
-	runtime.KeepAlive(s)
-}

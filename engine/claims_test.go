@@ -9,15 +9,16 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // Two Limiters built separately with the same numbers and no Name would
 // share one allowance without saying so (the default bucket is the
-// signature): New refuses the second while the first is alive on the same
-// Store, naming both ways out. Differences that do not change the stored
+// signature): New refuses the second on a Store that keeps Claims, naming
+// both ways out. Differences that do not change the stored
 // state (FailureMode, Disclosure, Scope) do not make them separate.
 func TestNewRefusesASecondUnnamedLimiterWithTheSameNumbers(t *testing.T) {
-	store := storeAt(epochMS)
+	store := claimingStore()
 	base := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
 	a := mustNew(t, store, base)
 	for _, p := range []limit.Policy{
@@ -50,32 +51,38 @@ func TestNewRefusesASecondUnnamedLimiterWithTheSameNumbers(t *testing.T) {
 	mustNew(t, store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 6, Window: time.Minute})
 	mustNew(t, store, limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute, AlignWindows: true})
 	mustNew(t, store, base, limit.WithKeyPrefix("other"))
-	mustNew(t, storeAt(epochMS), base)
-	// A Store that is not a pointer is not tracked (its copies are not one store).
+	mustNew(t, claimingStore(), base)
+	// A Store that keeps no Claims is not checked.
 	mustNew(t, errStore, base)
 	mustNew(t, errStore, base)
-	runtime.KeepAlive(a) // alive up to here: the refusals above are not a collection's accident
 }
 
-// A dropped Limiter frees its place: New collects garbage before refusing.
-func TestADroppedLimiterFreesItsPlace(t *testing.T) {
-	store := storeAt(epochMS)
+// A claim lasts as long as the Store: a Limiter rebuilt with the same
+// numbers is refused whether or not the first is still in use, so the
+// answer never depends on the garbage collector.
+func TestARebuiltUnnamedLimiterIsRefusedToo(t *testing.T) {
+	store := claimingStore()
 	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
 	func() {
 		l := mustNew(t, store, p)
 		l.Consume(context.Background(), "u") // used, then dropped
 	}()
+	runtime.GC()
+	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("after the first Limiter was dropped: %v, want the refusal", err)
+	}
+	p.Name = "rebuilt"
 	if _, err := limit.New(store, p); err != nil {
-		t.Fatalf("after the first Limiter was dropped: %v", err)
+		t.Fatalf("the same numbers with a Name: %v", err)
 	}
 }
 
-// Case C-03 (issue 12): two policies sharing a Name but not their numbers
-// (FixedWindow 5 per hour and 5 per second) read and wrote one record, so
-// the hour's limiter answered a Retry-After of ~242 years. Now every key
-// carries the state signature: each policy has its own record, whatever the
-// Name. Alignment is part of it too (two phase rules never read one record).
-func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
+// Two policies sharing a Name but not their numbers (FixedWindow 5 per hour
+// and 5 per second) once read and wrote one record, so the hour's limiter
+// answered a Retry-After of ~242 years. Every key carries the state
+// signature: each policy has its own record, whatever the Name. Alignment
+// is part of it too (two phase rules never read one record).
+func TestRegressionOneNameTwoPolicies(t *testing.T) {
 	store := storeAt(epochMS)
 	hour := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
 	sec := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})
@@ -113,4 +120,16 @@ func TestKeysAreTheSameInEveryProcess(t *testing.T) {
 	if len(keys) != 2 || keys[0] != keys[1] || !strings.Contains(keys[0], ":/v1/search 1p1gb5:1p1gb5:r:192.0.2.9") {
 		t.Fatalf("keys %q, want one key, the same for both replicas", keys)
 	}
+}
+
+// claimingStore is the reference store with Claims, as the memory and
+// Redis stores keep them.
+func claimingStore() limit.Store { return claiming(limittest.NewStore(nil)) }
+
+// claiming returns s with Claims.
+func claiming(s limit.Store) limit.Store {
+	return &struct {
+		limit.Store
+		limit.Claims
+	}{Store: s}
 }

@@ -1,0 +1,269 @@
+// Package guard protects the calls to a limit.Store that does I/O: a
+// timeout per call, a circuit breaker and a local cache of the store's
+// denials, in one value that every Limiter on the store shares.
+//
+// The engine (package limit) decides rate limits and calls its Store
+// straight. A store that waits on a network wraps itself with New, once,
+// and the value it returns is the store the user holds and hands to every
+// limit.New: the Redis store does so itself, so a *redisstore.Store is
+// already protected. Two wrappers of one backend are two protections, each
+// with its own breaker and deny cache; share one wrapper to share them.
+//
+//	s, err := guard.New(myStore, guard.WithTimeout(50*time.Millisecond))
+//	l, err := limit.New(s, limit.Policy{Limit: 100, Window: time.Minute})
+//
+// What a call meets, in order:
+//   - the deny cache: once the store has denied an Op (same keys, quotas and
+//     cost) until T, the wrapper denies it itself until T, with the numbers
+//     the store gave, counted down; a Refund drops the cached denials of its
+//     keys;
+//   - the circuit breaker: after the store answered nothing for a whole
+//     timeout, or failed 5 calls in a row, calls fail at once with an error
+//     wrapping limit.ErrCircuitOpen (the policy's FailureMode decides), and
+//     one probe call every 250 ms finds out whether the store is back;
+//   - the timeout: calls that start within the same millisecond share one
+//     deadline; a call fails when the store answered nothing at all for the
+//     timeout, and waits up to twice the timeout while the store answers
+//     other calls (a late reply is queueing, not an outage).
+//
+// The call's context keeps the caller's values but not its cancellation: a
+// client that goes away gets the same decision as one that stays.
+package guard
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+)
+
+// DefaultTimeout bounds each store call when WithTimeout is not given.
+const DefaultTimeout = 100 * time.Millisecond
+
+// Observer receives the wrapper's events; limit.Observer implementations
+// (promlimit's) satisfy it. It is called synchronously on the request path
+// and must be fast and safe for concurrent use. The events are
+//   - "deny-cache": a call the deny cache answered with the store's earlier
+//     denial (the store was not asked);
+//   - "breaker-open": a call not made because the breaker is open;
+//   - "opened": the breaker opened (once per transition);
+//   - "closed": it closed again (a call succeeded).
+type Observer interface {
+	StoreEvent(store, event string)
+}
+
+// Store is a limit.Store behind a timeout, a circuit breaker and a deny
+// cache. It is safe for concurrent use; share one value between every
+// Limiter on the backend.
+type Store struct {
+	next    limit.Store
+	name    string
+	timeout time.Duration
+	clock   func() int64 // monotonic ns; nil: monoNow
+	obs     Observer
+	log     *slog.Logger
+
+	breaker breaker
+	deny    *denyCache // nil: WithoutDenyCache
+	ticks   tickSource
+	ctxs    sync.Pool // *storeCtx
+}
+
+// Option configures New. Options are checked by New, which names the
+// option in its error (wrapping limit.ErrInvalidOption).
+type Option func(*Store) error
+
+// WithTimeout sets how long a call may wait for a store that answers
+// nothing (default DefaultTimeout); it must be positive.
+func WithTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: guard.WithTimeout(%v): must be positive", limit.ErrInvalidOption, d)
+		}
+		s.timeout = d
+		return nil
+	}
+}
+
+// WithObserver sets the receiver of the wrapper's events (see Observer);
+// default none. nil is an error. A panic inside o is recovered and drops
+// that one event.
+func WithObserver(o Observer) Option {
+	return func(s *Store) error {
+		if o == nil {
+			return fmt.Errorf("%w: guard.WithObserver(nil)", limit.ErrInvalidOption)
+		}
+		s.obs = o
+		return nil
+	}
+}
+
+// WithLogger sets the logger of the breaker's transitions: one line when
+// it opens, one when it closes, never one per call. Default: discard. nil
+// is an error.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Store) error {
+		if l == nil {
+			return fmt.Errorf("%w: guard.WithLogger(nil)", limit.ErrInvalidOption)
+		}
+		s.log = l
+		return nil
+	}
+}
+
+// WithoutDenyCache turns the deny cache off. A store that decides at a
+// clock the caller injected (a test's fake clock) needs it off: the cache
+// counts its entries down on the process's monotonic clock, which a fake
+// clock need not follow.
+func WithoutDenyCache() Option {
+	return func(s *Store) error {
+		s.deny = nil
+		return nil
+	}
+}
+
+// withClock sets the monotonic clock (ns) the breaker, the deadlines and
+// the deny cache read; tests set a fake one.
+func withClock(now func() int64) Option {
+	return func(s *Store) error {
+		s.clock = now
+		return nil
+	}
+}
+
+// New wraps next. The wrapper's store label (for metrics and log lines) is
+// next's own (limit.StoreInfo.Name through a Describe method), "custom"
+// without one. A nil next is an error.
+func New(next limit.Store, opts ...Option) (*Store, error) {
+	if next == nil {
+		return nil, fmt.Errorf("%w: guard.New: store is nil", limit.ErrInvalidOption)
+	}
+	s := &Store{next: next, name: "custom", timeout: DefaultTimeout, deny: newDenyCache()}
+	if d, ok := next.(interface{ Describe() limit.StoreInfo }); ok {
+		if n := d.Describe().Name; n != "" {
+			s.name = n
+		}
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	} else {
+		s.obs = safeObserver{s.obs}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.breaker.lastSuccess.Store(never)
+	s.ticks = tickSource{timeout: int64(s.timeout), store: s}
+	s.ctxs.New = func() any { return new(storeCtx) }
+	return s, nil
+}
+
+// Describe reports the wrapped store's description.
+func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: s.name} }
+
+// Unwrap returns the wrapped store.
+func (s *Store) Unwrap() limit.Store { return s.next }
+
+// now reads the wrapper's clock: monotonic nanoseconds since the process
+// started (or a test's fake).
+func (s *Store) now() int64 {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return monoNow()
+}
+
+// monoStart anchors monoNow: time.Since reads the monotonic clock.
+var monoStart = time.Now()
+
+// monoNow is the monotonic clock in nanoseconds since the process started.
+func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// Take implements limit.Store: the deny cache, then the breaker, then the
+// wrapped store's Take under the shared deadline. Its errors are the
+// wrapped store's, context.DeadlineExceeded when the store did not answer
+// in time, or limit.ErrCircuitOpen (wrapping the failure that opened the
+// breaker) when the store was not called. A panic of the wrapped store is
+// the engine's to recover.
+func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+	now := s.now()
+	if op.Refund {
+		s.deny.drop(op)
+	} else if res, ok := s.deny.lookup(op, now); ok {
+		s.obs.StoreEvent(s.name, "deny-cache")
+		return res, nil
+	}
+	verdict := s.breaker.allow(now)
+	if verdict == skipStore {
+		s.obs.StoreEvent(s.name, "breaker-open")
+		return limit.Result{}, s.breaker.skipError()
+	}
+	dl := s.ticks.get(now)
+	sc := s.ctxs.Get().(*storeCtx)
+	sc.begin(ctx, dl)
+	res, err := s.call(sc, op, verdict)
+	sc.end()
+	s.ctxs.Put(sc)
+	end := s.now()
+	if err == nil {
+		if s.breaker.succeeded(end) {
+			s.obs.StoreEvent(s.name, "closed")
+			s.log.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
+				slog.String("store", s.name), slog.Duration("open_for", time.Duration(end-s.breaker.openedAt.Load()).Round(time.Millisecond)))
+		}
+		s.deny.store(op, &res, now, end)
+		return res, nil
+	}
+	silent := dl.why.Load() == whyStoreSilent
+	if s.breaker.failed(end, silent, verdict == callProbe, err) {
+		s.obs.StoreEvent(s.name, "opened")
+		why := "it failed 5 calls in a row"
+		if silent {
+			why = "it answered nothing for a whole store timeout"
+		}
+		s.log.Error("quotagate: store is failing ("+why+"); circuit breaker open: decisions follow each policy's FailureMode without calling it, one probe call every "+breakerCoolDown.String(),
+			slog.String("store", s.name), slog.String("error", err.Error()))
+	}
+	return res, err
+}
+
+// call runs the wrapped Take. A panic counts as a failed call for the
+// breaker (a probe that panics must not leave the breaker probing for
+// ever) and is then re-raised for the engine to recover and report.
+func (s *Store) call(ctx context.Context, op *limit.Op, verdict breakerVerdict) (limit.Result, error) {
+	done := false
+	defer func() {
+		if !done {
+			s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked)
+		}
+	}()
+	res, err := s.next.Take(ctx, op)
+	done = true
+	return res, err
+}
+
+// errPanicked is what the breaker records for a store call that panicked.
+var errPanicked = fmt.Errorf("guard: the store panicked")
+
+type nopObserver struct{}
+
+func (nopObserver) StoreEvent(string, string) {}
+
+// safeObserver drops an event whose Observer panics.
+type safeObserver struct{ o Observer }
+
+func (g safeObserver) StoreEvent(store, event string) {
+	defer func() { _ = recover() }()
+	g.o.StoreEvent(store, event)
+}

@@ -1,0 +1,77 @@
+package guard_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+func mustNew(t testing.TB, s limit.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
+	t.Helper()
+	l, err := limit.New(s, p, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// req is a GET of path from peer, routed as path.
+func req(peer, path string) limit.Request {
+	return limit.Request{Method: http.MethodGet, Path: path, Route: path, Peer: peer}
+}
+
+// response is what Check wrote.
+type response struct {
+	Decision limit.Decision
+	Status   int
+	Body     []byte
+	Header   http.Header
+}
+
+// check decides r with l through Check and returns what it wrote.
+func check(l *limit.Limiter, ctx context.Context, r limit.Request) response {
+	w := limittest.NewWriter()
+	d := l.Check(ctx, r, w)
+	return response{Decision: d, Status: w.Status, Body: w.Body, Header: w.Header}
+}
+
+// assertNoAllocs fails when f allocates (without -race: the race detector
+// allocates on its own).
+func assertNoAllocs(t *testing.T, _ *limit.Limiter, f func()) {
+	t.Helper()
+	f() // warm: the store entry, the pools
+	if limittest.RaceEnabled {
+		t.Log("allocations not measured under -race")
+		return
+	}
+	if a := testing.AllocsPerRun(1000, f); a != 0 {
+		t.Fatalf("%v allocations per call, want 0", a)
+	}
+}
+
+// logBuffer collects log lines, safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), substr)
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
