@@ -129,4 +129,3 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 		}
 	})
 }
-

@@ -85,4 +85,3 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 		t.Fatal("an expired entry met by a lookup was kept")
 	}
 }
-

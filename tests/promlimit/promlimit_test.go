@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limittest"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
@@ -178,7 +179,11 @@ func TestStoreOutage(t *testing.T) {
 	clock := limittest.NewClock(epoch)
 	down := &limittest.FlakyStore{Store: newMemstore(t, clock)} // every call fails
 	down.Fail()
-	local := limittest.MustNew(down, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
+	guarded, err := guard.New(down, guard.WithObserver(obs), guard.WithoutDenyCache())
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := limittest.MustNew(guarded, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
 		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
 	closed, err := local.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
 	if err != nil {

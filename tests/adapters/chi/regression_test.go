@@ -7,7 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
+
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +18,7 @@ import (
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
+	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // DESIGN (Buckets): "Scope PerRoute: bucket = matched route template ...
@@ -209,20 +210,24 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 		})
 }
 
-// Case C-04 (issue 12): a global r.Use(a) and r.With(b) on /double, a and
-// b built separately from one FixedWindow 5 per minute policy with no Name.
-// Both counted each request in one record (the default bucket is the
-// signature): 6 GETs admitted 2, with two identical "5p60f" members in
-// RateLimit. New now refuses b, saying to set distinct Names or reuse a;
-// with distinct Names each mount has its own allowance: 5 of 6 admitted.
-func TestRegressionC04IdenticalLimitersOnStackedMounts(t *testing.T) {
-	store := newStore()
+// A global r.Use(a) and r.With(b) on /double, a and b built separately
+// from one FixedWindow 5 per minute policy with no Name: both would count
+// each request in one record (the default bucket is the signature), so 6
+// GETs admitted 2, with two identical "5p60f" members in RateLimit. The
+// memory store keeps Claims, so New refuses b, saying to set distinct Names
+// or reuse a; with distinct Names each mount has its own allowance: 5 of 6
+// admitted.
+func TestRegressionIdenticalLimitersOnStackedMounts(t *testing.T) {
+	store, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
 	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
 	a := limittest.MustNew(store, p)
 	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "distinct Names") {
 		t.Fatalf("b built separately from a's policy: %v, want New to refuse it", err)
 	}
-	runtime.KeepAlive(a)
+	_ = a
 	run := func(a, b *limit.Limiter) int {
 		var c counter
 		r := chi.NewRouter()
