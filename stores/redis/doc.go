@@ -46,8 +46,8 @@
 // last connection got no answer is dialled at most once per
 // ReconnectInterval (1 s), so a hung server costs one new connection per
 // second, not one per request. Sentinel URLs give the sentinels the same
-// dialer and TLS settings. Calls are bounded by the engine's store timeout
-// (limit.WithStoreTimeout, default 100 ms) through their context.
+// dialer and TLS settings. Calls are bounded by the Store's own timeout
+// (WithTimeout, default 100 ms: see package guard) through their context.
 //
 // # Failure
 //

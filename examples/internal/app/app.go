@@ -142,10 +142,19 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One registry per server, never the global one: the three limiters
+	// share the observer (With keeps the options), so GET /metrics shows
+	// every bucket; the Redis store reports its protections to it too.
+	reg := prometheus.NewRegistry()
+	obs, err := promlimit.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var store limit.Store = local
 	storeName, failure, redisStatus := "memory (embedded default)", limit.FailOpen, ""
 	if c.Redis != "" {
-		rs, err := redisstore.NewFromURL(c.Redis)
+		rs, err := redisstore.NewFromURL(c.Redis, redisstore.WithObserver(obs), redisstore.WithLogger(logger))
 		if err != nil {
 			return nil, fmt.Errorf("-redis: %w", err)
 		}
@@ -153,19 +162,11 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		trust = append(trust, limit.WithLocalStore(local))
 		redisStatus = PingRedis(rs, c.Redis)
 	}
-	// One registry per server, never the global one: the three limiters
-	// share the observer (With keeps the options), so GET /metrics shows
-	// every bucket.
-	reg := prometheus.NewRegistry()
-	obs, err := promlimit.New(reg)
-	if err != nil {
-		return nil, err
-	}
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 		SkipPaths: []string{"/health", "/metrics"},
-	}, append(trust, limit.WithObserver(obs), limit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))...)
+	}, append(trust, limit.WithObserver(obs), limit.WithLogger(logger))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
