@@ -49,8 +49,13 @@
 // Limit, or Burst) is answered without the store: 429 with its own problem
 // type and no Retry-After ([Decision].OverCapacity). Every policy [New]
 // accepts gives in-range delays, header values and store TTLs; two Limiters
-// built separately with the same numbers and no Name are refused rather
-// than left to share one allowance silently.
+// built separately with the same numbers and no Name are refused by a Store
+// that keeps [Claims] rather than left to share one allowance silently.
+//
+// The engine calls its Store straight, with the caller's context. What
+// protects a store that does I/O (a timeout, a circuit breaker, a local
+// cache of its denials) is the store's own: the guard package wraps any
+// Store, and the Redis store wraps itself.
 // docs/response-contract.md in the repository shows every level and style.
 //
 // Non-HTTP call sites use [Limiter.Consume] with an identity string.

@@ -103,22 +103,20 @@ type Observer interface {
 	// failing policy's FailureMode: under FailLocal a request whose local
 	// store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
-	// StoreDuration is called after every store call, failed ones included,
-	// with the store's name (StoreInfo.Name; "custom" when the store does not
+	// StoreDuration is called after every store call, failed ones included
+	// (not for a call a guarded store's open breaker refused), with the
+	// store's name (StoreInfo.Name; "custom" when the store does not
 	// describe itself) and the operation ("take").
 	StoreDuration(store, op string, d time.Duration)
-	// StoreEvent is called with the store's name and one of four events
-	// of the protections in front of a store that does I/O:
-	//   - "deny-cache", once per decision the store would have made but the
-	//     local deny cache answered with the store's own earlier denial (a
-	//     limited decision);
+	// StoreEvent is called by a guarded store (package guard: the Redis
+	// store is one) given this Observer, never by the engine, with the
+	// store's name and one of four events of its protections:
+	//   - "deny-cache", once per decision the store would have made but its
+	//     local deny cache answered with the store's own earlier denial;
 	//   - "breaker-open", once per decision the store was not asked because
 	//     its circuit breaker is open (the FailureMode decided);
-	//   - "opened", once when the circuit breaker opens (the store answered
-	//     nothing for a whole store timeout, or failed 5 calls in a row);
+	//   - "opened", once when the circuit breaker opens;
 	//   - "closed", once when it closes again (a call succeeded).
-	// Every Limiter on one Store shares its breaker; a transition is
-	// reported through the Observer of the Limiter whose call saw it.
 	StoreEvent(store, event string)
 }
 

@@ -16,7 +16,10 @@ import "context"
 //
 // A non-nil error means the backend failed (unreachable, timed out, broken
 // reply), never "denied"; the engine then applies the policy's FailureMode.
-// Take must honour ctx's deadline and be safe for concurrent use. It must not
+// Take must honour ctx's deadline and be safe for concurrent use. The
+// engine passes the caller's context as it is: a store that waits on I/O
+// wraps itself with guard.New for a timeout, a circuit breaker and a deny
+// cache that every Limiter on it shares. It must not
 // keep op or any Key after it returns. A store that needs a placement hash
 // computes its own keyed hash of the keys (clients choose identities, so an
 // unkeyed hash would let them aim collisions). It may describe itself to
