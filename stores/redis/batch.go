@@ -13,7 +13,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Group commit (issue 13; docs/DESIGN.md, "Group commit").
+// Group commit (docs/DESIGN.md, "Group commit").
 //
 // Every EVALSHA costs Redis its networking, parsing and script call (about
 // 9 µs on the machine measured) before the script does any work, and
@@ -57,16 +57,13 @@ const (
 	// bytes of their keys and arguments (an Op alone may exceed it).
 	maxBatchOps   = 64
 	maxBatchBytes = 64 << 10
-	// maxBatchKeys bounds a flight's keys (each Op's counted): batchSource
+	// maxBatchKeys bounds a flight's keys (each Op's counted): batch.lua
 	// indexes them with one byte.
 	maxBatchKeys = 255
 	// flushAfter is the longest a queued Take waits while every call out
 	// is slow before one more call takes it (armFlush).
 	flushAfter = time.Millisecond
 )
-
-// batchScript is the script of a flight of several Ops (batchSource).
-var batchScript = rueidis.NewLuaScript(batchSource)
 
 // Waiter states (guarded by batcher.mu).
 const (
@@ -101,7 +98,7 @@ var waiters = sync.Pool{New: func() any {
 }}
 
 // encode writes op's keys and its argument (little-endian 64-bit integers,
-// see takeSource) into w.buf; now is the caller's clock in Unix ms, 0 for
+// see lua/take.lua) into w.buf; now is the caller's clock in Unix ms, 0 for
 // the server's TIME.
 func (w *waiter) encode(op *limit.Op, now int64) {
 	buf := w.buf[:0]
@@ -481,7 +478,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		// KEYS: each key once; ARGV[2] on: each argument once (a window
 		// Op's without its phase); ARGV[1]: per Op n, the index in ARGV of
 		// its argument, the indexes in KEYS of its keys, its phase in 4
-		// bytes (batchSource). The arguments and keys are copied
+		// bytes (lua/batch.lua). The arguments and keys are copied
 		// after ARGV[1] into buf: rueidis may still be writing the command
 		// after a failed call, when the members' buffers are reused.
 		if f.keyIndex == nil {
@@ -553,7 +550,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 		rs, parts, errs = append(rs, 0), append(parts, ""), append(errs, err)
 	}
 	if err == nil {
-		if len(f.members) == 1 { // takeSource's reply
+		if len(f.members) == 1 { // take.lua's reply
 			rs[0], parts[0], errs[0] = splitTake(reply, f.members[0].n)
 		} else if err = splitBatch(reply, f.members, rs, parts, errs); err != nil {
 			for i := range errs {
@@ -576,7 +573,7 @@ func (s *Store) send(c rueidis.Client, f *flight) {
 	f.rs, f.parts, f.errs = rs, parts, errs
 }
 
-// headAgain is the flag of an Op's head byte n (batchSource): the Op has
+// headAgain is the flag of an Op's head byte n (lua/batch.lua): the Op has
 // one quota and a later Op of the flight reads its key, so its write must
 // leave the whole value where that Op will read it.
 const headAgain = 0x80
@@ -604,7 +601,7 @@ func markAgain(buf []byte, members []*waiter) {
 	}
 }
 
-// splitBatch cuts a batch reply (see batchSource) into its members'
+// splitBatch cuts a batch reply (see lua/batch.lua) into its members'
 // answers: rs[i] and parts[i] (see waiter.r and waiter.reply), or errs[i],
 // the Op's own error (a WRONGTYPE key). A reply of the wrong shape is
 // ErrBadReply, for every member.

@@ -333,7 +333,7 @@ func algorithmCode(a limit.Algorithm) int64 {
 }
 
 // decide turns the script's reply (its clock reading, negated for a
-// denial, and the values it read: see takeSource) into the Result:
+// denial, and the values it read: see lua/take.lua) into the Result:
 // limit.Op.Apply on those states, which must admit exactly when the script
 // did.
 func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
@@ -344,7 +344,7 @@ func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
 	return decideReply(op, s)
 }
 
-// decideReply is decide on the reply's bytes (takeSource's reply: r, then
+// decideReply is decide on the reply's bytes (take.lua's reply: r, then
 // the states read).
 func decideReply(op *limit.Op, s string) (limit.Result, error) {
 	r, states, err := splitTake(s, op.N)
@@ -354,7 +354,7 @@ func decideReply(op *limit.Op, s string) (limit.Result, error) {
 	return decideStates(op, r, states)
 }
 
-// splitTake cuts takeSource's reply to an Op of n quotas into r and the
+// splitTake cuts take.lua's reply to an Op of n quotas into r and the
 // states read (see decideStates).
 func splitTake(s string, n int) (r int64, states string, err error) {
 	if len(s) < 8 {
@@ -381,8 +381,9 @@ func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
 	var sts [limit.MaxQuotas]limit.State
 	for i := 0; i < n && len(s) > 0; i++ {
 		v := s[stateLen*i:]
-		// The script's rule (decodeState): a state counts only while its
-		// expiry is after now, and not absurdly far ahead.
+		// The script's rule (lua/take.lua, "the state read"): a state
+		// counts only while its expiry is after now, and not absurdly far
+		// ahead.
 		if ex := le64(v, 24); ex <= now || ex-now > maxStateLifeMS {
 			continue
 		}
@@ -410,12 +411,12 @@ func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
 const maxClockMS = 1 << 52
 
 // stateLen is the length of a stored value: five little-endian 64-bit
-// integers (see takeSource).
+// integers (see lua/take.lua).
 const stateLen = 40
 
 // maxStateLifeMS is the furthest ahead of now a stored state's expiry may
 // be and still count (2^35 ms, 397 days: beyond any policy's; see
-// decodeState).
+// lua/take.lua, "the state read").
 const maxStateLifeMS = 1 << 35
 
 // le64 is the little-endian 64-bit integer at s[i:i+8].

@@ -1,0 +1,667 @@
+-- batch.lua: a flight of several Ops of quotagate's Redis store
+-- (redisstore), decided one after the other in one call (group commit).
+--
+-- Each Op is decided exactly as take.lua decides it (the same blocks, in
+-- the same order: keep the two files in step), in the Ops' order, and an
+-- Op reads what the Ops before it in the flight wrote, as it would one call
+-- later. So the decisions are those of the same Ops sent one by one.
+--
+-- KEYS     the flight's keys, each once, in order of first use
+-- ARGV[2..] the flight's distinct arguments (take.lua's ARGV[1]), each once,
+--          except that a window Op of one quota (no refund) is sent without
+--          its phase (the last 8 bytes: 40 bytes), its phase going into its
+--          head
+-- ARGV[1]  the Ops' heads, one after the other, 6 + n bytes each: a byte n
+--          (the Op's quotas; plus 128, "again", for an Op of one quota
+--          whose key a later Op reads), a byte: the index in ARGV of its
+--          argument, n bytes: the index in KEYS of each quota's key, and
+--          4 bytes: that phase (little-endian; 0 for the others)
+--
+-- Redis makes a Lua string of every key and argument before the script
+-- runs, and the Ops of a flight usually share a policy, whose window Ops
+-- differ only in their phase (a hash of the identity): so each argument is
+-- sent, stored and decoded once.
+--
+-- Reply: one bulk string: a byte m, then m pairs of bytes for the Ops not
+-- admitted, in order (the Op's index from 0, and 1: denied or 2: failed),
+-- then tnow as a little-endian 64-bit integer (0: no Op read TIME), then
+-- per Op the values its quotas read, 40 bytes each (40 zero bytes for none:
+-- take.lua's states, also for one quota), or for a failed Op the length of
+-- its error message (little-endian 16-bit) and the message. No head per
+-- Op: every piece of a reply costs Redis about 700 instructions, and the
+-- client knows each Op's quotas and the clock it sent; from them it
+-- rebuilds take.lua's answer per Op (the clock reading, negated when
+-- denied, and the states).
+--
+-- Values are read through got, the flight's values (index in KEYS ->
+-- value; false: none), filled by one MGET; every write of a key a later Op
+-- reads updates it (the head's flag again), and a key no later Op reads may
+-- have its count written alone. A key MGET found no string under (none, or
+-- a key of another type) is read again with GET under redis.pcall, before
+-- anything of its Op is written: a WRONGTYPE key fails that Op alone (its
+-- answer is the message), and the others are decided as if they had been
+-- sent one by one. No other command of an Op can fail alone: a write fails
+-- (OOM, READONLY) only as a script's first write, before anything was
+-- written, and then the whole call fails (every Op of the flight gets the
+-- error).
+--
+-- Shape: the straight path (one quota, no refund) runs inline in the reply
+-- loop, in a repeat ... until true block whose break ends an Op that
+-- failed: a function call per Op, and copying the kept argument in and out
+-- of it, would cost Redis about 1k instructions per Op. The argument it
+-- decoded last stays in the loop's locals now, cost, alg, lim, w and x0
+-- (the phase apart), kai its index, with its clock reading: an Op with that
+-- argument neither decodes it nor reads the clock again, nor checks it for
+-- a refund. The general path (several quotas, a refund) is the function
+-- one; it reads the clock of its own argument, so the next Op decodes its
+-- argument again. The server's TIME is read once, for the first Op on the
+-- server clock, and shared (tnow).
+--
+-- Every C function call and global lookup costs Redis hundreds of
+-- instructions: the script reads an Op's head with one string.byte, keeps
+-- globals in locals, and decodes an argument once per flight where it can.
+--
+-- By hand (see the package doc for more), with x8 as in take.lua: two
+-- Ops of a fixed window of 10 per 60000 ms, phase 0, cost 1, on the
+-- server's clock, on the keys {demo}a and {demo}b; both heads name ARGV[2],
+-- the window Ops' argument without its phase:
+--
+--   sha=$(redis-cli SCRIPT LOAD "$(cat stores/redis/lua/batch.lua)")
+--   heads='\x01\x02\x01\x00\x00\x00\x00\x01\x02\x02\x00\x00\x00\x00'
+--   printf 'EVALSHA %s 2 {demo}a {demo}b "%s" "%s"\n' "$sha" "$heads" \
+--     "$(x8 0 1 1 10 60000)" | redis-cli --no-raw
+
+-- codec: begin (identical in take.lua and batch.lua)
+--
+-- Binary packing through the struct library of the server's Lua (Redis,
+-- Valkey) is what makes the script cheap: six decimal arguments and a
+-- decimal value parsed with string.match cost Redis several microseconds
+-- more per call. Where the Lua has no struct library (miniredis), the same
+-- bytes are packed and unpacked by the plain Lua below.
+local struct = rawget(_G, 'struct')
+local call, floor, byte = redis.call, math.floor, string.byte
+local sunpack, spack
+if struct then
+  sunpack, spack = struct.unpack, struct.pack
+else
+  -- No struct library: struct.unpack and struct.pack of the formats used
+  -- here ('<' and k times 'i8': little-endian 64-bit integers, signed) in
+  -- plain Lua. The top byte carries the sign (a value written by something
+  -- else may be negative): exact below 2^53 in magnitude, as struct's.
+  sunpack = function(fmt, s, p)
+    p = p or 1
+    local k = (#fmt - 1) / 2
+    local out = {}
+    for j = 1, k do
+      local v = string.byte(s, p + 7)
+      if v > 127 then
+        v = v - 256
+      end
+      for b = p + 6, p, -1 do
+        v = v * 256 + string.byte(s, b)
+      end
+      out[j] = v
+      p = p + 8
+    end
+    out[k + 1] = p
+    return unpack(out)
+  end
+  spack = function(fmt, ...)
+    local parts = {}
+    for j, v in ipairs({...}) do
+      local bytes = {}
+      for b = 1, 8 do
+        local r = v % 256
+        bytes[b] = string.char(r)
+        v = (v - r) / 256
+      end
+      parts[j] = table.concat(bytes)
+    end
+    return table.concat(parts)
+  end
+end
+-- codec: end
+
+-- servertime: the current Op's now is the server's TIME (writes use PXAT,
+-- else PX); tnow: TIME's reading, once per flight.
+local servertime, tnow
+local rpcall = redis.pcall
+local A, K = ARGV, KEYS
+local h = A[1]
+local got = call('MGET', unpack(K))
+local Z = string.rep('\0', 40)
+
+-----------------------------------------------------------------------------
+-- The general path: the Op whose head is at h[at], of n quotas, its
+-- argument ARGV[ai]; several quotas (a first pass decides, a second
+-- writes), or a refund (one pass). Returns whether it admitted the Op and
+-- the values read (40 bytes per quota), or nil and an error message (a key
+-- of another type).
+-----------------------------------------------------------------------------
+local function one(n, ai, at)
+  local a, p0 = A[ai], 1
+  local refund = #a > 16 + 32 * n
+
+  local now, cost, pos
+  now, cost, pos = sunpack('<i8i8', a, p0)
+
+  -- The clock: the server's TIME, once per flight, when the Op sent none.
+  -- It sets servertime: the straight path's kept argument (whose clock it
+  -- was) is decoded again after this Op (kai = nil in the reply loop).
+  servertime = now == 0
+  if servertime then
+    if not tnow then
+      local t = call('TIME')
+      tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+    end
+    now = tnow
+  end
+
+  -- The values, one per quota, from got; a key with no string value read
+  -- again with GET under redis.pcall: a key of another type fails this Op
+  -- alone, before anything of it is written.
+  local vals = {}
+  for i = 1, n do
+    vals[i] = got[byte(h, at + 1 + i)]
+  end
+  for i = 1, n do
+    if not vals[i] then
+      local v = rpcall('GET', K[byte(h, at + 1 + i)])
+      if type(v) == 'table' then
+        return nil, v.err
+      end
+      vals[i] = v
+    end
+  end
+
+  -- read: the states as first read (3 per quota), for the refund's test of
+  -- what changed; all: whether every quota admits.
+  local read = {}
+  local all = true
+  local passes = 1
+  if n > 1 and not refund then
+    passes = 2
+  end
+  for pass = 1, passes do
+    local p = pos
+    for i = 1, n do
+      local alg, lim, w, x, cw
+      alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
+      if refund then
+        cw, p = sunpack('<i8', a, p)
+      end
+      local ki = byte(h, at + 1 + i)
+      local k = K[ki]
+      local v = vals[i]
+
+      -- The state read, as in take.lua.
+      local sa, sb, sc, ex, px
+      if v and #v == 40 then
+        sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
+        if ex <= now or ex - now > 34359738368 then
+          sa, sb, sc, ex = 0, 0, 0, 0
+        end
+      else
+        sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+      end
+
+      if pass == 1 then
+        read[3 * i], read[3 * i + 1], read[3 * i + 2] = sa, sb, sc
+      end
+      local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+      if alg == 2 then
+        -- Token bucket: Quota.tatOffset.
+        local tau = x * w
+        local off, norm = 0, false
+        if sa >= now then
+          off = (sa - now) * lim + sb
+          if off > tau then
+            off, norm = tau, true
+          end
+        end
+
+        if refund then
+          -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
+          -- charge, whose TAT (rounded up) is cw.
+          if off > 0 then
+            local c = cost
+            if c > x then
+              c = x
+            end
+            local g = c * w
+            local d = cw - now
+            if d <= 0 then
+              g = 0
+            elseif d * lim < g then
+              g = d * lim
+            end
+            off = off - g
+            if off < 0 then
+              off = 0
+            end
+            norm = true
+          end
+        else
+          ok = cost <= x and off + cost * w <= tau
+          if pass == 1 then
+            all = all and ok
+          end
+          if pass == passes and all then
+            off, norm = off + cost * w, true
+          end
+        end
+        if norm and pass == passes then
+          -- Quota.gcra.
+          local r = (off) % lim
+          local q = ((off) - r) / lim
+          if r < 0 then
+            q, r = q - 1, r + lim
+          elseif r >= lim then
+            q, r = q + 1, r - lim
+          end
+          na, nb, nc = now + q, r, 0
+          ttl = q
+          if r > 0 then
+            ttl = q + 1
+          end
+          if ttl < 1 then
+            ttl = 1
+          end
+          slack = tau
+          bound = 2 * tau / lim + 2
+        end
+      else
+        if refund then
+          -- Quota.refund: only the charge's window, never below zero.
+          if cw == sa then
+            sb = sb - cost
+            if sb < 0 then
+              sb = 0
+            end
+          elseif alg == 0 and cw == sa - 1 then
+            sc = sc - cost
+            if sc < 0 then
+              sc = 0
+            end
+          end
+          na, nb, nc = sa, sb, sc
+        end
+
+        -- Quota.windowView.
+        local rem = (now - x) % w
+        local idx = ((now - x) - rem) / w
+        if rem < 0 then
+          idx, rem = idx - 1, rem + w
+        elseif rem >= w then
+          idx, rem = idx + 1, rem - w
+        end
+        local start, at = idx * w + x, now
+        local wa, norm = sa, false
+        if wa > idx then
+          local s2 = wa * w + x
+          if s2 - now <= 1000 then
+            idx, start, at = wa, s2, s2
+          else
+            wa, norm = idx, true
+          end
+        end
+        local curr, prev = 0, 0
+        if wa == idx then
+          curr, prev = sb, sc
+        elseif wa == idx - 1 then
+          prev = sb
+        end
+        if alg == 1 then
+          prev = 0
+        end
+
+        if refund then
+          if norm then
+            na, nb, nc = idx, curr, prev
+          end
+        else
+          -- The admission test of Quota.fixed and Quota.sliding.
+          if alg == 1 then
+            ok = cost <= lim - curr
+          else
+            ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
+          end
+
+          if pass == 1 then
+            all = all and ok
+          end
+          if pass == passes and (all or norm) then
+            if all then
+              curr = curr + cost
+            end
+            -- The new state and its ttl.
+            na, nb, nc = idx, curr, prev
+            if alg == 1 then
+              ttl = start + w - now + 1000
+              bound = w + 2000
+            else
+              ttl = (w - (at - start)) + w + (at - now)
+              bound = 2 * w + 1000
+            end
+          end
+        end
+      end
+      if pass == passes then
+        if refund then
+          -- Only a live state changes; it keeps its expiry and the key its
+          -- deadline.
+          if ex > now and (na ~= read[3 * i] or nb ~= read[3 * i + 1] or nc ~= read[3 * i + 2]) then
+            local val
+            val = spack('<i8i8i8i8i8', na, nb, nc, ex, px)
+            call('SETRANGE', k, '0', val)
+            got[ki] = val
+          end
+        elseif ttl > 0 then
+          -- The write, as in take.lua; got follows it.
+          local e = now + ttl
+          local pe = px
+          if e > px or px - now > bound then
+            pe = e
+            if slack > 0 then
+              local sr = (slack) % lim
+              local s = ((slack) - sr) / lim
+              if sr < 0 then
+                s, sr = s - 1, sr + lim
+              elseif sr >= lim then
+                s, sr = s + 1, sr - lim
+              end
+              if sr > 0 then
+                s = s + 1
+              end
+              pe = e + s
+            end
+          end
+
+          local val
+          val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+          if pe == px then
+            call('SETRANGE', k, '0', val)
+          elseif servertime then
+            call('SET', k, val, 'PXAT', pe)
+          else
+            call('SET', k, val, 'PX', pe - now)
+          end
+          got[ki] = val
+        end
+      end
+    end
+  end
+  local ok = all
+
+  local parts = {}
+  for i = 1, n do
+    local v = vals[i]
+    if v and #v == 40 then
+      parts[i] = v
+    else
+      parts[i] = Z
+    end
+  end
+  return all, table.concat(parts)
+end
+
+-----------------------------------------------------------------------------
+-- The reply loop: one Op per head, in order. rok, rv: the Op's answer
+-- (true: admitted, false: denied, nil: failed; the values read, or the
+-- error message). out: the reply's parts; odd: the (index, kind) pairs of
+-- the Ops not admitted, m their bytes. kai: the index in ARGV of the
+-- argument the straight path decoded last, kept in now, cost, alg, lim, w
+-- and x0.
+-----------------------------------------------------------------------------
+local out, odd = {}, {}
+local p, j, e, m = 1, 1, #h, 0
+local kai, now, cost, alg, lim, w, x0
+while p <= e do
+  -- The head: n (and again), ai, the first key's index k1 and the phase's
+  -- 4 bytes q0..q3 (meaningful for one quota only).
+  local n, ai, k1, q0, q1, q2, q3 = byte(h, p, p + 6)
+  local again = n > 127
+  if again then
+    n = n - 128
+  end
+  local rok, rv
+  if n == 1 and (ai == kai or #A[ai] <= 48) then
+    -------------------------------------------------------------------------
+    -- The straight path: one quota, no refund (an argument of 40 or 48
+    -- bytes), inline; break ends an Op that failed.
+    -------------------------------------------------------------------------
+    repeat
+      if ai ~= kai then
+        -- A window Op's argument comes without its phase (40 bytes: the
+        -- Ops of a policy share it), the phase in the Op's head.
+        local a, p0 = A[ai], 1
+        if #a == 40 then
+          now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
+          x0 = 0
+        else
+          now, cost, alg, lim, w, x0 = sunpack('<i8i8i8i8i8i8', a, p0)
+        end
+        -- The clock, once per flight, as in take.lua.
+        servertime = now == 0
+        if servertime then
+          if not tnow then
+            local t = call('TIME')
+            tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+          end
+          now = tnow
+        end
+        kai = ai
+      end
+      local x = x0 + q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
+
+      local ki = k1
+      local k = K[ki]
+
+      -- The value, from got; a key MGET found no string under read again
+      -- with GET under redis.pcall: a key of another type fails this Op
+      -- alone (break leaves the repeat block), the flight goes on.
+      local v = got[ki]
+      if not v then
+        v = rpcall('GET', k)
+        if type(v) == 'table' then
+          rok, rv = nil, v.err
+          break
+        end
+        got[ki] = v
+      end
+
+      -- The state read, as in take.lua.
+      local sa, sb, sc, ex, px
+      if v and #v == 40 then
+        sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
+        if ex <= now or ex - now > 34359738368 then
+          sa, sb, sc, ex = 0, 0, 0, 0
+        end
+      else
+        sa, sb, sc, ex, px = 0, 0, 0, 0, 0
+      end
+
+      local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+      if alg == 2 then
+        -- Token bucket: Quota.tatOffset.
+        local tau = x * w
+        local off, norm = 0, false
+        if sa >= now then
+          off = (sa - now) * lim + sb
+          if off > tau then
+            off, norm = tau, true
+          end
+        end
+
+        ok = cost <= x and off + cost * w <= tau
+        if ok then
+          off = off + cost * w
+        end
+        if ok or norm then
+          -- Quota.gcra.
+          local r = (off) % lim
+          local q = ((off) - r) / lim
+          if r < 0 then
+            q, r = q - 1, r + lim
+          elseif r >= lim then
+            q, r = q + 1, r - lim
+          end
+          na, nb, nc = now + q, r, 0
+          ttl = q
+          if r > 0 then
+            ttl = q + 1
+          end
+          if ttl < 1 then
+            ttl = 1
+          end
+          slack = tau
+          bound = 2 * tau / lim + 2
+
+          -- The write, as in take.lua; got follows it.
+          local e = now + ttl
+          local pe = px
+          if e > px or px - now > bound then
+            pe = e
+            if slack > 0 then
+              local sr = (slack) % lim
+              local s = ((slack) - sr) / lim
+              if sr < 0 then
+                s, sr = s - 1, sr + lim
+              elseif sr >= lim then
+                s, sr = s + 1, sr - lim
+              end
+              if sr > 0 then
+                s = s + 1
+              end
+              pe = e + s
+            end
+          end
+
+          local val
+          val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+          if pe == px then
+            call('SETRANGE', k, '0', val)
+          elseif servertime then
+            call('SET', k, val, 'PXAT', pe)
+          else
+            call('SET', k, val, 'PX', pe - now)
+          end
+          got[ki] = val
+        end
+      else
+        -- Window algorithms: Quota.windowView.
+        local rem = (now - x) % w
+        local idx = ((now - x) - rem) / w
+        if rem < 0 then
+          idx, rem = idx - 1, rem + w
+        elseif rem >= w then
+          idx, rem = idx + 1, rem - w
+        end
+        local start, at = idx * w + x, now
+        local wa, norm = sa, false
+        if wa > idx then
+          local s2 = wa * w + x
+          if s2 - now <= 1000 then
+            idx, start, at = wa, s2, s2
+          else
+            wa, norm = idx, true
+          end
+        end
+        local curr, prev = 0, 0
+        if wa == idx then
+          curr, prev = sb, sc
+        elseif wa == idx - 1 then
+          prev = sb
+        end
+        if alg == 1 then
+          prev = 0
+        end
+
+        -- The admission test of Quota.fixed and Quota.sliding.
+        if alg == 1 then
+          ok = cost <= lim - curr
+        else
+          ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
+        end
+
+        if ok then
+          curr = curr + cost
+        end
+        if ok or norm then
+          -- The new state and its ttl.
+          na, nb, nc = idx, curr, prev
+          if alg == 1 then
+            ttl = start + w - now + 1000
+            bound = w + 2000
+          else
+            ttl = (w - (at - start)) + w + (at - now)
+            bound = 2 * w + 1000
+          end
+
+          -- The write, as in take.lua.
+          local e = now + ttl
+          local pe = px
+          if e > px or px - now > bound then
+            pe = e
+            if slack > 0 then
+              local sr = (slack) % lim
+              local s = ((slack) - sr) / lim
+              if sr < 0 then
+                s, sr = s - 1, sr + lim
+              elseif sr >= lim then
+                s, sr = s + 1, sr - lim
+              end
+              if sr > 0 then
+                s = s + 1
+              end
+              pe = e + s
+            end
+          end
+
+          if not again and pe == px and e == ex and na == sa and nc == sc then
+            -- Only the count changed and no later Op reads the key: its 8
+            -- bytes alone, got left as it was.
+            local val
+            val = spack('<i8', nb)
+            call('SETRANGE', k, '8', val)
+          else
+            local val
+            val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+            if pe == px then
+              call('SETRANGE', k, '0', val)
+            elseif servertime then
+              call('SET', k, val, 'PXAT', pe)
+            else
+              call('SET', k, val, 'PX', pe - now)
+            end
+            got[ki] = val
+          end
+        end
+      end
+
+      rok, rv = ok, Z
+      if v and #v == 40 then
+        rv = v
+      end
+    until true
+  else
+    rok, rv = one(n, ai, p)
+    kai = nil
+  end
+  if not rok then
+    -- Denied (1), or failed (2: its message after a 16-bit length).
+    local kind = 1
+    if rok == nil then
+      rv = string.sub(tostring(rv), 1, 65535)
+      rv = string.char(#rv % 256, floor(#rv / 256)) .. rv
+      kind = 2
+    end
+    odd[m + 1], odd[m + 2] = j - 1, kind
+    m = m + 2
+  end
+  j = j + 1
+  out[j] = rv
+  p = p + 6 + n
+end
+out[1] = string.char(m / 2, unpack(odd)) .. spack('<i8', tnow or 0)
+return table.concat(out)

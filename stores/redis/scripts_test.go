@@ -1,0 +1,344 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/redis/rueidis"
+)
+
+// scriptFiles are the store's scripts by file, as the store sends them.
+var scriptFiles = map[string]struct {
+	source string       // the embedded text
+	script *rueidis.Lua // the object store.go and batch.go call
+}{
+	"take.lua":  {takeSource, takeScript},
+	"batch.lua": {batchSource, batchScript},
+}
+
+// readScript is the file lua/name as it is on disk.
+func readScript(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("lua", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// recorder is a rueidis.Client that records the commands sent through Do
+// and answers each with an empty reply; Lua.Exec calls B and Do only.
+type recorder struct {
+	rueidis.Client
+	sent [][]string
+}
+
+func (r *recorder) B() rueidis.Builder { return rueidis.Builder{} }
+
+func (r *recorder) Do(_ context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	r.sent = append(r.sent, cmd.Commands())
+	return rueidis.RedisResult{}
+}
+
+// TestScriptFilesAreTheScriptsSent: every file in lua/ is a script the
+// store sends, as it is: the SHA-1 of the file on disk is the one the
+// store's rueidis.Lua sends with EVALSHA (and EVAL, on NOSCRIPT, sends the
+// text whose SHA-1 that is). The codec both files begin with is the same.
+func TestScriptFilesAreTheScriptsSent(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("lua", "*.lua"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(scriptFiles) {
+		t.Errorf("lua/ holds %v; the store sends %d scripts", files, len(scriptFiles))
+	}
+	for _, f := range files {
+		name := filepath.Base(f)
+		s, ok := scriptFiles[name]
+		if !ok {
+			t.Errorf("%s: not a script the store sends", f)
+			continue
+		}
+		src := readScript(t, name)
+		sum := sha1.Sum([]byte(src))
+		want := hex.EncodeToString(sum[:])
+		if s.source != src {
+			t.Errorf("%s: the embedded text differs from the file", name)
+		}
+		rec := &recorder{}
+		s.script.Exec(context.Background(), rec, nil, nil)
+		if len(rec.sent) != 1 || len(rec.sent[0]) < 2 || rec.sent[0][0] != "EVALSHA" {
+			t.Fatalf("%s: the script object sent %q, want one EVALSHA", name, rec.sent)
+		}
+		if got := rec.sent[0][1]; got != want {
+			t.Errorf("%s: the store sends EVALSHA %s, the file's SHA-1 is %s", name, got, want)
+		}
+	}
+	codec := func(src string) string {
+		const begin, end = "\n-- codec: begin", "\n-- codec: end\n"
+		i, j := strings.Index(src, begin), strings.Index(src, end)
+		if i < 0 || j < i {
+			return ""
+		}
+		return src[i : j+len(end)]
+	}
+	take, batch := codec(takeSource), codec(batchSource)
+	if take == "" || take != batch {
+		t.Errorf("the codec blocks of take.lua and batch.lua differ (or are not marked): %d and %d bytes", len(take), len(batch))
+	}
+}
+
+// TestNoLuaInGo: the Lua lives in lua/*.lua only.
+func TestNoLuaInGo(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "redis.call") {
+			t.Errorf("%s holds Lua (redis.call): scripts belong in lua/", f)
+		}
+	}
+}
+
+// i8 packs vs as the scripts' arguments are packed: 8 bytes each,
+// little-endian (the package doc's x8 writes the same bytes as
+// redis-cli escapes).
+func i8(vs ...int64) string {
+	var b []byte
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return string(b)
+}
+
+// TestScriptsByHand runs each file as the package doc shows, through a real
+// Redis: EVAL with the file's text, its keys, and ARGV packed by hand
+// (not by the store's encoder), and decodes the replies with the store's
+// decoders: a quota of Limit admits Limit calls and denies the next; the
+// batch script decides a flight as the same Ops one by one.
+func TestScriptsByHand(t *testing.T) {
+	c := scriptRedis(t)
+	ctx := context.Background()
+	tag := make([]byte, 6)
+	if _, err := rand.Read(tag); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("{quotagate-scripts-test-%x}:", tag)
+	var used []string
+	key := func(name string) string {
+		used = append(used, prefix+name)
+		return prefix + name
+	}
+	t.Cleanup(func() {
+		if len(used) > 0 {
+			c.Do(context.Background(), c.B().Del().Key(used...).Build())
+		}
+	})
+	eval := func(file string, keys []string, args ...string) (string, error) {
+		return c.Do(ctx, c.B().Eval().Script(readScript(t, file)).Numkeys(int64(len(keys))).
+			Key(keys...).Arg(args...).Build()).ToString()
+	}
+	const now = 1_764_457_000_123 // a caller's clock (WithClock): no window rolls mid-test
+
+	t.Run("take.lua/one_quota", func(t *testing.T) {
+		for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+			k := key("one:" + alg.String())
+			q := limit.Quota{Key: []byte(k), Algorithm: alg, Limit: 3, WindowMS: 60_000, PhaseMS: 17}
+			x := q.PhaseMS
+			if alg == limit.TokenBucket {
+				q.Burst, q.PhaseMS, x = 3, 0, 3
+			}
+			op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
+			// ARGV[1]: now, cost, algorithm, limit, window, phase or burst.
+			arg := i8(now, 1, int64(algorithmCode(alg)), 3, 60_000, x)
+			for i := 1; i <= 4; i++ {
+				reply, err := eval("take.lua", []string{k}, arg)
+				if err != nil {
+					t.Fatalf("%s call %d: %v", alg, i, err)
+				}
+				if r := int64(binary.LittleEndian.Uint64([]byte(reply))); r != now && r != -now {
+					t.Errorf("%s call %d: the reply's clock reading %d, want ±%d", alg, i, r, int64(now))
+				}
+				res, err := decideReply(&op, reply)
+				if err != nil {
+					t.Fatalf("%s call %d: %v", alg, i, err)
+				}
+				if want := i <= 3; res.Allowed != want || res.NowMS != now {
+					t.Errorf("%s call %d: allowed %v at %d, want %v at %d", alg, i, res.Allowed, res.NowMS, want, int64(now))
+				}
+			}
+		}
+	})
+
+	t.Run("take.lua/server_clock", func(t *testing.T) {
+		k := key("server-clock")
+		reply, err := eval("take.lua", []string{k}, i8(0, 1, 1, 3, 60_000, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := int64(binary.LittleEndian.Uint64([]byte(reply)))
+		if d := time.Since(time.UnixMilli(r)); len(reply) != 8 || d < -time.Minute || d > time.Minute {
+			t.Errorf("first call on the server's clock: %d bytes, clock reading %d (%v from ours), want 8 bytes, admitted now", len(reply), r, d)
+		}
+	})
+
+	t.Run("take.lua/two_quotas_and_a_refund", func(t *testing.T) {
+		ks, kb := key("two:sliding"), key("two:bucket")
+		op := limit.Op{Cost: 1, N: 2, Quotas: [limit.MaxQuotas]limit.Quota{
+			{Key: []byte(ks), Algorithm: limit.SlidingWindow, Limit: 2, WindowMS: 1000},
+			{Key: []byte(kb), Algorithm: limit.TokenBucket, Limit: 5, WindowMS: 1000, Burst: 5},
+		}}
+		// ARGV[1]: now, cost, then per quota algorithm, limit, window,
+		// phase or burst.
+		arg := i8(now, 1, 0, 2, 1000, 0, 2, 5, 1000, 5)
+		var last limit.Result
+		for i := 1; i <= 3; i++ {
+			reply, err := eval("take.lua", []string{ks, kb}, arg)
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			res, err := decideReply(&op, reply)
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			if want := i <= 2; res.Allowed != want {
+				t.Errorf("call %d: allowed %v, want %v", i, res.Allowed, want)
+			}
+			if res.Allowed {
+				last = res
+			}
+		}
+		// A refund of the last admission: per quota a fifth integer, the
+		// charge's window (or TAT); then one more call fits.
+		ref := i8(now, 1,
+			0, 2, 1000, 0, last.Quotas[0].Window,
+			2, 5, 1000, 5, last.Quotas[1].Window)
+		if _, err := eval("take.lua", []string{ks, kb}, ref); err != nil {
+			t.Fatalf("refund: %v", err)
+		}
+		reply, err := eval("take.lua", []string{ks, kb}, arg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, err := decideReply(&op, reply); err != nil || !res.Allowed {
+			t.Errorf("after the refund: %+v, %v; want admitted", res, err)
+		}
+	})
+
+	t.Run("batch.lua", func(t *testing.T) {
+		ka, kb := key("batch:a"), key("batch:b")
+		// Four Ops of one fixed window of 2 per 60000 ms (phase 0) on the
+		// keys a, a, a, b: admitted, admitted, denied, admitted.
+		op := func(k string) *limit.Op {
+			return &limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{
+				{Key: []byte(k), Algorithm: limit.FixedWindow, Limit: 2, WindowMS: 60_000},
+			}}
+		}
+		ops := []*limit.Op{op(ka), op(ka), op(ka), op(kb)}
+		// KEYS: a, b. ARGV[2]: the window Ops' argument without its phase.
+		// ARGV[1]: per Op n (+128: a later Op reads its key), its
+		// argument's index in ARGV, its key's index in KEYS, its phase in
+		// 4 bytes.
+		heads := "\x81\x02\x01\x00\x00\x00\x00" +
+			"\x81\x02\x01\x00\x00\x00\x00" +
+			"\x01\x02\x01\x00\x00\x00\x00" +
+			"\x01\x02\x02\x00\x00\x00\x00"
+		reply, err := eval("batch.lua", []string{ka, kb}, heads, i8(now, 1, 1, 2, 60_000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		members := make([]*waiter, len(ops))
+		for i, o := range ops {
+			members[i] = &waiter{}
+			members[i].encode(o, now)
+		}
+		rs, parts, errs := make([]int64, len(ops)), make([]string, len(ops)), make([]error, len(ops))
+		if err := splitBatch(reply, members, rs, parts, errs); err != nil {
+			t.Fatal(err)
+		}
+		for i, o := range ops {
+			if errs[i] != nil {
+				t.Fatalf("Op %d: %v", i, errs[i])
+			}
+			res, err := decideStates(o, rs[i], parts[i])
+			if err != nil {
+				t.Fatalf("Op %d: %v", i, err)
+			}
+			if want := i != 2; res.Allowed != want {
+				t.Errorf("Op %d: allowed %v, want %v", i, res.Allowed, want)
+			}
+		}
+	})
+}
+
+// scriptRedis is a client of QUOTAGATE_REDIS_URL or, without it, of a
+// redis-server of the test's own (persistence off, on a free loopback
+// port, stopped at cleanup); the test is skipped when there is neither.
+func scriptRedis(t *testing.T) rueidis.Client {
+	t.Helper()
+	var opt rueidis.ClientOption
+	if url := os.Getenv("QUOTAGATE_REDIS_URL"); url != "" {
+		var err error
+		if opt, err = ParseURL(url); err != nil {
+			t.Fatalf("ParseURL(%q): %v", url, err)
+		}
+	} else {
+		bin, err := exec.LookPath("redis-server")
+		if err != nil {
+			t.Skip("!!! SKIPPED: neither QUOTAGATE_REDIS_URL is set nor redis-server on PATH, " +
+				"so the scripts were NOT run on a Redis")
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		_, port, _ := net.SplitHostPort(addr)
+		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("redis-server: %v", err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+		})
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			conn, err := net.Dial("tcp", addr)
+			if err == nil {
+				conn.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("redis-server on %s did not start: %v", addr, err)
+			}
+		}
+		opt = rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
+	}
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("rueidis.NewClient: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
