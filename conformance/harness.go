@@ -27,6 +27,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // Harness builds one adapter's router for an App and serves it.
@@ -144,4 +145,4 @@ func ColonPath(p string) string {
 // that does I/O should bound its calls generously (a loaded CI machine can
 // take well over 100 ms for a round trip, and a timed-out call would fail
 // open and turn an exactness check into noise).
-type NewStoreFunc func(t testing.TB, clock func() time.Time) limit.Store
+type NewStoreFunc func(t testing.TB, clock func() time.Time) limitstore.Store

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -23,8 +24,8 @@ type Row struct {
 // StoreOf makes a NewStoreFunc of a store constructor that takes a clock,
 // e.g. func(c func() time.Time) (*memstore.Store, error) { return
 // memstore.New(memstore.WithClock(c)) }; a constructor error fails the test.
-func StoreOf[S limit.Store](newStore func(clock func() time.Time) (S, error)) NewStoreFunc {
-	return func(t testing.TB, clock func() time.Time) limit.Store {
+func StoreOf[S limitstore.Store](newStore func(clock func() time.Time) (S, error)) NewStoreFunc {
+	return func(t testing.TB, clock func() time.Time) limitstore.Store {
 		s, err := newStore(clock)
 		if err != nil {
 			t.Fatal(err)

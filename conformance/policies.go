@@ -46,7 +46,7 @@ func multiPolicy(alg limit.Algorithm) limit.Policy {
 
 // policies drives policies of several quotas and plans (multiPolicy)
 // through Limiter.ConsumeN on the store and, at the same instants, on the
-// reference store (limittest.Store, which applies limit.Op.Apply to a map):
+// reference store (limittest.Store, which applies limitstore.Op.Apply to a map):
 // random identities on every plan (a failing and an unknown plan
 // included), random costs up to one above the smallest capacity, random
 // clock steps. Every Decision must be identical, field by field, and name

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -26,7 +27,7 @@ import (
 // and of counting by status are exact on the store.
 func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
-	stores := [2]limit.Store{newStore(t, clock.Now), limittest.NewStore(clock.Now)}
+	stores := [2]limitstore.Store{newStore(t, clock.Now), limittest.NewStore(clock.Now)}
 	type pair struct{ outer, inner *limit.Limiter }
 	var ls [2]pair
 	// A store call that times out on a loaded machine would be decided by

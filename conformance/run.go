@@ -18,6 +18,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -59,7 +60,7 @@ func writeMatrix(t *testing.T, adapter, store string, passed, failed, skipped in
 
 func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
-	var store limit.Store = newStore(t, clock.Now)
+	var store limitstore.Store = newStore(t, clock.Now)
 	var flaky *limittest.FlakyStore
 	if sc.Failure {
 		flaky = &limittest.FlakyStore{Store: store}

@@ -11,13 +11,14 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
 // RunStore runs the store-level scenarios against stores made by newStore:
 // random operation sequences of every algorithm (Ops of one or two quotas
 // under one hash tag, refunds of earlier charges) compared field by field
-// with the engine's own math (limit.Op.Apply over a plain map), concurrency
+// with the engine's own math (limitstore.Op.Apply over a plain map), concurrency
 // exactness on one key, key independence, the numbers of policies on the
 // boundary of what limit.New accepts, and Limiters of several quotas and
 // plans deciding as on the reference store.
@@ -42,12 +43,12 @@ type model struct {
 }
 
 type modelEntry struct {
-	st  limit.State
+	st  limitstore.State
 	exp int64
 }
 
-func (m *model) take(op *limit.Op, now int64) limit.Result {
-	var sts [limit.MaxQuotas]limit.State
+func (m *model) take(op *limitstore.Op, now int64) limitstore.Result {
+	var sts [limitstore.MaxQuotas]limitstore.State
 	for i := range op.N {
 		if e, ok := m.m[string(op.Quotas[i].Key)]; ok && e.exp > now {
 			sts[i] = e.st
@@ -71,13 +72,13 @@ func (m *model) take(op *limit.Op, now int64) limit.Result {
 }
 
 // oneQuota is an Op of one quota on key.
-func oneQuota(key string, q limit.Quota) limit.Op {
+func oneQuota(key string, q limitstore.Quota) limitstore.Op {
 	q.Key = []byte(key)
-	return limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
+	return limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
 }
 
-func randomQuota(rng *rand.Rand, alg limit.Algorithm, key string) limit.Quota {
-	q := limit.Quota{Key: []byte(key), Algorithm: alg, Limit: 1 + rng.Int64N(8), WindowMS: 1 + rng.Int64N(4000)}
+func randomQuota(rng *rand.Rand, alg limit.Algorithm, key string) limitstore.Quota {
+	q := limitstore.Quota{Key: []byte(key), Algorithm: alg, Limit: 1 + rng.Int64N(8), WindowMS: 1 + rng.Int64N(4000)}
 	switch alg {
 	case limit.TokenBucket:
 		q.Burst = 1 + rng.Int64N(8)
@@ -105,14 +106,14 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 	ref := &model{m: map[string]modelEntry{}}
 	rng := rand.New(rand.NewPCG(uint64(alg), 7))
 	const keys = 4
-	var ops [keys]limit.Op
+	var ops [keys]limitstore.Op
 	for i := range ops {
-		ops[i] = limit.Op{N: 1 + i%2}
+		ops[i] = limitstore.Op{N: 1 + i%2}
 		for j := range ops[i].N {
 			ops[i].Quotas[j] = randomQuota(rng, alg, fmt.Sprintf("conformance:{k%d}:b%d:%c:r:id", i, j, "fsg"[alg]))
 		}
 	}
-	var charges []limit.Op
+	var charges []limitstore.Op
 	for step := 0; step < 2000; step++ {
 		randomStep(rng, clock, 600*time.Millisecond)
 		op := ops[rng.IntN(keys)]
@@ -134,7 +135,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}
-		for j := range limit.MaxQuotas { // a store need not report the TTL it applied
+		for j := range limitstore.MaxQuotas { // a store need not report the TTL it applied
 			got.Quotas[j].TTLMS, want.Quotas[j].TTLMS = 0, 0
 		}
 		if got != want {
@@ -154,7 +155,7 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 	store := newStore(t, clock.Now)
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		op := oneQuota(fmt.Sprintf("conformance:{c}:b:%c:r:x", "fsg"[alg]),
-			limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
+			limitstore.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
 		allowed := admittedAtOnce(t, store, op, 100)
 		if allowed != 10 {
 			t.Fatalf("%s: %d of 100 concurrent calls admitted, want exactly 10", alg, allowed)
@@ -162,8 +163,8 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 	}
 	// Several quotas: never more admitted than every quota allows.
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
-		op := oneQuota(fmt.Sprintf("conformance:{m}:b:%c:r:x", "fsg"[alg]), limit.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
-		op.N, op.Quotas[1] = 2, limit.Quota{Key: []byte(fmt.Sprintf("conformance:{m}:b2:%c:r:x", "fsg"[alg])), Algorithm: alg, Limit: 4, Burst: 4, WindowMS: 60_000}
+		op := oneQuota(fmt.Sprintf("conformance:{m}:b:%c:r:x", "fsg"[alg]), limitstore.Quota{Algorithm: alg, Limit: 10, Burst: 10, WindowMS: 10_000})
+		op.N, op.Quotas[1] = 2, limitstore.Quota{Key: []byte(fmt.Sprintf("conformance:{m}:b2:%c:r:x", "fsg"[alg])), Algorithm: alg, Limit: 4, Burst: 4, WindowMS: 60_000}
 		if n := admittedAtOnce(t, store, op, 100); n != 4 {
 			t.Fatalf("%s, quotas of 10 and 4: %d of 100 concurrent calls admitted, want exactly 4", alg, n)
 		}
@@ -171,7 +172,7 @@ func concurrency(t *testing.T, newStore NewStoreFunc) {
 }
 
 // admittedAtOnce sends n copies of op at once and counts the admitted ones.
-func admittedAtOnce(t *testing.T, store limit.Store, op limit.Op, n int) int64 {
+func admittedAtOnce(t *testing.T, store limitstore.Store, op limitstore.Op, n int) int64 {
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -200,9 +201,9 @@ func admittedAtOnce(t *testing.T, store limit.Store, op limit.Op, n int) int64 {
 func independence(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
-	q := limit.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 1000}
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 1000}
 	a, b := oneQuota("conformance:{a}:b:f:r:a", q), oneQuota("conformance:{b}:b:f:r:b", q)
-	for _, op := range []*limit.Op{&a, &b} {
+	for _, op := range []*limitstore.Op{&a, &b} {
 		if res, err := store.Take(context.Background(), op); err != nil || !res.Allowed {
 			t.Fatalf("first call on %s: %+v %v", op.Quotas[0].Key, res, err)
 		}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/conformance"
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -13,5 +13,5 @@ import (
 // and the reference agree, so a store that fails it differs from the
 // engine's math, not from a test double.
 func TestReferenceStore(t *testing.T) {
-	conformance.RunStore(t, func(_ testing.TB, clock func() time.Time) limit.Store { return limittest.NewStore(clock) })
+	conformance.RunStore(t, func(_ testing.TB, clock func() time.Time) limitstore.Store { return limittest.NewStore(clock) })
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
@@ -50,7 +51,7 @@ type ttlRecorder struct {
 	maxTTL, minTTL int64
 }
 
-func (s *ttlRecorder) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *ttlRecorder) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	res, err := s.clockStore.Take(ctx, op)
 	if res.Allowed {
 		for _, q := range res.Quotas[:res.N] {

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"runtime"
 	"strings"
 	"testing"
@@ -124,12 +125,12 @@ func TestKeysAreTheSameInEveryProcess(t *testing.T) {
 
 // claimingStore is the reference store with Claims, as the memory and
 // Redis stores keep them.
-func claimingStore() limit.Store { return claiming(limittest.NewStore(nil)) }
+func claimingStore() limitstore.Store { return claiming(limittest.NewStore(nil)) }
 
 // claiming returns s with Claims.
-func claiming(s limit.Store) limit.Store {
+func claiming(s limitstore.Store) limitstore.Store {
 	return &struct {
-		limit.Store
-		limit.Claims
+		limitstore.Store
+		limitstore.Claims
 	}{Store: s}
 }

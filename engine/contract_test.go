@@ -3,6 +3,7 @@ package limit_test
 import (
 	"flag"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -395,7 +396,7 @@ func serveRow(t *testing.T, row contractRow) (int, http.Header, string) {
 	t.Helper()
 	p := limit.Policy{Limit: 3, Window: time.Minute, AlignWindows: true,
 		Disclosure: disclosures[row.disclosure], HeaderStyle: styles[row.style]}
-	var store limit.Store
+	var store limitstore.Store
 	switch row.outcome {
 	case "allowed", "denied":
 		store = limittest.NewStore(limittest.NewClock(contractClock).Now)

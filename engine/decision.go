@@ -1,5 +1,7 @@
 package limit
 
+import "github.com/quotagate/quotagate/engine/limitstore"
+
 import "time"
 
 // Decision is the engine's answer for one request or Consume call.
@@ -121,7 +123,7 @@ const maxDelayMS = 400 * 24 * 3600 * 1000
 // exhaustion (the least Remaining, then the latest reset), and for a limited request the latest
 // Retry-After of the quotas that limit it; every delay clamped to
 // [0, maxDelayMS] and Remaining to [0, maxHeaderInt].
-func (d *Decision) fill(res *Result) {
+func (d *Decision) fill(res *limitstore.Result) {
 	d.Allowed = res.Allowed
 	d.Outcome = OutcomeLimited
 	if res.Allowed {
@@ -130,7 +132,7 @@ func (d *Decision) fill(res *Result) {
 	q := &res.Quotas[0]
 	retry := q.RetryAfterMS
 	d.quota = 0
-	for i := 1; i < min(res.N, MaxQuotas); i++ {
+	for i := 1; i < min(res.N, limitstore.MaxQuotas); i++ {
 		qi := &res.Quotas[i]
 		if qi.Remaining < q.Remaining || qi.Remaining == q.Remaining && qi.ResetAfterMS > q.ResetAfterMS {
 			q, d.quota = qi, i
@@ -148,7 +150,7 @@ func (d *Decision) fill(res *Result) {
 	d.RetryAfter = time.Duration(retry) * time.Millisecond
 	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
-	for i := range min(res.N, MaxQuotas) {
+	for i := range min(res.N, limitstore.MaxQuotas) {
 		d.charge.windows[i] = res.Quotas[i].Window
 	}
 }

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"sync/atomic"
 	"time"
 )
@@ -36,16 +37,13 @@ func CountScratchRefills(l *Limiter) *atomic.Int64 {
 	return n
 }
 
-// FloorDiv is floorDiv: a / b rounded towards negative infinity, b > 0.
-var FloorDiv = floorDiv
-
 // ApplyOne is applyOne, for the external tests.
 var ApplyOne = applyOne
 
 // applyOne applies a one-quota op (Quotas[0]) to st at now: the new State
 // (st itself when limited) and the quota's answer.
-func applyOne(op *Op, st State, now int64) (State, QuotaResult) {
-	sts := [MaxQuotas]State{st}
+func applyOne(op *limitstore.Op, st limitstore.State, now int64) (limitstore.State, limitstore.QuotaResult) {
+	sts := [limitstore.MaxQuotas]limitstore.State{st}
 	res := op.Apply(&sts, now)
 	return sts[0], res.Quotas[0]
 }

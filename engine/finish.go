@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"net/http"
 )
 
@@ -24,8 +25,8 @@ type charge struct {
 	id      who
 	set     *quotaSet // the quotas (of the plan) that charged it
 	cost    int64
-	windows [MaxQuotas]int64 // QuotaResult.Window of each quota (filled by Decision.fill)
-	mark    limitMark        // the request's "limited by a mount" flag; nil: none reachable
+	windows [limitstore.MaxQuotas]int64 // QuotaResult.Window of each quota (filled by Decision.fill)
+	mark    limitMark                   // the request's "limited by a mount" flag; nil: none reachable
 }
 
 // limitMark is a per-request flag that every mount on one request sees: a
@@ -126,11 +127,11 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
 	if !over {
 		op.Refund = true
-		for i := range min(op.N, MaxQuotas) {
+		for i := range min(op.N, limitstore.MaxQuotas) {
 			op.Quotas[i].Window = c.windows[i]
 		}
 		if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
-			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, ErrCircuitOpen))
+			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 		}
 	}
 	l.scratch.Put(sc)

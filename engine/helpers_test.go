@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -126,7 +127,7 @@ func req(peer, path string) limit.Request {
 	return limit.Request{Method: http.MethodGet, Path: path, Route: path, Peer: peer}
 }
 
-func mustNew(t testing.TB, s limit.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
+func mustNew(t testing.TB, s limitstore.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
 	t.Helper()
 	l, err := limit.New(s, p, opts...)
 	if err != nil {

@@ -3,6 +3,7 @@ package limit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // keyer spells the store keys of a (bucket, identity) and their window
@@ -53,8 +54,8 @@ const maxRawIdentity = 128
 // that place keys hash them with a keyed hash of their own: FNV serves only
 // the tag and the phase, which must be the same in every process of a
 // fleet.)
-func (k *keyer) appendKeys(buf []byte, bucket *bucketRef, id *who, set *quotaSet, op *Op) []byte {
-	var ends [MaxQuotas + 1]int
+func (k *keyer) appendKeys(buf []byte, bucket *bucketRef, id *who, set *quotaSet, op *limitstore.Op) []byte {
+	var ends [limitstore.MaxQuotas + 1]int
 	ends[0] = len(buf)
 	buf = append(buf, k.prefix...)
 	buf = append(buf, ":{"...)

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"strings"
 	"testing"
 )
@@ -9,7 +10,7 @@ import (
 func keyOf(k *keyer, buf []byte, bucket *bucketRef, id *who, state string, windowMS int64) ([]byte, int64) {
 	set := quotaSet{n: 1}
 	set.q[0] = quotaSpec{limit: 1, windowMS: windowMS, state: state}
-	var op Op
+	var op limitstore.Op
 	k.appendKeys(buf, bucket, id, &set, &op)
 	return op.Quotas[0].Key, op.Quotas[0].PhaseMS
 }
@@ -73,7 +74,7 @@ func TestKeysOfSeveralQuotas(t *testing.T) {
 	set.q[0] = quotaSpec{limit: 2, windowMS: 10_000, state: "2p10"}
 	set.q[1] = quotaSpec{limit: 5, windowMS: 60_000, state: "5p60"}
 	set.q[2] = quotaSpec{limit: 9, windowMS: 7, state: "pro=9p7ms"}
-	var op Op
+	var op limitstore.Op
 	buf := k.appendKeys([]byte("junk"), &b, &who{src: KeySourceKeyFunc, text: "user-1"}, &set, &op)
 	if string(buf[:4]) != "junk" {
 		t.Fatalf("buffer prefix lost: %q", buf)

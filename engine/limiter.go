@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"log/slog"
 	"strings"
 	"sync"
@@ -39,14 +40,14 @@ type Limiter struct {
 // not allocate: the Op handed to the store lives here, with its key bytes.
 // (The Op must be on the heap: the store is called through an interface.)
 type scratch struct {
-	op  Op
+	op  limitstore.Op
 	key []byte
 }
 
 // New returns a Limiter for policy p on store s. Zero Policy fields take
 // their defaults (Limit 100, Window 60 s, SlidingWindow). Errors wrap
 // ErrInvalidPolicy or ErrInvalidOption and name the field or option.
-func New(s Store, p Policy, opts ...Option) (*Limiter, error) {
+func New(s limitstore.Store, p Policy, opts ...Option) (*Limiter, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: store is nil", ErrInvalidOption)
 	}
@@ -76,7 +77,7 @@ func (l *Limiter) With(p Policy) (*Limiter, error) {
 	return newLimiter(l.store.primary.Store, p, l.cfg)
 }
 
-func newLimiter(s Store, p Policy, cfg *config) (*Limiter, error) {
+func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	res, err := p.resolve()
 	if err != nil {
 		return nil, err

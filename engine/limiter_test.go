@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"strings"
 	"testing"
 	"time"
@@ -327,7 +328,7 @@ func TestStoreFailureModes(t *testing.T) {
 	local := storeAt(0)
 	tests := []struct {
 		name    string
-		store   limit.Store
+		store   limitstore.Store
 		mode    limit.FailureMode
 		allowed bool
 		outcome limit.Outcome

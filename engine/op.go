@@ -1,12 +1,14 @@
 package limit
 
+import "github.com/quotagate/quotagate/engine/limitstore"
+
 // op builds the Op of one decision in sc: one store key per quota of set
 // (the plan's quotas for (bucket, id), all in one hash tag) and their
 // numbers, at cost. It is the one function that knows the shape of Op. over
 // reports a cost above a quota's capacity, which no wait admits: the engine
 // answers it without the store, op then has no keys, and quota is the index
 // of the first quota the cost exceeds.
-func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cost int64) (op *Op, over bool, quota int) {
+func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cost int64) (op *limitstore.Op, over bool, quota int) {
 	op = &sc.op
 	op.Refund, op.N, op.Cost = false, set.n, cost
 	a := l.policy.Algorithm

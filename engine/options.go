@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"log/slog"
 	"strings"
 )
@@ -14,7 +15,7 @@ type config struct {
 	logger          *slog.Logger
 	observer        Observer
 	hashKeys        bool
-	localStore      Store
+	localStore      limitstore.Store
 	fallbackDivisor int64
 	ipv4Bits        int
 	ipv6Bits        int
@@ -92,7 +93,7 @@ func WithHashKeys(on bool) Option {
 // WithLocalStore sets the per-process store that FailLocal policies use while
 // the shared store is failing (normally a memstore). New reports a FailLocal
 // policy without one.
-func WithLocalStore(s Store) Option {
+func WithLocalStore(s limitstore.Store) Option {
 	return func(c *config) error {
 		if s == nil {
 			return fmt.Errorf("%w: WithLocalStore(nil)", ErrInvalidOption)

@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"net/url"
 	"slices"
 	"strconv"
@@ -56,38 +57,28 @@ func checkTokenBucket(limit, windowMS, burst int64) error {
 	return nil
 }
 
-// Algorithm selects the rate-limiting algorithm of a [Policy].
-// The zero value is [SlidingWindow].
-type Algorithm uint8
+// Algorithm selects the rate-limiting algorithm of a [Policy]: one of
+// [SlidingWindow] (the zero value), [FixedWindow] and [TokenBucket]. It is
+// the store contract's own type (limitstore.Algorithm), so a Policy's
+// algorithm is the one its store keys and Ops carry.
+type Algorithm = limitstore.Algorithm
 
+// The algorithms (see limitstore for their math).
 const (
 	// SlidingWindow (the default) weighs the previous fixed window by the part
 	// of it still inside the sliding window: estimate = prev*(W-elapsed)/W + curr.
-	SlidingWindow Algorithm = iota
+	SlidingWindow = limitstore.SlidingWindow
 	// FixedWindow counts requests in windows of length Window, each identity
 	// with its own phase offset (see Policy.AlignWindows).
-	FixedWindow
+	FixedWindow = limitstore.FixedWindow
 	// TokenBucket refills Limit tokens per Window up to Burst, implemented as
 	// GCRA (generic cell rate algorithm) with a theoretical arrival time (TAT).
-	TokenBucket
+	TokenBucket = limitstore.TokenBucket
 )
 
-// String returns "sliding-window", "fixed-window" or "token-bucket".
-func (a Algorithm) String() string {
-	switch a {
-	case SlidingWindow:
-		return "sliding-window"
-	case FixedWindow:
-		return "fixed-window"
-	case TokenBucket:
-		return "token-bucket"
-	}
-	return "algorithm(" + strconv.Itoa(int(a)) + ")"
-}
-
-// letter is the one-letter code used in bucket signatures and store keys:
-// s (sliding window), f (fixed window), g (token bucket, GCRA).
-func (a Algorithm) letter() byte {
+// letter is the one-letter code of a used in bucket signatures and store
+// keys: s (sliding window), f (fixed window), g (token bucket, GCRA).
+func letter(a Algorithm) byte {
 	switch a {
 	case FixedWindow:
 		return 'f'
@@ -340,7 +331,7 @@ func (q *quotaSpec) capacity(a Algorithm) int64 {
 // parts (response.go).
 type quotaSet struct {
 	n   int
-	q   [MaxQuotas]quotaSpec
+	q   [limitstore.MaxQuotas]quotaSpec
 	hdr setHeaders
 }
 
@@ -435,8 +426,8 @@ func checkRate(a Algorithm, field string, limit int64, window time.Duration, bur
 // place in errors) and checks the policy's Cost against each capacity.
 func (p *Policy) resolveSet(rates []Rate, field string, cost int64) (quotaSet, error) {
 	var set quotaSet
-	if len(rates) > MaxQuotas {
-		return set, fmt.Errorf("%w: %s holds %d quotas, more than MaxQuotas (%d)", ErrInvalidPolicy, field, len(rates), MaxQuotas)
+	if len(rates) > limitstore.MaxQuotas {
+		return set, fmt.Errorf("%w: %s holds %d quotas, more than MaxQuotas (%d)", ErrInvalidPolicy, field, len(rates), limitstore.MaxQuotas)
 	}
 	for i, rt := range rates {
 		place := fmt.Sprintf("%s[%d].", field, i)
@@ -562,7 +553,7 @@ func signature(a Algorithm, limit, windowMS, burst int64) string {
 		b = append(b, "ms"...)
 	}
 	if a != SlidingWindow {
-		b = append(b, a.letter())
+		b = append(b, letter(a))
 	}
 	if a == TokenBucket && burst != limit {
 		b = append(b, 'b')

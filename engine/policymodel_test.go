@@ -3,6 +3,8 @@ package limit
 import (
 	"context"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/internal/refmodel"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -14,15 +16,15 @@ import (
 type mapStore struct {
 	mu  sync.Mutex
 	now int64
-	m   map[string]State
+	m   map[string]limitstore.State
 }
 
-func (s *mapStore) Describe() StoreInfo { return StoreInfo{Name: "map"} }
+func (s *mapStore) Describe() limitstore.Info { return limitstore.Info{Name: "map"} }
 
-func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
+func (s *mapStore) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var sts [MaxQuotas]State
+	var sts [limitstore.MaxQuotas]limitstore.State
 	for i := range op.N {
 		sts[i] = s.m[string(op.Quotas[i].Key)]
 	}
@@ -40,7 +42,7 @@ func (s *mapStore) Take(_ context.Context, op *Op) (Result, error) {
 func randomRates(rng *rand.Rand, alg Algorithm) []Rate {
 	var rs []Rate
 	seen := map[Rate]bool{}
-	for n := 1 + rng.IntN(MaxQuotas); len(rs) < n; {
+	for n := 1 + rng.IntN(limitstore.MaxQuotas); len(rs) < n; {
 		r := Rate{Limit: 1 + rng.Int64N(6), Window: time.Duration(1+rng.Int64N(40)) * time.Millisecond}
 		if alg == TokenBucket {
 			r.Burst = 1 + rng.Int64N(6)
@@ -53,14 +55,14 @@ func randomRates(rng *rand.Rand, alg Algorithm) []Rate {
 	return rs
 }
 
-func modelsOf(alg Algorithm, rs []Rate) []refQuota {
-	ms := make([]refQuota, len(rs))
+func modelsOf(alg Algorithm, rs []Rate) []refmodel.Quota {
+	ms := make([]refmodel.Quota, len(rs))
 	for i, r := range rs {
 		w := r.Window.Milliseconds()
 		if alg == TokenBucket {
-			ms[i] = newRefBucket(r.Limit, r.Burst, w)
+			ms[i] = refmodel.NewBucket(r.Limit, r.Burst, w)
 		} else {
-			ms[i] = newRefWindow(alg == SlidingWindow, r.Limit, w, 0)
+			ms[i] = refmodel.NewWindow(alg == SlidingWindow, r.Limit, w, 0)
 		}
 	}
 	return ms
@@ -81,7 +83,7 @@ func TestPolicyDecisionsAgainstReferenceModels(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(alg)+1, 15))
 			for round := range 40 {
 				def, pro := randomRates(rng, alg), randomRates(rng, alg)
-				store := &mapStore{now: 1_767_225_600_000, m: map[string]State{}}
+				store := &mapStore{now: 1_767_225_600_000, m: map[string]limitstore.State{}}
 				l, err := New(store, Policy{Name: fmt.Sprintf("m%d", round), Algorithm: alg, AlignWindows: true, Quotas: def,
 					Plans: map[string][]Rate{"pro": pro},
 					Plan: func(r Request) (string, error) {
@@ -94,14 +96,14 @@ func TestPolicyDecisionsAgainstReferenceModels(t *testing.T) {
 					t.Fatal(err)
 				}
 				rates := map[string][]Rate{"a": def, "b": def, "pro-a": pro}
-				models := map[string][]refQuota{"a": modelsOf(alg, def), "b": modelsOf(alg, def), "pro-a": modelsOf(alg, pro)}
+				models := map[string][]refmodel.Quota{"a": modelsOf(alg, def), "b": modelsOf(alg, def), "pro-a": modelsOf(alg, pro)}
 				for step := range 300 {
 					store.now += rng.Int64N(30)
 					id := []string{"a", "b", "pro-a"}[rng.IntN(3)]
 					ms, rs := models[id], rates[id]
-					capacity := ms[0].capacity()
+					capacity := ms[0].Capacity()
 					for _, m := range ms[1:] {
-						capacity = min(capacity, m.capacity())
+						capacity = min(capacity, m.Capacity())
 					}
 					cost := 1 + rng.Int64N(capacity+1)
 					d, err := l.ConsumeN(context.Background(), id, cost)
@@ -115,7 +117,7 @@ func TestPolicyDecisionsAgainstReferenceModels(t *testing.T) {
 						best := -1
 						var bestRem, bestReset int64
 						for i, m := range ms {
-							rem, reset := remaining(m, now), m.resetAfter(now)
+							rem, reset := refmodel.Remaining(m, now), m.ResetAfter(now)
 							if best < 0 || rem < bestRem || rem == bestRem && reset > bestReset {
 								best, bestRem, bestReset = i, rem, reset
 							}
@@ -124,13 +126,13 @@ func TestPolicyDecisionsAgainstReferenceModels(t *testing.T) {
 					}
 					over := -1
 					for i, m := range ms {
-						if cost > m.capacity() && over < 0 {
+						if cost > m.Capacity() && over < 0 {
 							over = i
 						}
 					}
 					all := true
 					for _, m := range ms {
-						all = all && m.fits(now, cost)
+						all = all && m.Fits(now, cost)
 					}
 					switch {
 					case over >= 0:
@@ -138,14 +140,14 @@ func TestPolicyDecisionsAgainstReferenceModels(t *testing.T) {
 					case all:
 						want.Allowed = true
 						for _, m := range ms {
-							m.admit(now, cost)
+							m.Admit(now, cost)
 						}
 						pick()
 					default:
 						for _, m := range ms {
-							m.normalize(now)
-							if !m.fits(now, cost) {
-								want.RetryAfter = max(want.RetryAfter, time.Duration(retryAfter(t, m, now, cost))*time.Millisecond)
+							m.Normalize(now)
+							if !m.Fits(now, cost) {
+								want.RetryAfter = max(want.RetryAfter, time.Duration(refmodel.RetryAfter(t, m, now, cost))*time.Millisecond)
 							}
 						}
 						pick()

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"bytes"
 	"context"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"log/slog"
 	"slices"
 	"strings"
@@ -25,8 +26,8 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 	tests := []struct {
 		name   string
 		policy limit.Policy
-		store  func() limit.Store
-		local  func() limit.Store
+		store  func() limitstore.Store
+		local  func() limitstore.Store
 		run    func(l *limit.Limiter) // nil: one Check of req
 		want   []string
 	}{
@@ -50,7 +51,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "named_store",
 			policy: limit.Policy{Limit: 2},
-			store:  func() limit.Store { s := limittest.NewStore(nil); s.Info.Name = "memory"; return s },
+			store:  func() limitstore.Store { s := limittest.NewStore(nil); s.Info.Name = "memory"; return s },
 			want:   []string{"duration memory|take", "decision 2p60|/v1/notes/{id}|allowed|socket"},
 		},
 		{
@@ -93,7 +94,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "fail_open",
 			policy: limit.Policy{Limit: 2},
-			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			store:  func() limitstore.Store { return limittest.FailingStore{Err: errBackend} },
 			want: []string{
 				"duration custom|take", "store-error 2p60|open",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -102,7 +103,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "fail_closed",
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailClosed},
-			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			store:  func() limitstore.Store { return limittest.FailingStore{Err: errBackend} },
 			want: []string{
 				"duration custom|take", "store-error 2p60|closed",
 				"decision 2p60|/v1/notes/{id}|limited|socket",
@@ -111,7 +112,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "store_panic",
 			policy: limit.Policy{Limit: 2},
-			store:  func() limit.Store { return panickingStore },
+			store:  func() limitstore.Store { return panickingStore },
 			want: []string{
 				"duration custom|take", "store-error 2p60|open",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -120,8 +121,8 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "fail_local",
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
-			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
-			local:  func() limit.Store { return limittest.NewStore(nil) },
+			store:  func() limitstore.Store { return limittest.FailingStore{Err: errBackend} },
+			local:  func() limitstore.Store { return limittest.NewStore(nil) },
 			want: []string{
 				"duration custom|take", "duration custom|take", "store-error 2p60|local",
 				"decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -130,8 +131,8 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "fail_local_local_fails_too",
 			policy: limit.Policy{Limit: 2, FailureMode: limit.FailLocal},
-			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
-			local:  func() limit.Store { return panickingStore },
+			store:  func() limitstore.Store { return limittest.FailingStore{Err: errBackend} },
+			local:  func() limitstore.Store { return panickingStore },
 			want: []string{
 				"duration custom|take", "duration custom|take", "store-error 2p60|local",
 				"store-error 2p60|local", "decision 2p60|/v1/notes/{id}|degraded|socket",
@@ -155,7 +156,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 		{
 			name:   "consume_store_down",
 			policy: limit.Policy{Name: "mail", Limit: 2},
-			store:  func() limit.Store { return limittest.FailingStore{Err: errBackend} },
+			store:  func() limitstore.Store { return limittest.FailingStore{Err: errBackend} },
 			run:    func(l *limit.Limiter) { l.Consume(ctx, "user-1") },
 			want: []string{
 				"duration custom|take", "store-error mail|open",
@@ -166,7 +167,7 @@ func TestObserverEventsExactlyOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			var store limit.Store = limittest.NewStore(nil)
+			var store limitstore.Store = limittest.NewStore(nil)
 			if tt.store != nil {
 				store = tt.store()
 			}
@@ -204,10 +205,10 @@ func TestObserverAllocationFree(t *testing.T) {
 	peer := limit.Request{Route: "/a/{id}", Peer: "192.0.2.1:1"}
 	// A fixed clock: the limited path's Retry-After (< 100 s) formats without
 	// an allocation.
-	ref := func() limit.Store { return storeAt(1_767_225_600_000) }
+	ref := func() limitstore.Store { return storeAt(1_767_225_600_000) }
 	cases := []struct {
 		name  string
-		store func() limit.Store
+		store func() limitstore.Store
 		p     limit.Policy
 		run   func(l *limit.Limiter)
 	}{
@@ -216,7 +217,7 @@ func TestObserverAllocationFree(t *testing.T) {
 		{"per_route", ref, limit.Policy{Limit: 1_000_000_000, Scope: limit.PerRoute}, func(l *limit.Limiter) { do(l, peer) }},
 		{"fallback_issue", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { do(l, limit.Request{Route: "/a/{id}"}) }},
 		{"consume", ref, limit.Policy{Limit: 1_000_000_000}, func(l *limit.Limiter) { l.Consume(ctx, "user-1") }},
-		{"degraded", func() limit.Store { return limittest.FailingStore{Err: errBackend} }, limit.Policy{Limit: 10}, func(l *limit.Limiter) { do(l, peer) }},
+		{"degraded", func() limitstore.Store { return limittest.FailingStore{Err: errBackend} }, limit.Policy{Limit: 10}, func(l *limit.Limiter) { do(l, peer) }},
 	}
 	for _, tc := range cases {
 		for _, observed := range []bool{true, false} {
@@ -249,7 +250,7 @@ func (panicObserver) StoreEvent(string, string)                   { panic("store
 
 func TestPanickingObserverDoesNotBreakRequests(t *testing.T) {
 	t.Parallel()
-	for _, s := range []limit.Store{limittest.NewStore(nil), errStore} {
+	for _, s := range []limitstore.Store{limittest.NewStore(nil), errStore} {
 		l := limittest.MustNew(s, limit.Policy{Limit: 1, KeyFunc: func(limit.Request) (string, error) { panic("key") }}, limit.WithObserver(panicObserver{}))
 		resp := check(l, context.Background(), limit.Request{})
 		if resp.Denied() || !resp.Decision.Allowed {

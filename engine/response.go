@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"net/http"
 	"strconv"
 	"strings"
@@ -219,10 +220,10 @@ func newResponder(p *Policy) responder {
 
 // setHeaders is the rendered header parts of one quotaSet.
 type setHeaders struct {
-	quoted     [MaxQuotas]string // each quota's name as an RFC 9651 sf-string: "100p60"
-	limitText  [MaxQuotas]string // each quota's Limit in decimal
-	ietfPolicy string            // every quota: "2p10";q=2;w=10, "5p60";q=5;w=60
-	triplet    string            // every quota, the -06 form: 2;w=10, 5;w=60
+	quoted     [limitstore.MaxQuotas]string // each quota's name as an RFC 9651 sf-string: "100p60"
+	limitText  [limitstore.MaxQuotas]string // each quota's Limit in decimal
+	ietfPolicy string                       // every quota: "2p10";q=2;w=10, "5p60";q=5;w=60
+	triplet    string                       // every quota, the -06 form: 2;w=10, 5;w=60
 }
 
 // newSetHeaders renders the header parts of set, whose quota names come

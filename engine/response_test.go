@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"math/rand/v2"
 	"net/http/httptest"
 	"slices"
@@ -288,20 +289,20 @@ func TestCheckHTTPWritesTheLimitedResponse(t *testing.T) {
 // that the test can replay the decision later.
 type propStore struct {
 	now int64
-	gen func(q *limit.Quota, now int64) limit.State
-	op  limit.Op
-	st  limit.State
+	gen func(q *limitstore.Quota, now int64) limitstore.State
+	op  limitstore.Op
+	st  limitstore.State
 }
 
-func (s *propStore) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
+func (s *propStore) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.op = *op
 	s.op.Quotas[0].Key = nil
 	s.st = s.gen(&op.Quotas[0], s.now)
 	_, res := limit.ApplyOne(op, s.st, s.now)
-	return limit.Result{Allowed: res.Allowed, NowMS: s.now, N: 1, Quotas: [limit.MaxQuotas]limit.QuotaResult{res}}, nil
+	return limitstore.Result{Allowed: res.Allowed, NowMS: s.now, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.QuotaResult{res}}, nil
 }
 
-func (s *propStore) Describe() limit.StoreInfo { return limit.StoreInfo{} }
+func (s *propStore) Describe() limitstore.Info { return limitstore.Info{} }
 
 // Property: over random states of all three algorithms, Retry-After is at
 // least 1, equals the t (and Triplet Reset) it accompanies, and the same
@@ -327,21 +328,21 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 		cost := 1 + rng.Int64N(capacity)
 		p.CostFunc = func(limit.Request) int64 { return cost }
 		store := &propStore{now: 1_700_000_000_000 + rng.Int64N(1_000_000_000)}
-		store.gen = func(op *limit.Quota, now int64) limit.State {
+		store.gen = func(op *limitstore.Quota, now int64) limitstore.State {
 			if op.Algorithm == limit.TokenBucket {
 				// TAT - now in units of 1/Limit ms, from a bucket full for
 				// a while to an empty one (no further ahead: that exists
 				// only after the clock stepped back).
 				tau := op.Burst * op.WindowMS
 				off := rng.Int64N(2*tau+1) - tau
-				return limit.State{TAT: now + limit.FloorDiv(off, op.Limit), TATFrac: off - limit.FloorDiv(off, op.Limit)*op.Limit}
+				return limitstore.State{TAT: now + floorDiv(off, op.Limit), TATFrac: off - floorDiv(off, op.Limit)*op.Limit}
 			}
 			// Windows up to the current one: states a store whose clock
 			// never went backwards can hold. (After a backwards step the
 			// algorithms measure delays from the start of the stored window;
 			// see the "Clock going backwards" decision.)
 			idx := (now - op.PhaseMS) / op.WindowMS // both positive: the floor
-			return limit.State{Window: idx - 2 + rng.Int64N(3), Count: rng.Int64N(op.Limit + 1), Prev: rng.Int64N(op.Limit + 1)}
+			return limitstore.State{Window: idx - 2 + rng.Int64N(3), Count: rng.Int64N(op.Limit + 1), Prev: rng.Int64N(op.Limit + 1)}
 		}
 		l := mustNew(t, store, p)
 		resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
@@ -401,3 +402,12 @@ func TestRetryAfterPropertyOverRandomStates(t *testing.T) {
 // problemTypeQuotaExceeded is the problem type the ratelimit-headers draft
 // asks IANA to register.
 const problemTypeQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// floorDiv is a / b rounded towards negative infinity, b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
+}

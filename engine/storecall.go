@@ -4,35 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"time"
 )
-
-// StoreInfo is what a Store tells the engine about itself: a Store that has
-// a method
-//
-//	Describe() StoreInfo
-//
-// is asked once, in New (and With). A Store without it, and the zero value,
-// are labelled "custom".
-type StoreInfo struct {
-	// Name is the store label of metrics ("memory", "redis"); "" means
-	// "custom".
-	Name string
-}
 
 // describer is the optional interface of a Store that describes itself
 // (see StoreInfo).
 type describer interface {
-	Describe() StoreInfo
+	Describe() limitstore.Info
 }
 
 // storeRef is a Store with its name read once, at New.
 type storeRef struct {
-	Store
+	limitstore.Store
 	name string
 }
 
-func newStoreRef(s Store) storeRef {
+func newStoreRef(s limitstore.Store) storeRef {
 	r := storeRef{Store: s, name: "custom"}
 	if d, ok := s.(describer); ok {
 		if n := d.Describe().Name; n != "" {
@@ -58,7 +46,7 @@ type storeCall struct {
 // newStoreCall builds the store call of a policy with FailureMode mode on
 // s under cfg. The storeRefs are built once per New and kept in cfg, so the
 // Limiters from With reuse them.
-func newStoreCall(s Store, cfg *config, mode FailureMode) storeCall {
+func newStoreCall(s limitstore.Store, cfg *config, mode FailureMode) storeCall {
 	if cfg.primary.Store == nil {
 		cfg.primary = newStoreRef(s)
 		if cfg.localStore != nil {
@@ -90,7 +78,7 @@ const failClosedRetryAfter = time.Second
 // the Decision's other fields already; on a failure the FailureMode decides
 // and the failed calls are reported. The error, when not nil, is the store failure (for
 // OnStoreError and Consume's caller): never "limited".
-func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decision) error {
+func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string, d *Decision) error {
 	res, err := c.take(ctx, &c.primary, op)
 	if err == nil {
 		d.fill(&res)
@@ -118,7 +106,7 @@ func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decisi
 	}
 	// While a breaker is open its transition line has said it all; the
 	// rate-limited line is for failures of a store that otherwise answers.
-	c.rep.storeFailure(bucket, c.mode, err, !errors.Is(err, ErrCircuitOpen))
+	c.rep.storeFailure(bucket, c.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 	return err
 }
 
@@ -126,13 +114,13 @@ func (c *storeCall) decide(ctx context.Context, op *Op, bucket string, d *Decisi
 // duration event per call made, a failed or panicking one included; none
 // for a call the store's protections did not make (a cached denial, an
 // open breaker: the store reports those itself).
-func (c *storeCall) take(ctx context.Context, s *storeRef, op *Op) (Result, error) {
+func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op) (limitstore.Result, error) {
 	if !c.observing {
 		return call(ctx, s, op)
 	}
 	start := time.Now()
 	res, err := call(ctx, s, op)
-	if err == nil || !errors.Is(err, ErrCircuitOpen) {
+	if err == nil || !errors.Is(err, limitstore.ErrCircuitOpen) {
 		c.rep.storeDuration(s.name, time.Since(start))
 	}
 	return res, err
@@ -140,7 +128,7 @@ func (c *storeCall) take(ctx context.Context, s *storeRef, op *Op) (Result, erro
 
 // call runs Store.Take with a recovered panic, which is a store failure
 // like any other: its error says "limit: store panicked: " and the value.
-func call(ctx context.Context, s *storeRef, op *Op) (res Result, err error) {
+func call(ctx context.Context, s *storeRef, op *limitstore.Op) (res limitstore.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("limit: store panicked: %v", p)

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -14,9 +15,9 @@ import (
 
 // The three failure modes against a store that fails, hangs or panics.
 func TestFailureModes(t *testing.T) {
-	stores := map[string]func() limit.Store{
-		"error": func() limit.Store { return errStore },
-		"panic": func() limit.Store { return panickingStore },
+	stores := map[string]func() limitstore.Store{
+		"error": func() limitstore.Store { return errStore },
+		"panic": func() limitstore.Store { return panickingStore },
 	}
 	for name, mk := range stores {
 		t.Run(name, func(t *testing.T) {

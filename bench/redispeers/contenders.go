@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	goredis "github.com/redis/go-redis/v9"
@@ -137,7 +138,7 @@ func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefi
 		if err != nil {
 			return nil, err
 		}
-		ops := make([]limit.Op, len(ids))
+		ops := make([]limitstore.Op, len(ids))
 		for i, id := range ids {
 			l.Consume(context.Background(), id)
 			ops[i] = rec.op
@@ -153,11 +154,11 @@ func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefi
 }
 
 // recorder is a store that keeps the last Op and admits it.
-type recorder struct{ op limit.Op }
+type recorder struct{ op limitstore.Op }
 
-func (r *recorder) Take(_ context.Context, op *limit.Op) (limit.Result, error) {
+func (r *recorder) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	r.op = *op
-	return limit.Result{Allowed: true, N: op.N}, nil
+	return limitstore.Result{Allowed: true, N: op.N}, nil
 }
 
 // checkContender runs the whole engine decision for an HTTP request:

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // Circuit breaker of a guarded store, shared by every Limiter on the
@@ -119,7 +119,7 @@ func (b *breaker) failed(now int64, silent, probe bool, err error) bool {
 	if !b.state.CompareAndSwap(breakerClosed, breakerOpen) {
 		return false
 	}
-	b.skipErr.Store(&errHolder{fmt.Errorf("%w; it opened on: %w", limit.ErrCircuitOpen, err)})
+	b.skipErr.Store(&errHolder{fmt.Errorf("%w; it opened on: %w", limitstore.ErrCircuitOpen, err)})
 	b.failures.Store(0)
 	b.openedAt.Store(now)
 	b.retryAt.Store(now + int64(breakerCoolDown))
@@ -132,7 +132,7 @@ func (b *breaker) skipError() error {
 	if h := b.skipErr.Load(); h != nil {
 		return h.err
 	}
-	return limit.ErrCircuitOpen
+	return limitstore.ErrCircuitOpen
 }
 
 // isOpen reports whether the breaker is open or probing.

@@ -5,7 +5,7 @@ import (
 	"hash/maphash"
 	"sync/atomic"
 
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // The local deny cache of a guarded store, shared by every Limiter on the
@@ -45,7 +45,7 @@ type denyEntry struct {
 	cost    int64
 	until   int64 // monotonic ns: the cache denies before this instant
 	receipt int64 // monotonic ns the store's answer arrived
-	res     limit.Result
+	res     limitstore.Result
 }
 
 func newDenyCache() *denyCache { return &denyCache{seed: maphash.MakeSeed()} }
@@ -58,11 +58,11 @@ func (c *denyCache) slot(h uint64) *atomic.Pointer[denyEntry] { return &c.slots[
 // rest hashes what identifies op besides the first key: every quota's
 // algorithm and numbers, the other quotas' keys. Two policies that write one
 // key (a Name given to two policies) therefore never answer for each other.
-func (c *denyCache) rest(op *limit.Op) uint64 {
+func (c *denyCache) rest(op *limitstore.Op) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	var b [8 * 6]byte
-	n := min(max(op.N, 0), limit.MaxQuotas)
+	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	for i := range n {
 		q := &op.Quotas[i]
 		if i > 0 {
@@ -79,10 +79,10 @@ func (c *denyCache) rest(op *limit.Op) uint64 {
 	return h.Sum64()
 }
 
-// lookup returns the store's limit.Result for op as of now when the cache denies
+// lookup returns the store's limitstore.Result for op as of now when the cache denies
 // op, with the delays counted down; ok is false when the store must be
 // asked. An expired entry met on the way is dropped.
-func (c *denyCache) lookup(op *limit.Op, now int64) (res limit.Result, ok bool) {
+func (c *denyCache) lookup(op *limitstore.Op, now int64) (res limitstore.Result, ok bool) {
 	if c == nil || op.Refund || op.N < 1 {
 		return res, false
 	}
@@ -105,7 +105,7 @@ func (c *denyCache) lookup(op *limit.Op, now int64) (res limit.Result, ok bool) 
 	res = e.res
 	el := max(now-e.receipt, 0) / int64(1e6) // whole ms, rounded down: delays never early
 	res.NowMS += el
-	for i := range min(res.N, limit.MaxQuotas) {
+	for i := range min(res.N, limitstore.MaxQuotas) {
 		q := &res.Quotas[i]
 		q.ResetAfterMS = max(q.ResetAfterMS-el, 0)
 		if q.RetryAfterMS > 0 {
@@ -118,12 +118,12 @@ func (c *denyCache) lookup(op *limit.Op, now int64) (res limit.Result, ok bool) 
 // store records the store's denial of op: start is the monotonic instant
 // read before the call, receipt the one after it. Admissions, refunds and
 // denials without a RetryAfter are not recorded.
-func (c *denyCache) store(op *limit.Op, res *limit.Result, start, receipt int64) {
+func (c *denyCache) store(op *limitstore.Op, res *limitstore.Result, start, receipt int64) {
 	if c == nil || op.Refund || res.Allowed || op.N < 1 {
 		return
 	}
 	var retry int64
-	for i := range min(res.N, limit.MaxQuotas) {
+	for i := range min(res.N, limitstore.MaxQuotas) {
 		if q := &res.Quotas[i]; !q.Allowed {
 			retry = max(retry, q.RetryAfterMS)
 		}
@@ -141,11 +141,11 @@ func (c *denyCache) store(op *limit.Op, res *limit.Result, start, receipt int64)
 
 // drop forgets every entry whose first key is a key of op (a refund gives
 // quota back, so a denial recorded before it may end sooner than its T).
-func (c *denyCache) drop(op *limit.Op) {
+func (c *denyCache) drop(op *limitstore.Op) {
 	if c == nil {
 		return
 	}
-	for i := range min(max(op.N, 0), limit.MaxQuotas) {
+	for i := range min(max(op.N, 0), limitstore.MaxQuotas) {
 		h := maphash.Bytes(c.seed, op.Quotas[i].Key)
 		s := c.slot(h)
 		if e := s.Load(); e != nil && e.key0 == h {

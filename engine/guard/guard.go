@@ -1,4 +1,4 @@
-// Package guard protects the calls to a limit.Store that does I/O: a
+// Package guard protects the calls to a limitstore.Store that does I/O: a
 // timeout per call, a circuit breaker and a local cache of the store's
 // denials, in one value that every Limiter on the store shares.
 //
@@ -19,15 +19,17 @@
 //     keys;
 //   - the circuit breaker: after the store answered nothing for a whole
 //     timeout, or failed 5 calls in a row, calls fail at once with an error
-//     wrapping limit.ErrCircuitOpen (the policy's FailureMode decides), and
+//     wrapping limitstore.ErrCircuitOpen (the policy's FailureMode decides), and
 //     one probe call every 250 ms finds out whether the store is back;
 //   - the timeout: calls that start within the same millisecond share one
 //     deadline; a call fails when the store answered nothing at all for the
 //     timeout, and waits up to twice the timeout while the store answers
 //     other calls (a late reply is queueing, not an outage).
 //
-// The call's context keeps the caller's values but not its cancellation: a
-// client that goes away gets the same decision as one that stays.
+// The call's context keeps the caller's values and its deadline, when that
+// comes before the timeout would, but not its cancellation: a client that
+// goes away (or half-closes its connection) gets the same decision as one
+// that stays, so cancelling cannot make a FailOpen policy admit it.
 package guard
 
 import (
@@ -38,6 +40,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // DefaultTimeout bounds each store call when WithTimeout is not given.
@@ -55,11 +58,11 @@ type Observer interface {
 	StoreEvent(store, event string)
 }
 
-// Store is a limit.Store behind a timeout, a circuit breaker and a deny
+// Store is a limitstore.Store behind a timeout, a circuit breaker and a deny
 // cache. It is safe for concurrent use; share one value between every
 // Limiter on the backend.
 type Store struct {
-	next    limit.Store
+	next    limitstore.Store
 	name    string
 	timeout time.Duration
 	clock   func() int64 // monotonic ns; nil: monoNow
@@ -135,14 +138,14 @@ func withClock(now func() int64) Option {
 }
 
 // New wraps next. The wrapper's store label (for metrics and log lines) is
-// next's own (limit.StoreInfo.Name through a Describe method), "custom"
+// next's own (limitstore.Info.Name through a Describe method), "custom"
 // without one. A nil next is an error.
-func New(next limit.Store, opts ...Option) (*Store, error) {
+func New(next limitstore.Store, opts ...Option) (*Store, error) {
 	if next == nil {
 		return nil, fmt.Errorf("%w: guard.New: store is nil", limit.ErrInvalidOption)
 	}
 	s := &Store{next: next, name: "custom", timeout: DefaultTimeout, deny: newDenyCache()}
-	if d, ok := next.(interface{ Describe() limit.StoreInfo }); ok {
+	if d, ok := next.(interface{ Describe() limitstore.Info }); ok {
 		if n := d.Describe().Name; n != "" {
 			s.name = n
 		}
@@ -170,10 +173,10 @@ func New(next limit.Store, opts ...Option) (*Store, error) {
 }
 
 // Describe reports the wrapped store's description.
-func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: s.name} }
+func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name} }
 
 // Unwrap returns the wrapped store.
-func (s *Store) Unwrap() limit.Store { return s.next }
+func (s *Store) Unwrap() limitstore.Store { return s.next }
 
 // now reads the wrapper's clock: monotonic nanoseconds since the process
 // started (or a test's fake).
@@ -190,13 +193,13 @@ var monoStart = time.Now()
 // monoNow is the monotonic clock in nanoseconds since the process started.
 func monoNow() int64 { return int64(time.Since(monoStart)) }
 
-// Take implements limit.Store: the deny cache, then the breaker, then the
+// Take implements limitstore.Store: the deny cache, then the breaker, then the
 // wrapped store's Take under the shared deadline. Its errors are the
 // wrapped store's, context.DeadlineExceeded when the store did not answer
-// in time, or limit.ErrCircuitOpen (wrapping the failure that opened the
+// in time, or limitstore.ErrCircuitOpen (wrapping the failure that opened the
 // breaker) when the store was not called. A panic of the wrapped store is
 // the engine's to recover.
-func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	now := s.now()
 	if op.Refund {
 		s.deny.drop(op)
@@ -207,7 +210,10 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	verdict := s.breaker.allow(now)
 	if verdict == skipStore {
 		s.obs.StoreEvent(s.name, "breaker-open")
-		return limit.Result{}, s.breaker.skipError()
+		return limitstore.Result{}, s.breaker.skipError()
+	}
+	if by, ok := ctx.Deadline(); ok && time.Until(by) < s.timeout {
+		return s.takeBy(ctx, op, by, verdict)
 	}
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
@@ -218,22 +224,68 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	end := s.now()
 	if err == nil {
 		if s.breaker.succeeded(end) {
-			s.obs.StoreEvent(s.name, "closed")
-			s.log.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
-				slog.String("store", s.name), slog.Duration("open_for", time.Duration(end-s.breaker.openedAt.Load()).Round(time.Millisecond)))
+			s.transitionClosed(end)
 		}
 		s.deny.store(op, &res, now, end)
 		return res, nil
 	}
 	silent := dl.why.Load() == whyStoreSilent
 	if s.breaker.failed(end, silent, verdict == callProbe, err) {
-		s.obs.StoreEvent(s.name, "opened")
-		why := "it failed 5 calls in a row"
-		if silent {
-			why = "it answered nothing for a whole store timeout"
+		s.transitionOpened(silent, err)
+	}
+	return res, err
+}
+
+// transitionOpened reports that the breaker opened: an event and a log
+// line, once per transition.
+func (s *Store) transitionOpened(silent bool, err error) {
+	s.obs.StoreEvent(s.name, "opened")
+	why := "it failed 5 calls in a row"
+	if silent {
+		why = "it answered nothing for a whole store timeout"
+	}
+	s.log.Error("quotagate: store is failing ("+why+"); circuit breaker open: decisions follow each policy's FailureMode without calling it, one probe call every "+breakerCoolDown.String(),
+		slog.String("store", s.name), slog.String("error", err.Error()))
+}
+
+// transitionClosed reports that the breaker closed at end: an event and a
+// log line, once per transition.
+func (s *Store) transitionClosed(end int64) {
+	s.obs.StoreEvent(s.name, "closed")
+	s.log.Info("quotagate: store answered again; circuit breaker closed: decisions call it again",
+		slog.String("store", s.name), slog.Duration("open_for", time.Duration(end-s.breaker.openedAt.Load()).Round(time.Millisecond)))
+}
+
+// takeBy calls the wrapped store for a caller whose own deadline, by,
+// comes before the wrapper's timeout would: the call ends at by (with
+// context.DeadlineExceeded), and a call cut short there tells the breaker
+// nothing about the store, unless it was the probe (which then waits for
+// the next cool-down). This path allocates a context per call; a request
+// without such a deadline takes the shared one.
+func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time, verdict breakerVerdict) (limitstore.Result, error) {
+	if !time.Now().Before(by) {
+		if verdict == callProbe {
+			s.breaker.failed(s.now(), false, true, context.DeadlineExceeded)
 		}
-		s.log.Error("quotagate: store is failing ("+why+"); circuit breaker open: decisions follow each policy's FailureMode without calling it, one probe call every "+breakerCoolDown.String(),
-			slog.String("store", s.name), slog.String("error", err.Error()))
+		return limitstore.Result{}, context.DeadlineExceeded
+	}
+	start := s.now()
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	res, err := s.call(cctx, op, verdict)
+	cut := cctx.Err() != nil
+	cancel()
+	end := s.now()
+	if err == nil {
+		if s.breaker.succeeded(end) {
+			s.transitionClosed(end)
+		}
+		s.deny.store(op, &res, start, end)
+		return res, nil
+	}
+	if !cut || verdict == callProbe {
+		if s.breaker.failed(end, false, verdict == callProbe, err) {
+			s.transitionOpened(false, err)
+		}
 	}
 	return res, err
 }
@@ -241,7 +293,7 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 // call runs the wrapped Take. A panic counts as a failed call for the
 // breaker (a probe that panics must not leave the breaker probing for
 // ever) and is then re-raised for the engine to recover and report.
-func (s *Store) call(ctx context.Context, op *limit.Op, verdict breakerVerdict) (limit.Result, error) {
+func (s *Store) call(ctx context.Context, op *limitstore.Op, verdict breakerVerdict) (limitstore.Result, error) {
 	done := false
 	defer func() {
 		if !done {

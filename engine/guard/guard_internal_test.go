@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // The key by which context finds a cancellable parent was learnt at init:
@@ -56,12 +57,12 @@ func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
 // quota it gives back may end them early.
 func TestDenyCacheRefundDrops(t *testing.T) {
 	c := newDenyCache()
-	op := &limit.Op{Cost: 1, N: 2}
-	op.Quotas[0] = limit.Quota{Key: []byte("p:{t}:a"), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
-	op.Quotas[1] = limit.Quota{Key: []byte("p:{t}:b"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 3_600_000}
-	res := &limit.Result{N: 2}
-	res.Quotas[0] = limit.QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
-	res.Quotas[1] = limit.QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
+	op := &limitstore.Op{Cost: 1, N: 2}
+	op.Quotas[0] = limitstore.Quota{Key: []byte("p:{t}:a"), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
+	op.Quotas[1] = limitstore.Quota{Key: []byte("p:{t}:b"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 3_600_000}
+	res := &limitstore.Result{N: 2}
+	res.Quotas[0] = limitstore.QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
+	res.Quotas[1] = limitstore.QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
 	c.store(op, res, 0, int64(time.Millisecond))
 	if got, ok := c.lookup(op, int64(time.Second)); !ok || got.Quotas[0].RetryAfterMS != 30_000-999 {
 		t.Fatalf("lookup 1 s later: %v %+v; want the denial with 999 ms counted off (from the answer's arrival)", ok, got.Quotas[0])

@@ -13,6 +13,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -24,7 +25,7 @@ import (
 // "io".
 func ioStore(now func() time.Time) *limittest.Store {
 	s := limittest.NewStore(now)
-	s.Info = limit.StoreInfo{Name: "io"}
+	s.Info = limitstore.Info{Name: "io"}
 	return s
 }
 
@@ -32,14 +33,14 @@ func ioStore(now func() time.Time) *limittest.Store {
 // negative delay: never, the call waits for its context), and counts calls.
 // A delay of 0 is not available (SlowStore's "never"): the tests use 1 ms.
 type scriptedStore struct {
-	Store limit.Store
-	delay func(op *limit.Op) time.Duration
+	Store limitstore.Store
+	delay func(op *limitstore.Op) time.Duration
 	calls atomic.Int64
 }
 
-func (s *scriptedStore) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "scripted"} }
+func (s *scriptedStore) Describe() limitstore.Info { return limitstore.Info{Name: "scripted"} }
 
-func (s *scriptedStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *scriptedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.calls.Add(1)
 	d := s.delay(op)
 	if d < 0 {
@@ -51,7 +52,7 @@ func (s *scriptedStore) Take(ctx context.Context, op *limit.Op) (limit.Result, e
 type traceKey struct{}
 
 // guarded wraps s with guard.New.
-func guarded(t testing.TB, s limit.Store, opts ...guard.Option) *guard.Store {
+func guarded(t testing.TB, s limitstore.Store, opts ...guard.Option) *guard.Store {
 	t.Helper()
 	g, err := guard.New(s, opts...)
 	if err != nil {
@@ -119,9 +120,9 @@ type ctxStore struct {
 	f func(context.Context)
 }
 
-func (s *ctxStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *ctxStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.f(ctx)
-	return limit.Result{Allowed: true, N: op.N}, nil
+	return limitstore.Result{Allowed: true, N: op.N}, nil
 }
 
 // A call fails at the store timeout when the store answered nothing while it
@@ -145,7 +146,7 @@ func TestStoreTimeoutMeasuresTheStoreNotTheCall(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := &scriptedStore{Store: ioStore(nil), delay: func(op *limit.Op) time.Duration {
+				s := &scriptedStore{Store: ioStore(nil), delay: func(op *limitstore.Op) time.Duration {
 					if string(op.Quotas[0].Key[len(op.Quotas[0].Key)-4:]) == "slow" {
 						return tc.slow
 					}
@@ -212,7 +213,7 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		for i := range 100 {
 			start := time.Now()
 			d, err := l.Consume(ctx, "u"+strconv.Itoa(i))
-			if time.Since(start) != 0 || !d.Allowed || !d.StoreFailed || !errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
+			if time.Since(start) != 0 || !d.Allowed || !d.StoreFailed || !errors.Is(err, limitstore.ErrCircuitOpen) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("decision %d with the breaker open: %v, %+v, %v; want at once, FailOpen, ErrCircuitOpen wrapping the cause", i, time.Since(start), d, err)
 			}
 		}
@@ -224,13 +225,13 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			if _, err := l.Consume(ctx, "probe"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limit.ErrCircuitOpen) {
+			if _, err := l.Consume(ctx, "probe"); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limitstore.ErrCircuitOpen) {
 				t.Errorf("probe: %v, want the store's timeout", err)
 			}
 		})
 		synctest.Wait()
 		for range 10 {
-			if _, err := l.Consume(ctx, "during-probe"); !errors.Is(err, limit.ErrCircuitOpen) {
+			if _, err := l.Consume(ctx, "during-probe"); !errors.Is(err, limitstore.ErrCircuitOpen) {
 				t.Fatalf("during the probe: %v, want ErrCircuitOpen", err)
 			}
 		}
@@ -287,7 +288,7 @@ func TestCircuitBreakerConsecutiveErrors(t *testing.T) {
 		}
 		calls := flaky.Calls()
 		d, err := l.Consume(ctx, "u")
-		if len(obs.Breaker()) != 1 || flaky.Calls() != calls || d.Allowed || !errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
+		if len(obs.Breaker()) != 1 || flaky.Calls() != calls || d.Allowed || !errors.Is(err, limitstore.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
 			t.Fatalf("after 5 failures in a row: transitions %v, store called %d more, %+v, %v", obs.Breaker(), flaky.Calls()-calls, d, err)
 		}
 	})
@@ -313,11 +314,11 @@ func TestCircuitBreakerSharedPerWrapper(t *testing.T) {
 			a.Consume(ctx, "u")
 		}
 		for name, l := range map[string]*limit.Limiter{"separately built": b, "With": c} {
-			if _, err := l.Consume(ctx, "u"); !errors.Is(err, limit.ErrCircuitOpen) {
+			if _, err := l.Consume(ctx, "u"); !errors.Is(err, limitstore.ErrCircuitOpen) {
 				t.Errorf("%s limiter on the same store: %v, want ErrCircuitOpen", name, err)
 			}
 		}
-		if _, err := elsewhere.Consume(ctx, "u"); errors.Is(err, limit.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
+		if _, err := elsewhere.Consume(ctx, "u"); errors.Is(err, limitstore.ErrCircuitOpen) || !errors.Is(err, limittest.ErrDown) {
 			t.Errorf("limiter on another wrapper: %v, want the store's own failure (its breaker closed)", err)
 		}
 	})
@@ -403,7 +404,7 @@ const breakerResume = 250*time.Millisecond + guard.DefaultTimeout + time.Millise
 func TestDenyCache(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := ioStore(nil)
-		counted := &scriptedStore{Store: store, delay: func(*limit.Op) time.Duration { return 3 * time.Millisecond }}
+		counted := &scriptedStore{Store: store, delay: func(*limitstore.Op) time.Duration { return 3 * time.Millisecond }}
 		obs := &limittest.Recorder{}
 		p := limit.Policy{Name: "q", Limit: 3, Window: 10 * time.Second, Algorithm: limit.FixedWindow, AlignWindows: true,
 			Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}
@@ -573,12 +574,12 @@ type latency struct{ there, back atomic.Int64 }
 // reaches the store lat.there after it starts and comes back lat.back after
 // that (synctest time), so the store evaluates inside the call.
 type latencyStore struct {
-	Store limit.Store
+	Store limitstore.Store
 	lat   *latency
 	calls *atomic.Int64
 }
 
-func (s *latencyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *latencyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.calls.Add(1)
 	time.Sleep(time.Duration(s.lat.there.Load()))
 	res, err := s.Store.Take(ctx, op)

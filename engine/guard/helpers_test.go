@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-func mustNew(t testing.TB, s limit.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
+func mustNew(t testing.TB, s limitstore.Store, p limit.Policy, opts ...limit.Option) *limit.Limiter {
 	t.Helper()
 	l, err := limit.New(s, p, opts...)
 	if err != nil {

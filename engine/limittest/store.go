@@ -7,11 +7,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
-// Store is the reference limit.Store: one mutex, one map, the engine's own
-// math (limit.Op.Apply) at a clock reading, TTLs honoured, writes as the
+// Store is the reference limitstore.Store: one mutex, one map, the engine's own
+// math (limitstore.Op.Apply) at a clock reading, TTLs honoured, writes as the
 // Store contract says (an admitted Op writes every quota's State with its
 // TTL; a limited one only the States Apply normalised; a Refund only the
 // changed States of live keys, keeping their expiry). It is what every real
@@ -21,7 +21,7 @@ import (
 type Store struct {
 	// Info is what the store tells the engine about itself; NewStore leaves
 	// Name empty ("custom"). Set it before the store is used.
-	Info limit.StoreInfo
+	Info limitstore.Info
 
 	now       func() time.Time
 	mu        sync.Mutex
@@ -32,13 +32,13 @@ type Store struct {
 }
 
 type entry struct {
-	st  limit.State
+	st  limitstore.State
 	exp int64 // Unix ms at which the entry is dead
 }
 
 var (
-	_ limit.Store                             = (*Store)(nil)
-	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
+	_ limitstore.Store                        = (*Store)(nil)
+	_ interface{ Describe() limitstore.Info } = (*Store)(nil)
 )
 
 // NewStore returns an empty reference Store deciding at now's readings
@@ -50,8 +50,8 @@ func NewStore(now func() time.Time) *Store {
 	return &Store{now: now, m: map[string]*entry{}}
 }
 
-// Take implements limit.Store.
-func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+// Take implements limitstore.Store.
+func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	_, deadline := ctx.Deadline()
 	now := s.now().UnixMilli()
 	s.mu.Lock()
@@ -60,13 +60,13 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	if deadline {
 		s.deadlines++
 	}
-	n := min(max(op.N, 0), limit.MaxQuotas)
-	var es [limit.MaxQuotas]*entry
-	var sts [limit.MaxQuotas]limit.State
+	n := min(max(op.N, 0), limitstore.MaxQuotas)
+	var es [limitstore.MaxQuotas]*entry
+	var sts [limitstore.MaxQuotas]limitstore.State
 	for i := range n {
 		e := s.m[string(op.Quotas[i].Key)] // a lookup with string(bytes) does not allocate
 		if e != nil && e.exp <= now {
-			e.st, e.exp = limit.State{}, 0 // expired: absent
+			e.st, e.exp = limitstore.State{}, 0 // expired: absent
 		}
 		es[i] = e
 		if e != nil {
@@ -95,8 +95,8 @@ func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
 	return res, nil
 }
 
-// Describe describes the store to the engine (limit.StoreInfo): it returns Info.
-func (s *Store) Describe() limit.StoreInfo { return s.Info }
+// Describe describes the store to the engine (limitstore.Info): it returns Info.
+func (s *Store) Describe() limitstore.Info { return s.Info }
 
 // Calls returns how many times Take was called.
 func (s *Store) Calls() int {
@@ -140,15 +140,15 @@ type FailingStore struct {
 	Panic bool
 }
 
-// Take implements limit.Store.
-func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
+// Take implements limitstore.Store.
+func (f FailingStore) Take(context.Context, *limitstore.Op) (limitstore.Result, error) {
 	if f.Panic {
 		panic("limittest: store bug")
 	}
 	if f.Err != nil {
-		return limit.Result{}, f.Err
+		return limitstore.Result{}, f.Err
 	}
-	return limit.Result{}, ErrDown
+	return limitstore.Result{}, ErrDown
 }
 
 // SlowStore passes every call to Store after Delay, as a backend that
@@ -158,15 +158,15 @@ func (f FailingStore) Take(context.Context, *limit.Op) (limit.Result, error) {
 // guard.New for a store timeout.
 type SlowStore struct {
 	// Store answers the calls once Delay has passed.
-	Store limit.Store
+	Store limitstore.Store
 	// Delay is how late each call is answered; 0: never.
 	Delay time.Duration
 }
 
-// Take implements limit.Store.
-func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+// Take implements limitstore.Store.
+func (s SlowStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return limit.Result{}, err
+		return limitstore.Result{}, err
 	}
 	var wait <-chan time.Time
 	if s.Delay > 0 {
@@ -176,7 +176,7 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 	}
 	select {
 	case <-ctx.Done():
-		return limit.Result{}, ctx.Err()
+		return limitstore.Result{}, ctx.Err()
 	case <-wait:
 	}
 	return s.Store.Take(ctx, op)
@@ -189,7 +189,7 @@ func (s SlowStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error)
 // describes itself). Safe for concurrent use.
 type FlakyStore struct {
 	// Store answers the calls while the FlakyStore is healthy.
-	Store        limit.Store
+	Store        limitstore.Store
 	mode         atomic.Int32
 	calls, fails atomic.Int64
 }
@@ -209,17 +209,17 @@ func (f *FlakyStore) Hang() { f.mode.Store(hanging) }
 // Heal makes every later call reach Store again.
 func (f *FlakyStore) Heal() { f.mode.Store(healthy) }
 
-// Take implements limit.Store.
-func (f *FlakyStore) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+// Take implements limitstore.Store.
+func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	f.calls.Add(1)
 	switch f.mode.Load() {
 	case failing:
 		f.fails.Add(1)
-		return limit.Result{}, ErrDown
+		return limitstore.Result{}, ErrDown
 	case hanging:
 		f.fails.Add(1)
 		<-ctx.Done()
-		return limit.Result{}, ctx.Err()
+		return limitstore.Result{}, ctx.Err()
 	}
 	return f.Store.Take(ctx, op)
 }
@@ -230,10 +230,10 @@ func (f *FlakyStore) Calls() int64 { return f.calls.Load() }
 // Failures returns how many calls failed (or hung) because of Fail or Hang.
 func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 
-// Describe describes the store to the engine (limit.StoreInfo).
-func (f *FlakyStore) Describe() limit.StoreInfo {
-	var info limit.StoreInfo
-	if d, ok := f.Store.(interface{ Describe() limit.StoreInfo }); ok {
+// Describe describes the store to the engine (limitstore.Info).
+func (f *FlakyStore) Describe() limitstore.Info {
+	var info limitstore.Info
+	if d, ok := f.Store.(interface{ Describe() limitstore.Info }); ok {
 		info.Name = d.Describe().Name
 	}
 	return info

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
@@ -113,7 +114,7 @@ func BenchmarkC01FullStoreCost(b *testing.B) {
 func BenchmarkTake(b *testing.B) {
 	take := func(fresh bool) func(*memstore.Store) func(int) {
 		return func(s *memstore.Store) func(int) {
-			op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
+			op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 			if !fresh {
 				op.Quotas[0].Limit = 1 << 30 // never exhausted
 			}

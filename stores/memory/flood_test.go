@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
@@ -34,7 +35,7 @@ func viaEngine(l *limit.Limiter) decider {
 // of the cost under -race.
 func viaStore(s *memstore.Store, alg limit.Algorithm) decider {
 	key := make([]byte, 0, 64)
-	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: alg, Limit: 3, Burst: 3, WindowMS: 3_600_000}}}
+	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: alg, Limit: 3, Burst: 3, WindowMS: 3_600_000}}}
 	return func(t *testing.T, id []byte) bool {
 		key = append(append(append(key[:0], "qg:{"...), id...), "}:3p3600:r:k"...)
 		op.Quotas[0].Key = key

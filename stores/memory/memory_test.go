@@ -14,6 +14,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
@@ -28,7 +29,7 @@ func fill(t testing.TB, maxKeys, n int) *memstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
+	o := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 	key := make([]byte, 0, 64)
 	for i := range n {
 		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)

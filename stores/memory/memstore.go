@@ -85,6 +85,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // DefaultMaxKeys bounds the number of entries kept (one per quota and
@@ -97,12 +98,12 @@ const DefaultMaxKeys = 1 << 18
 const shardCount = 64
 
 // minMaxKeys is the smallest MaxKeys: every quota of one Op fits its shard.
-const minMaxKeys = shardCount * limit.MaxQuotas
+const minMaxKeys = shardCount * limitstore.MaxQuotas
 
-// Store is an in-process limit.Store. It is safe for concurrent use. The zero
+// Store is an in-process limitstore.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
 type Store struct {
-	limit.Claims // the unnamed Limiters built on this Store
+	limitstore.Claims // the unnamed Limiters built on this Store
 
 	clock     func() time.Time // nil: the default clock, see nowMS
 	base      time.Time        // wall clock at New, with its monotonic reading
@@ -113,8 +114,8 @@ type Store struct {
 }
 
 var (
-	_ limit.Store                             = (*Store)(nil)
-	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
+	_ limitstore.Store                        = (*Store)(nil)
+	_ interface{ Describe() limitstore.Info } = (*Store)(nil)
 )
 
 // Option configures New.
@@ -122,12 +123,12 @@ type Option func(*Store, *int) error
 
 // WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys;
 // an entry is one quota of one identity). n must be >= 256, so that each of
-// the 64 shards holds every quota of one Op (limit.MaxQuotas); the bound is
+// the 64 shards holds every quota of one Op (limitstore.MaxQuotas); the bound is
 // exact: the shards hold n/64 or n/64+1 entries each, n in all.
 func WithMaxKeys(n int) Option {
 	return func(_ *Store, max *int) error {
 		if n < minMaxKeys {
-			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard, one per quota of an Op)", n, minMaxKeys, limit.MaxQuotas)
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard, one per quota of an Op)", n, minMaxKeys, limitstore.MaxQuotas)
 		}
 		*max = n
 		return nil
@@ -135,7 +136,7 @@ func WithMaxKeys(n int) Option {
 }
 
 // WithClock sets the clock decisions are taken at. Tests pass a fake clock; a
-// clock that goes backwards is tolerated (see limit.Op). The default is the
+// clock that goes backwards is tolerated (see limitstore.Op). The default is the
 // wall clock read once at New plus the monotonic time elapsed since: immune to
 // wall-clock steps, and one monotonic read per decision instead of two
 // clock reads.
@@ -170,7 +171,7 @@ func New(opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Take implements limit.Store: one atomic decision for all the Op's quotas
+// Take implements limitstore.Store: one atomic decision for all the Op's quotas
 // under one shard lock (the shard of their common hash tag; keys without a
 // common tag, which the engine never sends, lock their shards in index
 // order). It never fails and never blocks on I/O.
@@ -178,7 +179,7 @@ func New(opts ...Option) (*Store, error) {
 // An Op of one quota, every Op the engine sends today, takes the steps of
 // takeN without its loops over quotas and shards, here (a Result is a few
 // hundred bytes: a call in between would copy it once more).
-func (s *Store) Take(_ context.Context, op *limit.Op) (res limit.Result, err error) {
+func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Result, err error) {
 	if op.N != 1 {
 		return s.takeN(op), nil
 	}
@@ -188,7 +189,7 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (res limit.Result, err err
 	i := s.shardOf(hashTag(q.Key))
 	sh := &s.shards[i]
 	sh.mu.Lock()
-	var sts [limit.MaxQuotas]limit.State
+	var sts [limitstore.MaxQuotas]limitstore.State
 	p := sh.find(id)
 	live := p >= 0 && sh.heads[p].holds(q.Algorithm, now)
 	if live {
@@ -224,11 +225,11 @@ func (s *Store) Take(_ context.Context, op *limit.Op) (res limit.Result, err err
 }
 
 // takeN is Take for any number of quotas.
-func (s *Store) takeN(op *limit.Op) limit.Result {
+func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 	now := s.nowMS()
-	n := min(max(op.N, 0), limit.MaxQuotas)
-	var ids [limit.MaxQuotas]uint64
-	var shards [limit.MaxQuotas]int
+	n := min(max(op.N, 0), limitstore.MaxQuotas)
+	var ids [limitstore.MaxQuotas]uint64
+	var shards [limitstore.MaxQuotas]int
 	one := true // all keys in one shard
 	var tag0 []byte
 	for i := range n {
@@ -244,13 +245,13 @@ func (s *Store) takeN(op *limit.Op) limit.Result {
 			one = one && shards[i] == shards[0]
 		}
 	}
-	var order [limit.MaxQuotas]int
+	var order [limitstore.MaxQuotas]int
 	locked := s.lock(shards[:n], one, &order)
 
 	// Read: an absent or expired entry, or one written by another
 	// algorithm, is a fresh State.
-	var sts [limit.MaxQuotas]limit.State
-	var pos [limit.MaxQuotas]int
+	var sts [limitstore.MaxQuotas]limitstore.State
+	var pos [limitstore.MaxQuotas]int
 	for i := range n {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
 		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
@@ -322,7 +323,7 @@ func (s *Store) sweep(i int, locked []int, now int64) (cross int) {
 
 // capacityOf is the most a quota holds, what its eviction score is a
 // fraction of: Limit, or Burst for a TokenBucket.
-func capacityOf(q *limit.Quota) int64 {
+func capacityOf(q *limitstore.Quota) int64 {
 	if q.Algorithm == limit.TokenBucket {
 		return q.Burst
 	}
@@ -331,7 +332,7 @@ func capacityOf(q *limit.Quota) int64 {
 
 // lock locks the shards of an Op (one, or each distinct one in index order)
 // and returns them.
-func (s *Store) lock(shards []int, one bool, order *[limit.MaxQuotas]int) []int {
+func (s *Store) lock(shards []int, one bool, order *[limitstore.MaxQuotas]int) []int {
 	locked := order[:1]
 	if len(shards) == 0 { // no quota: nothing to decide, any shard will do
 		order[0] = 0
@@ -400,7 +401,7 @@ func (s *Store) nowMS() int64 {
 
 // Describe tells the engine that Store is "memory", the store label in
 // metrics.
-func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "memory"} }
+func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: "memory"} }
 
 // Len returns the number of entries held, expired ones not yet reclaimed
 // included.

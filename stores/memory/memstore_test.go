@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
@@ -176,8 +177,8 @@ func TestAllowedPathAllocatesNothing(t *testing.T) {
 }
 
 // fixedOp is a one-quota Op: FixedWindow 1 per minute on key.
-func fixedOp(key string) limit.Op {
-	return limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{
+func fixedOp(key string) limitstore.Op {
+	return limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{
 		{Key: []byte(key), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}}}
 }
 
@@ -186,12 +187,12 @@ func TestKeysOfOneShardKeepApart(t *testing.T) {
 	s, _ := newStore(t)
 	a, b := fixedOp("qg:{x}:b:f:r:a"), fixedOp("qg:{x}:b:f:r:b")
 	ctx := context.Background()
-	for _, op := range []*limit.Op{&a, &b} {
+	for _, op := range []*limitstore.Op{&a, &b} {
 		if res, _ := s.Take(ctx, op); !res.Allowed {
 			t.Fatalf("first call for %s denied: the other key's state leaked", op.Quotas[0].Key)
 		}
 	}
-	for _, op := range []*limit.Op{&a, &b} {
+	for _, op := range []*limitstore.Op{&a, &b} {
 		if res, _ := s.Take(ctx, op); res.Allowed {
 			t.Fatalf("second call for %s admitted", op.Quotas[0].Key)
 		}

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // op returns an Op of cost 1 over quotas, one per key.
-func op(q limit.Quota, keys ...string) limit.Op {
-	o := limit.Op{Cost: 1, N: len(keys)}
+func op(q limitstore.Quota, keys ...string) limitstore.Op {
+	o := limitstore.Op{Cost: 1, N: len(keys)}
 	for i, k := range keys {
 		o.Quotas[i] = q
 		o.Quotas[i].Key = []byte(k)
@@ -21,7 +22,7 @@ func op(q limit.Quota, keys ...string) limit.Op {
 	return o
 }
 
-func take(t *testing.T, s *memstore.Store, o limit.Op) limit.Result {
+func take(t *testing.T, s *memstore.Store, o limitstore.Op) limitstore.Result {
 	t.Helper()
 	res, err := s.Take(context.Background(), &o)
 	if err != nil {
@@ -41,7 +42,7 @@ func TestQuotasOfOneOpAreAtomic(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := newStore(t)
-			both := op(limit.Quota{Algorithm: limit.FixedWindow, WindowMS: 60_000}, keys[0], keys[1])
+			both := op(limitstore.Quota{Algorithm: limit.FixedWindow, WindowMS: 60_000}, keys[0], keys[1])
 			both.Quotas[0].Limit, both.Quotas[1].Limit = 10, 5
 			var allowed atomic.Int64
 			var wg sync.WaitGroup
@@ -56,7 +57,7 @@ func TestQuotasOfOneOpAreAtomic(t *testing.T) {
 			if allowed.Load() != 5 {
 				t.Fatalf("%d admitted, want 5", allowed.Load())
 			}
-			first := op(limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000}, keys[0])
+			first := op(limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000}, keys[0])
 			if r := take(t, s, first); !r.Allowed || r.Quotas[0].Remaining != 4 {
 				t.Fatalf("the 10-quota after 5 admissions: %+v, want allowed with 4 left", r.Quotas[0])
 			}
@@ -67,7 +68,7 @@ func TestQuotasOfOneOpAreAtomic(t *testing.T) {
 // A refund never creates an entry and never extends one's expiry.
 func TestRefundNeverCreatesOrExtends(t *testing.T) {
 	s, clock := newStore(t)
-	q := limit.Quota{Algorithm: limit.FixedWindow, Limit: 2, WindowMS: 10_000}
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 2, WindowMS: 10_000}
 	refund := op(q, "qg:{r}:b:f:r:x")
 	refund.Refund = true
 	take(t, s, refund)
@@ -107,7 +108,7 @@ func TestRefundNeverCreatesOrExtends(t *testing.T) {
 // hash tag, each Op's 4 entries replace the previous Op's 4.
 func TestEvictionSparesTheOpsOtherQuotas(t *testing.T) {
 	s, _ := newStore(t, memstore.WithMaxKeys(256))
-	q := limit.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
 	for i := range 50 {
 		id := string(rune('a' + i%26))
 		four := op(q, "qg:{t}:1:"+id, "qg:{t}:2:"+id, "qg:{t}:3:"+id, "qg:{t}:4:"+id)

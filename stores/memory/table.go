@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // A shard's table is a bucketized cuckoo hash table: flat arrays of
@@ -86,7 +87,7 @@ func (h *head) holds(a limit.Algorithm, now int64) bool {
 }
 
 // unpack writes the State of algorithm a held in w into *st, a zero State.
-func unpack(st *limit.State, a limit.Algorithm, w *words) {
+func unpack(st *limitstore.State, a limit.Algorithm, w *words) {
 	if a == limit.TokenBucket {
 		st.TAT, st.TATFrac = w[0], w[1]
 		return
@@ -95,7 +96,7 @@ func unpack(st *limit.State, a limit.Algorithm, w *words) {
 }
 
 // pack returns the words holding st, a State of algorithm a.
-func pack(a limit.Algorithm, st *limit.State) words {
+func pack(a limit.Algorithm, st *limitstore.State) words {
 	if a == limit.TokenBucket {
 		return words{st.TAT, st.TATFrac}
 	}
@@ -267,7 +268,7 @@ func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
 			sh.resize(sh.grown(nb), now)
 		} else if !sh.evict(h.id, now, keep) {
 			// Every entry is in keep: impossible with at least
-			// limit.MaxQuotas entries per shard (WithMaxKeys), kept so
+			// limitstore.MaxQuotas entries per shard (WithMaxKeys), kept so
 			// that this loop ends whatever happens. h is dropped.
 			sh.evicted++
 			sh.n--

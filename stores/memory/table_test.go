@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // hashTag follows Redis Cluster: the bytes between the first '{' and the
@@ -201,7 +202,7 @@ func TestC01FullStoreStaysFlat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
+	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 	key := make([]byte, 0, 64)
 	var tables [shardCount]*head
 	for i := range 1_000_000 {

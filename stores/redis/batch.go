@@ -10,6 +10,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
 )
 
@@ -78,19 +79,19 @@ const (
 // answer of its flight goes. Pooled; a waiter whose flight may still write
 // to it (abandoned) is left to the garbage collector.
 type waiter struct {
-	buf   []byte               // the keys, then the argument
-	ends  [limit.MaxQuotas]int // the end of each key in buf
-	n     int                  // keys
-	phase int64                // a window Op's phase, sent in a flight's head; -1: none (argument sent whole)
-	ready chan struct{}        // capacity 1: signalled once answered
-	dl    time.Time            // the caller's deadline,
-	hasDL bool                 // if it has one
-	ctx   context.Context      // the caller's context while queued
-	state int                  // guarded by batcher.mu
-	f     *flight              // the flight it was sent in (sent, abandoned)
-	r     int64                // its answer: the clock reading (Unix ms), negated when denied,
-	reply string               // and the states its Op read (decideStates),
-	err   error                // or the flight's or its own error
+	buf   []byte                    // the keys, then the argument
+	ends  [limitstore.MaxQuotas]int // the end of each key in buf
+	n     int                       // keys
+	phase int64                     // a window Op's phase, sent in a flight's head; -1: none (argument sent whole)
+	ready chan struct{}             // capacity 1: signalled once answered
+	dl    time.Time                 // the caller's deadline,
+	hasDL bool                      // if it has one
+	ctx   context.Context           // the caller's context while queued
+	state int                       // guarded by batcher.mu
+	f     *flight                   // the flight it was sent in (sent, abandoned)
+	r     int64                     // its answer: the clock reading (Unix ms), negated when denied,
+	reply string                    // and the states its Op read (decideStates),
+	err   error                     // or the flight's or its own error
 }
 
 var waiters = sync.Pool{New: func() any {
@@ -100,7 +101,7 @@ var waiters = sync.Pool{New: func() any {
 // encode writes op's keys and its argument (little-endian 64-bit integers,
 // see lua/take.lua) into w.buf; now is the caller's clock in Unix ms, 0 for
 // the server's TIME.
-func (w *waiter) encode(op *limit.Op, now int64) {
+func (w *waiter) encode(op *limitstore.Op, now int64) {
 	buf := w.buf[:0]
 	n := op.N
 	for i := range n {
@@ -199,7 +200,7 @@ func batches(c rueidis.Client) bool { return c.Mode() != rueidis.ClientModeClust
 
 // take runs one Take through the group commit: at once when a slot is
 // free, else queued for the next flight.
-func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *waiter) (limit.Result, error) {
+func (s *Store) take(ctx context.Context, c rueidis.Client, op *limitstore.Op, w *waiter) (limitstore.Result, error) {
 	b := &s.batch
 	b.mu.Lock()
 	if b.out < maxFlights && len(b.queue) == 0 {
@@ -216,12 +217,12 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 	if s.closed.Load() { // Close has drained the queue, or will not see w
 		b.mu.Unlock()
 		waiters.Put(w)
-		return limit.Result{}, ErrClosed
+		return limitstore.Result{}, ErrClosed
 	}
 	if err := ctx.Err(); err != nil { // given up already: never queued, never sent
 		b.mu.Unlock()
 		waiters.Put(w)
-		return limit.Result{}, err
+		return limitstore.Result{}, err
 	}
 	w.dl, w.hasDL = ctx.Deadline()
 	w.ctx = ctx
@@ -245,7 +246,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 			w.state, w.ctx = idle, nil
 			b.mu.Unlock()
 			waiters.Put(w)
-			return limit.Result{}, ctx.Err()
+			return limitstore.Result{}, ctx.Err()
 		case sent: // its flight may still write to w: not pooled
 			w.state = abandoned
 			f := w.f
@@ -254,7 +255,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 				close(*f.done.Load())
 			}
 			b.mu.Unlock()
-			return limit.Result{}, ctx.Err()
+			return limitstore.Result{}, ctx.Err()
 		}
 		b.mu.Unlock() // answered meanwhile
 		<-w.ready
@@ -263,7 +264,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 	w.state, w.f, w.r, w.reply, w.err = idle, nil, 0, "", nil
 	waiters.Put(w)
 	if err != nil {
-		return limit.Result{}, err
+		return limitstore.Result{}, err
 	}
 	return decideStates(op, r, reply)
 }
@@ -273,9 +274,9 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limit.Op, w *wai
 // the command (a call whose deadline expired is abandoned in the pipeline,
 // not recalled), so a failed call's buffer is left to the garbage
 // collector.
-func (s *Store) call(ctx context.Context, c rueidis.Client, op *limit.Op, w *waiter) (limit.Result, error) {
+func (s *Store) call(ctx context.Context, c rueidis.Client, op *limitstore.Op, w *waiter) (limitstore.Result, error) {
 	str := rueidis.BinaryString(w.buf)
-	var keys [limit.MaxQuotas]string
+	var keys [limitstore.MaxQuotas]string
 	from := 0
 	for i := range w.n {
 		keys[i], from = str[from:w.ends[i]], w.ends[i]

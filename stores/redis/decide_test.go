@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
 )
 
 // TestDecideRejectsBadReplies feeds replies of the wrong shape, produced
 // by a real script call, to the reply decoder (one string: the clock
 // reading, negated for a denial, then the states read, 8-byte little-endian); and a reply whose decision
-// limit.Op.Apply does not reproduce from the states in it. It needs a real
+// limitstore.Op.Apply does not reproduce from the states in it. It needs a real
 // Redis (QUOTAGATE_REDIS_URL, which `make test` sets): the decoder is
 // unexported, and this module's tests use no test server library, so that
 // an application's module graph carries none (docs/DESIGN.md, "Module
@@ -40,7 +41,7 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 	eval := func(src string) rueidis.RedisResult {
 		return c.Do(ctx, c.B().Eval().Script(src).Numkeys(0).Build())
 	}
-	op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{
+	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{
 		{Key: []byte("k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000},
 	}}
 	const now = 1_764_457_000_123
@@ -102,8 +103,8 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 func TestSplitBatchRejectsBadBatchReplies(t *testing.T) {
 	member := func(now int64) *waiter {
 		w := &waiter{}
-		op := limit.Op{N: 1, Cost: 1}
-		op.Quotas[0] = limit.Quota{Key: []byte("k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
+		op := limitstore.Op{N: 1, Cost: 1}
+		op.Quotas[0] = limitstore.Quota{Key: []byte("k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
 		w.encode(&op, now)
 		return w
 	}

@@ -1,4 +1,4 @@
-// Package redisstore is quotagate's shared store: a limit.Store on Redis
+// Package redisstore is quotagate's shared store: a limitstore.Store on Redis
 // (standalone, Sentinel or Cluster) through github.com/redis/rueidis, for a
 // fleet of replicas that must draw on one allowance, exactly.
 //
@@ -8,11 +8,11 @@
 // of one Lua script for every algorithm, or, under load, a share of one:
 // concurrent Takes on a standalone or Sentinel client are combined into one
 // call of a batch script that decides them one after the other (group
-// commit, see Store). The script handles Ops of up to limit.MaxQuotas
+// commit, see Store). The script handles Ops of up to limitstore.MaxQuotas
 // quotas (all or nothing) and for refunds. The script transcribes the
-// admission test and the state updates of limit.Op.Apply line by line; it
+// admission test and the state updates of limitstore.Op.Apply line by line; it
 // returns the states it read, and Take computes the Result with
-// limit.Op.Apply itself, so the Redis and memory stores give identical
+// limitstore.Op.Apply itself, so the Redis and memory stores give identical
 // decisions, field by field (tested over random sequences of 10 000+ steps
 // per algorithm, with several quotas, refunds and clock steps, on a real
 // server, a real Cluster and miniredis). Inside the script:
@@ -28,7 +28,7 @@
 //     that deadline covers the state's life and SET ... PXAT (PX on a caller's clock) when it must move, so every key
 //     the store writes has a time to live, within the policy's bound. The
 //     one write a denial makes is a state the clock has fallen far behind (a
-//     backward clock step), normalized as limit.Op.Apply says.
+//     backward clock step), normalized as limitstore.Op.Apply says.
 //
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
 // rejects policies that could exceed it. Per call the store allocates once

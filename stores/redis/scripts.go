@@ -12,7 +12,7 @@ import (
 // the package doc). Each file's head documents its KEYS, ARGV and reply;
 // store.go and batch.go encode the arguments and decode the replies.
 //
-//   - lua/take.lua decides one Op (up to limit.MaxQuotas quotas of any
+//   - lua/take.lua decides one Op (up to limitstore.MaxQuotas quotas of any
 //     algorithm, or a refund): one EVALSHA per decision.
 //   - lua/batch.lua decides a flight of Ops one after the other, each as
 //     take.lua would (group commit, see batch.go).

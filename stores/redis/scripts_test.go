@@ -16,6 +16,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
 )
 
@@ -163,12 +164,12 @@ func TestScriptsByHand(t *testing.T) {
 	t.Run("take.lua/one_quota", func(t *testing.T) {
 		for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 			k := key("one:" + alg.String())
-			q := limit.Quota{Key: []byte(k), Algorithm: alg, Limit: 3, WindowMS: 60_000, PhaseMS: 17}
+			q := limitstore.Quota{Key: []byte(k), Algorithm: alg, Limit: 3, WindowMS: 60_000, PhaseMS: 17}
 			x := q.PhaseMS
 			if alg == limit.TokenBucket {
 				q.Burst, q.PhaseMS, x = 3, 0, 3
 			}
-			op := limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
+			op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
 			// ARGV[1]: now, cost, algorithm, limit, window, phase or burst.
 			arg := i8(now, 1, int64(algorithmCode(alg)), 3, 60_000, x)
 			for i := 1; i <= 4; i++ {
@@ -204,14 +205,14 @@ func TestScriptsByHand(t *testing.T) {
 
 	t.Run("take.lua/two_quotas_and_a_refund", func(t *testing.T) {
 		ks, kb := key("two:sliding"), key("two:bucket")
-		op := limit.Op{Cost: 1, N: 2, Quotas: [limit.MaxQuotas]limit.Quota{
+		op := limitstore.Op{Cost: 1, N: 2, Quotas: [limitstore.MaxQuotas]limitstore.Quota{
 			{Key: []byte(ks), Algorithm: limit.SlidingWindow, Limit: 2, WindowMS: 1000},
 			{Key: []byte(kb), Algorithm: limit.TokenBucket, Limit: 5, WindowMS: 1000, Burst: 5},
 		}}
 		// ARGV[1]: now, cost, then per quota algorithm, limit, window,
 		// phase or burst.
 		arg := i8(now, 1, 0, 2, 1000, 0, 2, 5, 1000, 5)
-		var last limit.Result
+		var last limitstore.Result
 		for i := 1; i <= 3; i++ {
 			reply, err := eval("take.lua", []string{ks, kb}, arg)
 			if err != nil {
@@ -249,12 +250,12 @@ func TestScriptsByHand(t *testing.T) {
 		ka, kb := key("batch:a"), key("batch:b")
 		// Four Ops of one fixed window of 2 per 60000 ms (phase 0) on the
 		// keys a, a, a, b: admitted, admitted, denied, admitted.
-		op := func(k string) *limit.Op {
-			return &limit.Op{Cost: 1, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{
+		op := func(k string) *limitstore.Op {
+			return &limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{
 				{Key: []byte(k), Algorithm: limit.FixedWindow, Limit: 2, WindowMS: 60_000},
 			}}
 		}
-		ops := []*limit.Op{op(ka), op(ka), op(ka), op(kb)}
+		ops := []*limitstore.Op{op(ka), op(ka), op(ka), op(kb)}
 		// KEYS: a, b. ARGV[2]: the window Ops' argument without its phase.
 		// ARGV[1]: per Op n (+128: a later Op reads its key), its
 		// argument's index in ARGV, its key's index in KEYS, its phase in

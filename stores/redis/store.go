@@ -12,6 +12,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
 )
 
@@ -22,7 +23,7 @@ var (
 	// connection error) so that the engine applies the policy's FailureMode.
 	ErrNotConnected = errors.New("redisstore: not connected to Redis yet")
 	// ErrBadReply means the script answered with something other than the
-	// integers it returns, or with a decision that limit.Op.Apply does not
+	// integers it returns, or with a decision that limitstore.Op.Apply does not
 	// reproduce from the states the script read; the wrapped message shows
 	// what came back.
 	ErrBadReply = errors.New("redisstore: unexpected script reply")
@@ -33,13 +34,13 @@ var (
 	ErrInvalidOption = errors.New("redisstore: invalid option")
 )
 
-// Store is a limit.Store backed by Redis (standalone, Sentinel or Cluster)
+// Store is a limitstore.Store backed by Redis (standalone, Sentinel or Cluster)
 // through a rueidis client. Every decision is decided by one script call, at
 // most (EVALSHA; EVAL once per node when the script is not cached yet); the
 // script reads the clock once, reads the states of all the Op's quotas (one
 // key each, one Cluster hash tag) and, when every quota admits, writes them
 // all with their time to live, atomically. A denied request writes nothing
-// (see limit.Op.Apply for the one exception, after a backward clock step).
+// (see limitstore.Op.Apply for the one exception, after a backward clock step).
 //
 // Group commit: on a standalone or Sentinel client, at most 2 script calls
 // of a Store are out at once; a Take that finds one of them free sends its
@@ -58,9 +59,9 @@ var (
 // rueidis auto-pipelining. The zero value is not usable: call New, Dial or
 // NewFromURL.
 type Store struct {
-	limit.Claims // the unnamed Limiters built on this Store
+	limitstore.Claims // the unnamed Limiters built on this Store
 
-	guard  *guard.Store // the timeout, breaker and deny cache in front of the script calls
+	guard  *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
 	client atomic.Pointer[clientRef]
 	clock  func() time.Time // nil: the server's TIME
 	closed atomic.Bool
@@ -86,17 +87,18 @@ func newClientRef(c rueidis.Client) *clientRef { return &clientRef{c, batches(c)
 type errRef struct{ err error }
 
 var (
-	_ limit.Store                             = (*Store)(nil)
-	_ interface{ Describe() limit.StoreInfo } = (*Store)(nil)
+	_ limitstore.Store                        = (*Store)(nil)
+	_ interface{ Describe() limitstore.Info } = (*Store)(nil)
 )
 
 // Option configures New, Dial and NewFromURL.
 type Option func(*config) error
 
 type config struct {
-	clock  func() time.Time
-	client func(*rueidis.ClientOption)
-	guard  []guard.Option
+	clock     func() time.Time
+	client    func(*rueidis.ClientOption)
+	guard     []guard.Option
+	unguarded bool
 }
 
 // WithTimeout bounds each decision's wait for a Redis that answers nothing
@@ -137,9 +139,27 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
+// WithoutGuard leaves the Store's calls unprotected: no timeout of its own,
+// no circuit breaker, no deny cache, and the caller's context reaches
+// rueidis as it is (its cancellation too). For a caller that wraps the
+// Store in a guard.New of its own, or that needs its cancellation honoured
+// (a batch job's Consume); the WithTimeout, WithObserver and WithLogger
+// options are then ignored. Behind an HTTP adapter, keep the guard: with
+// it, a client cannot make a FailOpen policy admit it by cancelling its
+// request.
+func WithoutGuard() Option {
+	return func(c *config) error {
+		c.unguarded = true
+		return nil
+	}
+}
+
 // newStore returns a Store on cfg with its protections, not yet connected.
 func newStore(cfg *config) *Store {
 	s := &Store{clock: cfg.clock}
+	if cfg.unguarded {
+		return s
+	}
 	opts := cfg.guard
 	if cfg.clock != nil {
 		// The deny cache counts down on the process's monotonic clock,
@@ -219,15 +239,15 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 
 // Describe tells the engine that Store is "redis", the store label in
 // metrics.
-func (s *Store) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
+func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: "redis"} }
 
 // backend is the Store without its protections: its Take is the script
 // call, which the Store's guard wraps.
 type backend Store
 
-func (b *backend) Describe() limit.StoreInfo { return limit.StoreInfo{Name: "redis"} }
+func (b *backend) Describe() limitstore.Info { return limitstore.Info{Name: "redis"} }
 
-func (b *backend) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (b *backend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	return (*Store)(b).script(ctx, op)
 }
 
@@ -240,27 +260,35 @@ func (s *Store) Client() rueidis.Client {
 	return nil
 }
 
-// Take implements limit.Store: one script call, which concurrent Takes
-// may share (group commit: see Store). The error is non-nil when Redis
-// could not be asked or did not answer in time (ctx); the request may still
-// have been counted when the deadline expired after the script ran, but
-// never when ctx ended while it waited for a call to share. The error's
-// text starts with "redisstore: ", once, whatever path produced it;
-// errors.Is finds the sentinels (ErrClosed, ErrNotConnected, ErrBadReply,
-// ErrReconnectBackoff) and ctx's error.
-func (s *Store) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+// Take implements limitstore.Store: one script call, which concurrent Takes
+// may share (group commit: see Store), behind the Store's guard (its
+// timeout, circuit breaker and deny cache; see package guard): ctx's values
+// and its deadline reach the call, its cancellation does not (WithoutGuard:
+// ctx as it is). The error is non-nil when Redis could not be asked or did
+// not answer in time; the request may still have been counted when the
+// deadline expired after the script ran, but never when the call ended
+// while it waited for a call to share. The error's text starts with
+// "redisstore: ", once, whatever path produced it, except for a call the
+// open breaker did not make (limitstore.ErrCircuitOpen, wrapping the
+// failure that opened it); errors.Is finds the sentinels (ErrClosed,
+// ErrNotConnected, ErrBadReply, ErrReconnectBackoff) and
+// context.DeadlineExceeded.
+func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if s.guard == nil {
+		return s.script(ctx, op)
+	}
 	return s.guard.Take(ctx, op)
 }
 
 // script is Take without the protections: one script call.
-func (s *Store) script(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (s *Store) script(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
-		return limit.Result{}, s.unusable()
+		return limitstore.Result{}, s.unusable()
 	}
 	n := op.N
-	if n < 1 || n > limit.MaxQuotas {
-		return limit.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limit.MaxQuotas)
+	if n < 1 || n > limitstore.MaxQuotas {
+		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
 	}
 	// The keys and the argument are built into one pooled buffer; the
 	// strings handed to rueidis are views of it (the engine reuses the Op's
@@ -270,9 +298,9 @@ func (s *Store) script(ctx context.Context, op *limit.Op) (limit.Result, error) 
 	if s.clock != nil {
 		t := s.clock()
 		if now = t.UnixMilli(); now <= 0 {
-			return limit.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, at or before the Unix epoch (want a time after 1970)", t.UTC().Format(time.RFC3339Nano))
+			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, at or before the Unix epoch (want a time after 1970)", t.UTC().Format(time.RFC3339Nano))
 		} else if now > maxClockMS {
-			return limit.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, %d ms after the Unix epoch: beyond %d ms, the script's arithmetic is not exact there", t.UTC().Format(time.RFC3339Nano), now, int64(maxClockMS))
+			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, %d ms after the Unix epoch: beyond %d ms, the script's arithmetic is not exact there", t.UTC().Format(time.RFC3339Nano), now, int64(maxClockMS))
 		}
 	}
 	w := waiters.Get().(*waiter)
@@ -314,9 +342,9 @@ func prefixed(err error) error {
 }
 
 // checked is a Take's outcome with its error prefixed.
-func checked(res limit.Result, err error) (limit.Result, error) {
+func checked(res limitstore.Result, err error) (limitstore.Result, error) {
 	if err != nil {
-		return limit.Result{}, prefixed(err)
+		return limitstore.Result{}, prefixed(err)
 	}
 	return res, nil
 }
@@ -334,22 +362,22 @@ func algorithmCode(a limit.Algorithm) int64 {
 
 // decide turns the script's reply (its clock reading, negated for a
 // denial, and the values it read: see lua/take.lua) into the Result:
-// limit.Op.Apply on those states, which must admit exactly when the script
+// limitstore.Op.Apply on those states, which must admit exactly when the script
 // did.
-func decide(op *limit.Op, resp rueidis.RedisResult) (limit.Result, error) {
+func decide(op *limitstore.Op, resp rueidis.RedisResult) (limitstore.Result, error) {
 	s, err := resp.ToString()
 	if err != nil {
-		return limit.Result{}, err // prefixed by Take
+		return limitstore.Result{}, err // prefixed by Take
 	}
 	return decideReply(op, s)
 }
 
 // decideReply is decide on the reply's bytes (take.lua's reply: r, then
 // the states read).
-func decideReply(op *limit.Op, s string) (limit.Result, error) {
+func decideReply(op *limitstore.Op, s string) (limitstore.Result, error) {
 	r, states, err := splitTake(s, op.N)
 	if err != nil {
-		return limit.Result{}, err
+		return limitstore.Result{}, err
 	}
 	return decideStates(op, r, states)
 }
@@ -366,19 +394,19 @@ func splitTake(s string, n int) (r int64, states string, err error) {
 // decideStates decides op from the script's answer: r, the clock reading
 // in Unix ms, negated when the script denied; s, the states it read
 // (stateLen bytes per quota; for an Op of one quota also none: no value).
-func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
+func decideStates(op *limitstore.Op, r int64, s string) (limitstore.Result, error) {
 	n := op.N
 	if len(s) != stateLen*n && (n != 1 || len(s) != 0) {
-		return limit.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, 8+len(s), 8+stateLen*n)
+		return limitstore.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, 8+len(s), 8+stateLen*n)
 	}
 	now, allowed := r, true
 	if now < 0 {
 		now, allowed = -now, false
 	}
 	if now == 0 {
-		return limit.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
+		return limitstore.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
-	var sts [limit.MaxQuotas]limit.State
+	var sts [limitstore.MaxQuotas]limitstore.State
 	for i := 0; i < n && len(s) > 0; i++ {
 		v := s[stateLen*i:]
 		// The script's rule (lua/take.lua, "the state read"): a state
@@ -396,7 +424,7 @@ func decideStates(op *limit.Op, r int64, s string) (limit.Result, error) {
 	}
 	res := op.Apply(&sts, now)
 	if res.Allowed != allowed {
-		return limit.Result{}, fmt.Errorf("%w: the script decided %v, the engine %v on states %v at %d", ErrBadReply, allowed, res.Allowed, sts, now)
+		return limitstore.Result{}, fmt.Errorf("%w: the script decided %v, the engine %v on states %v at %d", ErrBadReply, allowed, res.Allowed, sts, now)
 	}
 	return res, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
@@ -201,10 +202,10 @@ func freezeAndCount(t *testing.T, srv *redisfault.Server, lim *limit.Limiter, lo
 	}
 	srv.Thaw()
 	for i := range 10 {
-		if !errors.Is(timedOut[i], context.DeadlineExceeded) || errors.Is(timedOut[i], limit.ErrCircuitOpen) {
+		if !errors.Is(timedOut[i], context.DeadlineExceeded) || errors.Is(timedOut[i], limitstore.ErrCircuitOpen) {
 			t.Fatalf("call %d in flight when Redis froze: %v, want a timeout", i, timedOut[i])
 		}
-		if !errors.Is(skipped[i], limit.ErrCircuitOpen) {
+		if !errors.Is(skipped[i], limitstore.ErrCircuitOpen) {
 			t.Fatalf("call %d after the breaker opened: %v, want ErrCircuitOpen", i, skipped[i])
 		}
 	}

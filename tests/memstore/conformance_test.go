@@ -5,12 +5,12 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/conformance"
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
 // conformanceStore is a memory store on clock, for the conformance helpers.
-func conformanceStore(t testing.TB, clock func() time.Time) limit.Store {
+func conformanceStore(t testing.TB, clock func() time.Time) limitstore.Store {
 	s, err := memstore.New(memstore.WithClock(clock))
 	if err != nil {
 		t.Fatal(err)

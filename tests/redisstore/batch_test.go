@@ -19,6 +19,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
@@ -82,7 +83,7 @@ func opsOf(args []string) int {
 	h, ops := args[0], 0
 	for len(h) >= 2 {
 		n := int(h[0]) &^ 0x80 // the head's flag: the key is read again later
-		if n < 1 || n > limit.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 6+n {
+		if n < 1 || n > limitstore.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 6+n {
 			return 0
 		}
 		h, ops = h[6+n:], ops+1
@@ -118,7 +119,7 @@ func (c *watchCtx) Done() <-chan struct{} {
 
 // outcome is one Take's answer.
 type outcome struct {
-	res limit.Result
+	res limitstore.Result
 	err error
 }
 
@@ -137,16 +138,16 @@ type gatedRun struct {
 
 func startGated(t *testing.T, s *Store, g *gatedClient, fillerPrefix string) *gatedRun {
 	t.Helper()
-	return startGatedWith(t, s, g, func(i int) limit.Op {
+	return startGatedWith(t, s, g, func(i int) limitstore.Op {
 		return oneQuota(fmt.Sprintf("%s:{fill%d}:f", fillerPrefix, i),
-			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+			limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 	})
 }
 
 // startGatedWith is startGated with the fillers' Ops made by filler (the
 // i-th filler's; each on keys of its own): the last one made is the one
 // that queued, the first Op of the flight.
-func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) limit.Op) *gatedRun {
+func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) limitstore.Op) *gatedRun {
 	t.Helper()
 	r := &gatedRun{t: t, s: s, g: g}
 	g.gated.Store(true)
@@ -166,7 +167,7 @@ func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) l
 // start runs s.Take(ctx, op) in a goroutine and waits until it either
 // reaches the client (a plain call, held by the gate) or waits in the
 // queue; queued reports which.
-func (r *gatedRun) start(ctx context.Context, op *limit.Op) (ch chan outcome, queued bool) {
+func (r *gatedRun) start(ctx context.Context, op *limitstore.Op) (ch chan outcome, queued bool) {
 	r.t.Helper()
 	wc := newWatchCtx(ctx)
 	ch = make(chan outcome, 1)
@@ -217,7 +218,7 @@ func (r *gatedRun) releaseAll() {
 
 // neverSent fails t unless op's (first) key does not exist: the Take that
 // gave up was never sent.
-func neverSent(t *testing.T, client rueidis.Client, op *limit.Op) {
+func neverSent(t *testing.T, client rueidis.Client, op *limitstore.Op) {
 	t.Helper()
 	if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
 		t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
@@ -241,13 +242,13 @@ func (r *gatedRun) wait(ch chan outcome) outcome {
 // key holding a hash (WRONGTYPE) in the middle and as the second key of an
 // Op of two quotas at the end, every algorithm. now is
 // the caller's clock they are decided at (the refunds' windows follow it).
-func batchOps(prefix string, now int64) []limit.Op {
-	qs := map[limit.Algorithm]limit.Quota{
+func batchOps(prefix string, now int64) []limitstore.Op {
+	qs := map[limit.Algorithm]limitstore.Quota{
 		limit.SlidingWindow: {Algorithm: limit.SlidingWindow, Limit: 3, WindowMS: 60_000, PhaseMS: 1234},
 		limit.FixedWindow:   {Algorithm: limit.FixedWindow, Limit: 3, WindowMS: 60_000, PhaseMS: 4321},
 		limit.TokenBucket:   {Algorithm: limit.TokenBucket, Limit: 3, Burst: 3, WindowMS: 60_000},
 	}
-	var ops []limit.Op
+	var ops []limitstore.Op
 	one := func(alg limit.Algorithm, id string, cost int64) {
 		ops = append(ops, oneQuota(opKey(prefix, "b", alg, id), qs[alg], cost))
 	}
@@ -266,8 +267,8 @@ func batchOps(prefix string, now int64) []limit.Op {
 	}
 	// Several quotas sharing a tag, twice (the second sees the first's
 	// writes), then refunds of a charge of each algorithm.
-	multi := func(n int) limit.Op {
-		op := limit.Op{Cost: 1, N: n}
+	multi := func(n int) limitstore.Op {
+		op := limitstore.Op{Cost: 1, N: n}
 		for j := range n {
 			q := qs[algorithms[j%3]]
 			q.Limit, q.Burst = int64(2+j), int64(2+j)
@@ -361,7 +362,7 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 	}
 	// Load the scripts before gating (the first EVALSHA of each answers
 	// NOSCRIPT and is followed by an EVAL).
-	warm := oneQuota(prefix+":{warm}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 	if _, err := alone.Take(ctx, &warm); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +450,7 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 
 // instantFree is r without the fields that depend on the instant of the
 // decision (on the server's clock two runs decide at different instants).
-func instantFree(r limit.Result) limit.Result {
+func instantFree(r limitstore.Result) limitstore.Result {
 	r.NowMS = 0
 	for i := range r.Quotas {
 		q := &r.Quotas[i]
@@ -487,7 +488,7 @@ func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client
 func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 	forOneServer(t, func(t *testing.T, be *backend) {
 		prefix, client, s, _, r := gatedStore(t, be)
-		op := oneQuota(prefix+":{gone}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		op := oneQuota(prefix+":{gone}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 		ctx, cancel := context.WithCancel(context.Background())
 		ch, queued := r.start(ctx, &op)
 		if !queued {
@@ -514,11 +515,11 @@ func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 func TestCancelledMemberDoesNotFailItsFlight(t *testing.T) {
 	forOneServer(t, func(t *testing.T, be *backend) {
 		prefix, _, s, g, r := gatedStore(t, be)
-		ops := make([]limit.Op, 3)
+		ops := make([]limitstore.Op, 3)
 		chs := make([]chan outcome, 3)
 		ctx, cancel := context.WithCancel(context.Background())
 		for i := range ops {
-			ops[i] = oneQuota(fmt.Sprintf("%s:{m%d}:f", prefix, i), limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+			ops[i] = oneQuota(fmt.Sprintf("%s:{m%d}:f", prefix, i), limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 			c := context.Background()
 			if i == 1 {
 				c = ctx
@@ -673,7 +674,7 @@ func TestBatchedCheckAllocs(t *testing.T) {
 func TestClosedStoreFailsQueuedTakes(t *testing.T) {
 	forOneServer(t, func(t *testing.T, be *backend) {
 		prefix, client, s, _, r := gatedStore(t, be)
-		op := oneQuota(prefix+":{closed}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+		op := oneQuota(prefix+":{closed}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 		ch, queued := r.start(context.Background(), &op)
 		if !queued {
 			t.Fatal("the Take reached Redis while the calls were held; want it queued")
@@ -812,7 +813,7 @@ type randomFlights struct {
 type rfKey struct {
 	id   string
 	alg  limit.Algorithm
-	pols []limit.Quota
+	pols []limitstore.Quota
 	kind string // "": the store's; "hash", "list": another type; "short", "dead": a string the store did not write
 }
 
@@ -821,8 +822,8 @@ func (k *rfKey) otherType() bool { return k.kind == "hash" || k.kind == "list" }
 // rfOp is one Op of a flight: a on the flights' keys, b on the one-by-one
 // set's, decided at now (the caller's clock).
 type rfOp struct {
-	a, b limit.Op
-	keys [limit.MaxQuotas]*rfKey
+	a, b limitstore.Op
+	keys [limitstore.MaxQuotas]*rfKey
 	now  int64
 }
 
@@ -856,7 +857,7 @@ func (r *randomFlights) run(shapes []rfShape) {
 	t := r.t
 	// The scripts are loaded before any call is held (a first EVALSHA
 	// answers NOSCRIPT).
-	warm := oneQuota(r.prefix+":{warm}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	warm := oneQuota(r.prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 	if _, err := r.alone.Take(ctxT(t), &warm); err != nil {
 		t.Fatal(err)
 	}
@@ -921,7 +922,7 @@ func (r *randomFlights) newKey(kind string) *rfKey {
 		k.id += "\x00\xff\x80{}*?\r\n" // binary-safe end to end
 	}
 	q := r.policy(alg)
-	k.pols = []limit.Quota{q}
+	k.pols = []limitstore.Quota{q}
 	if r.rng.IntN(5) == 0 { // the policy's limit (and burst) changed
 		v := r.policy(alg)
 		v.WindowMS, v.PhaseMS = q.WindowMS, q.PhaseMS
@@ -963,8 +964,8 @@ func (r *randomFlights) newKey(kind string) *rfKey {
 // hour or a day with now in their middle, and buckets gaining a token in
 // 10 minutes or more, so that the seconds between a flight and its Ops one
 // by one change no decision.
-func (r *randomFlights) policy(alg limit.Algorithm) limit.Quota {
-	q := limit.Quota{Algorithm: alg}
+func (r *randomFlights) policy(alg limit.Algorithm) limitstore.Quota {
+	q := limitstore.Quota{Algorithm: alg}
 	rng := r.rng
 	mid := func() int64 { return ((r.t0-q.WindowMS/2)%q.WindowMS + q.WindowMS) % q.WindowMS }
 	switch {
@@ -1027,7 +1028,7 @@ func (r *randomFlights) step() {
 // another one. On a real server's clock a bucket's is long past or far
 // enough ahead that the seconds between the flight and the Ops one by one
 // do not change what it gives back.
-func (r *randomFlights) refundWindow(q *limit.Quota, cost, now int64) int64 {
+func (r *randomFlights) refundWindow(q *limitstore.Quota, cost, now int64) int64 {
 	rng := r.rng
 	if q.Algorithm == limit.TokenBucket {
 		charge := (min(cost, q.Burst)*q.WindowMS + q.Limit - 1) / q.Limit
@@ -1158,7 +1159,7 @@ func (s rfShape) String() string {
 
 // opBytes is what an Op counts against flightBytes: its keys and its
 // argument (the Store's waiter.encode).
-func opBytes(op *limit.Op) int {
+func opBytes(op *limitstore.Op) int {
 	n := 16
 	for i := range op.N {
 		n += len(op.Quotas[i].Key) + 32
@@ -1171,7 +1172,7 @@ func opBytes(op *limit.Op) int {
 
 // flightsOf is how the Store cuts a queue of Ops into flights (batch.go's
 // fill): the number of Ops in each.
-func flightsOf(ops []*limit.Op) []int {
+func flightsOf(ops []*limitstore.Op) []int {
 	var out []int
 	k, size, nk := 0, 0, 0
 	for _, op := range ops {
@@ -1185,13 +1186,13 @@ func flightsOf(ops []*limit.Op) []int {
 }
 
 // ops makes a flight's Ops for shape, behind the queued filler.
-func (r *randomFlights) ops(shape rfShape, filler *limit.Op) []rfOp {
+func (r *randomFlights) ops(shape rfShape, filler *limitstore.Op) []rfOp {
 	var ops []rfOp
 	switch shape {
 	case rfRandom:
 		next := r.hot()
 		for range 1 + r.rng.IntN(31) {
-			ops = append(ops, r.op(next, 1, limit.MaxQuotas, true))
+			ops = append(ops, r.op(next, 1, limitstore.MaxQuotas, true))
 		}
 	case rfOpsOver: // at most 3 quotas: 64 * 3 < 255 keys
 		next := r.hot()
@@ -1201,14 +1202,14 @@ func (r *randomFlights) ops(shape rfShape, filler *limit.Op) []rfOp {
 		// On keys of its own: its call may run first.
 		ops = append(ops, r.op(r.fresh, 1, 3, false))
 	case rfKeysBound, rfKeysOver: // the filler's 3 (4) keys and 63 Ops of 4: 64 Ops
-		next := r.distinct((flightOps - 1) * limit.MaxQuotas)
+		next := r.distinct((flightOps - 1) * limitstore.MaxQuotas)
 		for range flightOps - 1 {
-			ops = append(ops, r.op(next, limit.MaxQuotas, limit.MaxQuotas, false))
+			ops = append(ops, r.op(next, limitstore.MaxQuotas, limitstore.MaxQuotas, false))
 		}
 	case rfBytesBound, rfBytesOver:
 		next := r.hot()
 		for range 1 + r.rng.IntN(8) {
-			ops = append(ops, r.op(next, 1, limit.MaxQuotas, true))
+			ops = append(ops, r.op(next, 1, limitstore.MaxQuotas, true))
 		}
 		// An Op on a key of its own, out of the pool, whose name fills the
 		// flight to exactly 64 KiB (and one byte more with the last Op).
@@ -1247,7 +1248,7 @@ func (r *randomFlights) ops(shape rfShape, filler *limit.Op) []rfOp {
 			at := len(ops)
 			ops = append(ops, r.op(func() *rfKey { return pad }, 1, 1, false))
 			for range 1 + r.rng.IntN(4) {
-				ops = append(ops, r.op(next, 1, limit.MaxQuotas, true))
+				ops = append(ops, r.op(next, 1, limitstore.MaxQuotas, true))
 			}
 			o := r.op(func() *rfKey { return never }, 1, 1, false)
 			q := &o.a.Quotas[0]
@@ -1299,19 +1300,19 @@ func (r *randomFlights) flight(shape rfShape) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var filler limit.Op
+	var filler limitstore.Op
 	fillerNow := r.now.Load() // the fillers' clock
-	run := startGatedWith(t, s, g, func(i int) limit.Op {
-		filler = limit.Op{Cost: 1, N: fillerN}
+	run := startGatedWith(t, s, g, func(i int) limitstore.Op {
+		filler = limitstore.Op{Cost: 1, N: fillerN}
 		for j := range fillerN {
-			filler.Quotas[j] = limit.Quota{Key: []byte(fmt.Sprintf("%s:{f%d}:%d", fp, i, j)),
+			filler.Quotas[j] = limitstore.Quota{Key: []byte(fmt.Sprintf("%s:{f%d}:%d", fp, i, j)),
 				Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}
 		}
 		return filler
 	})
 	held := run.held
 	ops := r.ops(shape, &filler)
-	queue := []*limit.Op{&filler}
+	queue := []*limitstore.Op{&filler}
 	for i := range ops {
 		queue = append(queue, &ops[i].a)
 	}
@@ -1420,7 +1421,7 @@ func (r *randomFlights) differ(o *rfOp, a, b outcome) string {
 // serverClockView is res without what depends on the instant on a running
 // server clock: now, the delays, a bucket's TAT; what stays is whether a
 // quota retries and whether it writes, and a window's index.
-func serverClockView(op *limit.Op, res limit.Result) limit.Result {
+func serverClockView(op *limitstore.Op, res limitstore.Result) limitstore.Result {
 	res.NowMS = 0
 	for i := range res.Quotas {
 		q := &res.Quotas[i]
@@ -1488,7 +1489,7 @@ func sameServerClockValue(k *rfKey, a, b string) bool {
 
 // argOf is op's argument as the Store encodes it (waiter.encode), at now
 // on the caller's clock (else 0: the server's TIME).
-func argOf(op *limit.Op, now int64, callerClock bool) string {
+func argOf(op *limitstore.Op, now int64, callerClock bool) string {
 	if !callerClock {
 		now = 0
 	}
@@ -1511,7 +1512,7 @@ func argOf(op *limit.Op, now int64, callerClock bool) string {
 }
 
 // describeOp is op in a line, its keys without the set's prefix.
-func describeOp(op *limit.Op, prefix string) string {
+func describeOp(op *limitstore.Op, prefix string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "{cost %d refund %v:", op.Cost, op.Refund)
 	for i := range op.N {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
@@ -37,13 +38,13 @@ func BenchmarkRedis(b *testing.B) {
 	prefix := testPrefix(b)
 	defer deleteKeys(b, s.Client(), prefix)
 	const nkeys = 1024
-	ops := make([]limit.Op, nkeys)
+	ops := make([]limitstore.Op, nkeys)
 	keys := make([][]string, nkeys)
 	ids := make([]string, nkeys)
 	for i := range ops {
 		ids[i] = fmt.Sprintf("client-%d", i)
 		k := opKey(prefix, "1000000p60", limit.SlidingWindow, ids[i])
-		ops[i] = oneQuota(k, limit.Quota{Algorithm: limit.SlidingWindow,
+		ops[i] = oneQuota(k, limitstore.Quota{Algorithm: limit.SlidingWindow,
 			Limit: 1_000_000, WindowMS: 60_000, PhaseMS: int64(i) * 37 % 60_000}, 1)
 		keys[i] = []string{k}
 	}
@@ -130,7 +131,7 @@ func loadScript(t *testing.T, node rueidis.Client, prefix, addr string) {
 	var last error
 	for i := range 1000 {
 		op := oneQuota(taggedKey(prefix, fmt.Sprintf("{w%d}", i), "warm", limit.FixedWindow, "x"),
-			limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+			limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 		if _, last = takeOne(s, &op); last == nil {
 			return
 		}
@@ -204,8 +205,8 @@ func TestOneCallPerDecision(t *testing.T) {
 		for i := range 60 {
 			alg := algorithms[i%3]
 			tag := hashTag(fmt.Sprint("m", i%6))
-			op := limit.Op{Cost: 1, N: 2}
-			for j, q := range []limit.Quota{
+			op := limitstore.Op{Cost: 1, N: 2}
+			for j, q := range []limitstore.Quota{
 				{Algorithm: alg, Limit: 10, WindowMS: 3_600_000, Burst: 10},
 				{Algorithm: algorithms[(i+1)%3], Limit: 4, WindowMS: 3_600_000, Burst: 4},
 			} {

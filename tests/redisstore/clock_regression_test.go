@@ -11,6 +11,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 )
 
@@ -49,17 +50,17 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	warm := oneQuota(prefix+":{warm}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 	if _, err := alone.Take(ctxT(t), &warm); err != nil {
 		t.Fatal(err)
 	}
 	// Two Ops per algorithm on one key of limit 1 (the second denied), on
 	// windows of 4 ms: a reading rounded to a double lands in another one.
 	pa, pb := prefix+":a", prefix+":b"
-	ops := func(p string) []limit.Op {
-		var out []limit.Op
+	ops := func(p string) []limitstore.Op {
+		var out []limitstore.Op
 		for _, alg := range algorithms {
-			q := limit.Quota{Algorithm: alg, Limit: 1, WindowMS: 4}
+			q := limitstore.Quota{Algorithm: alg, Limit: 1, WindowMS: 4}
 			if alg == limit.TokenBucket {
 				q.Burst = 1
 			}
@@ -101,7 +102,7 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 
 // startOrFail is start for a Take that may fail before it is queued (it
 // then returns at once, never asking its context).
-func (r *gatedRun) startOrFail(op *limit.Op) chan outcome {
+func (r *gatedRun) startOrFail(op *limitstore.Op) chan outcome {
 	r.t.Helper()
 	wc := newWatchCtx(context.Background())
 	ch, done := make(chan outcome, 1), make(chan struct{})

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // TestRegressionPlainLuaCodecReadsNegativeIntegers: the script's integers
@@ -25,14 +26,14 @@ func TestRegressionPlainLuaCodecReadsNegativeIntegers(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		s, client, prefix, now := frozenStore(t, be)
 		ctx := ctxT(t)
-		sliding := limit.Quota{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234}
-		fixed := limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321}
-		bucket := limit.Quota{Algorithm: limit.TokenBucket, Limit: 10, Burst: 10, WindowMS: 60_000}
-		idx := func(q limit.Quota) int64 { return floorDivTest(now-q.PhaseMS, q.WindowMS) }
+		sliding := limitstore.Quota{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234}
+		fixed := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321}
+		bucket := limitstore.Quota{Algorithm: limit.TokenBucket, Limit: 10, Burst: 10, WindowMS: 60_000}
+		idx := func(q limitstore.Quota) int64 { return floorDivTest(now-q.PhaseMS, q.WindowMS) }
 		live := now + 3_600_000
 		cases := []struct {
 			name  string
-			q     limit.Quota
+			q     limitstore.Quota
 			state [3]int64 // a, b, c
 		}{
 			{"bucket-negative-tat", bucket, [3]int64{-1, 0, 0}},
@@ -46,7 +47,7 @@ func TestRegressionPlainLuaCodecReadsNegativeIntegers(t *testing.T) {
 			for _, n := range []int{1, 2} {
 				name := fmt.Sprintf("%s/quotas=%d", tc.name, n)
 				tag := hashTag(name)
-				op := limit.Op{Cost: 1, N: n}
+				op := limitstore.Op{Cost: 1, N: n}
 				op.Quotas[0] = tc.q
 				op.Quotas[0].Key = []byte(taggedKey(prefix, tag, "neg", tc.q.Algorithm, name))
 				if n == 2 {
@@ -59,7 +60,7 @@ func TestRegressionPlainLuaCodecReadsNegativeIntegers(t *testing.T) {
 					t.Fatal(err)
 				}
 				// The engine on the states the Go side reads (signed).
-				var sts [limit.MaxQuotas]limit.State
+				var sts [limitstore.MaxQuotas]limitstore.State
 				if tc.q.Algorithm == limit.TokenBucket {
 					sts[0].TAT, sts[0].TATFrac = tc.state[0], tc.state[1]
 				} else {

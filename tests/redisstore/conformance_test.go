@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/conformance"
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 )
 
@@ -13,7 +13,7 @@ import (
 // a fresh client with an injected clock, the "conformance" keys deleted
 // before and after.
 func conformanceStores(be *backend) conformance.NewStoreFunc {
-	return func(t testing.TB, clock func() time.Time) limit.Store {
+	return func(t testing.TB, clock func() time.Time) limitstore.Store {
 		c := be.newClient(t)
 		deleteKeys(t, c, "conformance")
 		t.Cleanup(func() { deleteKeys(t, c, "conformance") })
@@ -26,7 +26,7 @@ func conformanceStores(be *backend) conformance.NewStoreFunc {
 }
 
 // TestConformance runs the shared store scenarios (differential against
-// limit.Op.Apply, concurrency exactness, key independence, several quotas
+// limitstore.Op.Apply, concurrency exactness, key independence, several quotas
 // and plans through a Limiter) on every backend. The scenarios use fixed
 // "conformance:" keys and a fake clock that starts at the same instant
 // every time, so each store starts from a server with none of them left by

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
@@ -85,7 +86,7 @@ func diffPolicies(alg limit.Algorithm, mode clockMode) []diffPolicy {
 // diffKey is one identity of a sequence: an Op of one to three quotas
 // (policies of the sequence) whose keys share one hash tag.
 type diffKey struct {
-	op limit.Op // everything but Cost
+	op limitstore.Op // everything but Cost
 }
 
 func diffKeys(rng *rand.Rand, prefix string, algs []limit.Algorithm, mode clockMode) []diffKey {
@@ -104,16 +105,16 @@ func diffKeys(rng *rand.Rand, prefix string, algs []limit.Algorithm, mode clockM
 		for id := range 3 {
 			name := fmt.Sprintf("id%d-%d", pi, id)
 			tag := hashTag(name)
-			k := diffKey{op: limit.Op{N: 1}}
+			k := diffKey{op: limitstore.Op{N: 1}}
 			if id == 2 { // several quotas, all or nothing
-				k.op.N = 2 + rng.IntN(limit.MaxQuotas-1)
+				k.op.N = 2 + rng.IntN(limitstore.MaxQuotas-1)
 			}
 			for j := range k.op.N {
 				pl := pols[(pi+j*(1+rng.IntN(len(pols))))%len(pols)]
 				if j == 0 {
 					pl = pols[pi]
 				}
-				q := limit.Quota{Algorithm: pl.alg, Limit: pl.p.limit, WindowMS: pl.p.windowMS}
+				q := limitstore.Quota{Algorithm: pl.alg, Limit: pl.p.limit, WindowMS: pl.p.windowMS}
 				if pl.alg == limit.TokenBucket {
 					q.Burst = pl.p.burst
 				} else if id > 0 { // id0: aligned windows
@@ -167,7 +168,7 @@ func floorDivTest(a, b int64) int64 {
 // diffCost is mostly 1, sometimes anything up to the (smallest) capacity,
 // sometimes the never-admissible capacity+1 the engine clamps to, and (when
 // zero is allowed) 0.
-func diffCost(rng *rand.Rand, op *limit.Op, zero bool) int64 {
+func diffCost(rng *rand.Rand, op *limitstore.Op, zero bool) int64 {
 	capacity := int64(1 << 62)
 	for i := range op.N {
 		q := &op.Quotas[i]
@@ -235,12 +236,12 @@ func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clo
 	bounds := make(map[string]int64, len(keys))
 	type step struct {
 		i    int
-		op   limit.Op
+		op   limitstore.Op
 		now  int64
-		want limit.Result
+		want limitstore.Result
 	}
 	var recent [6]step
-	var charges []limit.Op
+	var charges []limitstore.Op
 	var allowed, denied, refunds, backSteps int
 	// expiry is each key's expiry as last written (fake clock), high the
 	// highest clock reading so far.

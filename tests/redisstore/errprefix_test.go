@@ -10,6 +10,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
@@ -25,7 +26,7 @@ func prefixOnce(t *testing.T, where string, err error) {
 	}
 	msg := err.Error()
 	const p = "redisstore: "
-	if n := strings.Count(msg, p); n != 1 || (!strings.HasPrefix(msg, p) && !errors.Is(err, limit.ErrCircuitOpen)) {
+	if n := strings.Count(msg, p); n != 1 || (!strings.HasPrefix(msg, p) && !errors.Is(err, limitstore.ErrCircuitOpen)) {
 		t.Errorf("%s: error %q: want %q once, at the start", where, msg, p)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	. "github.com/quotagate/quotagate/stores/redis"
@@ -211,7 +212,7 @@ func TestSteadyRateNoDrift(t *testing.T) {
 				now := int64(1_767_225_600_000)
 				rs, ms, prefix := fakeClockStores(t, be, &now)
 				op := oneQuota(opKey(prefix, "drift", limit.TokenBucket, "u"),
-					limit.Quota{Algorithm: limit.TokenBucket, Limit: r.limit, WindowMS: r.w, Burst: r.limit}, 1)
+					limitstore.Quota{Algorithm: limit.TokenBucket, Limit: r.limit, WindowMS: r.w, Burst: r.limit}, 1)
 				start, end := now, now+r.windows*r.w
 				// A real server counts a key's TTL down in real time, which
 				// this fake clock does not follow: the store sets the TTL
@@ -259,7 +260,7 @@ func TestSteadyRateNoDrift(t *testing.T) {
 // maxWait is a policy's own longest wait for cost 1 (DESIGN.md, clock
 // steps): a window (fixed), a window and a slot (sliding), the refill time
 // (token bucket).
-func maxWait(q *limit.Quota) int64 {
+func maxWait(q *limitstore.Quota) int64 {
 	switch q.Algorithm {
 	case limit.FixedWindow:
 		return q.WindowMS
@@ -279,11 +280,11 @@ func maxWait(q *limit.Quota) int64 {
 func TestCaseC11BackwardServerClockStep(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			q := limit.Quota{Algorithm: alg, Limit: 10, WindowMS: 60_000, Burst: 10, PhaseMS: 12_345}
+			q := limitstore.Quota{Algorithm: alg, Limit: 10, WindowMS: 60_000, Burst: 10, PhaseMS: 12_345}
 			if alg == limit.TokenBucket {
 				q.PhaseMS = 0
 			}
-			run := func(t *testing.T, s limit.Store, key string, set func(ms int64)) {
+			run := func(t *testing.T, s limitstore.Store, key string, set func(ms int64)) {
 				ctx := ctxT(t)
 				op := oneQuota(key, q, 1)
 				now := int64(1_767_225_630_000)
@@ -353,7 +354,7 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 	)
 	forEachBackendAndAlgorithm(t, func(t *testing.T, be *backend, alg limit.Algorithm, prefix string) {
 		t.Cleanup(func() { deleteKeys(t, be.newClient(t), prefix) })
-		op := limit.Op{Cost: 1, N: 2}
+		op := limitstore.Op{Cost: 1, N: 2}
 		// Day-long windows whose boundary is 12 h away: none rolls
 		// during the test.
 		phase := (time.Now().UnixMilli() + 43_200_000) % 86_400_000
@@ -361,7 +362,7 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 			phase = 0
 		}
 		for i, lim := range []int64{100, 60} {
-			op.Quotas[i] = limit.Quota{Algorithm: alg, Limit: lim, WindowMS: 86_400_000, Burst: lim, PhaseMS: phase,
+			op.Quotas[i] = limitstore.Quota{Algorithm: alg, Limit: lim, WindowMS: 86_400_000, Burst: lim, PhaseMS: phase,
 				Key: []byte(taggedKey(prefix, "{x}", fmt.Sprint("q", i), alg, "u"))}
 		}
 		var ss [stores]*Store

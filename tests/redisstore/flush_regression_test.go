@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // TestRegressionFlushNotDeferredBySlotsGivenBack: the flush timer defers
@@ -29,7 +30,7 @@ import (
 func TestRegressionFlushNotDeferredBySlotsGivenBack(t *testing.T) {
 	be := standaloneBackend(t)
 	prefix, _, s, g := countingStore(t, be)
-	q := limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}
 	warm := oneQuota(prefix+":{warm}:f", q, 1)
 	if _, err := s.Take(ctxT(t), &warm); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // lateCtx is a context whose caller is slow to notice it is done: the
@@ -44,7 +45,7 @@ func TestRegressionGaveUpWhileQueuedNeverCharged(t *testing.T) {
 		for _, how := range []string{"cancelled", "expired"} {
 			t.Run(how, func(t *testing.T) {
 				prefix, client, s, g, r := gatedStore(t, be)
-				op := oneQuota(prefix+":{late}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+				op := oneQuota(prefix+":{late}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
 				// A deadline, so that the flush timer sends the queue 1 ms
 				// after the Take queued; "expired": passed before Take.
 				dl := time.Now().Add(time.Minute)

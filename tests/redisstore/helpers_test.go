@@ -11,6 +11,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
@@ -237,7 +238,7 @@ func pttl(t testing.TB, c rueidis.Client, key string) int64 {
 // grace, SlidingWindow two windows, TokenBucket twice the time to fill the
 // bucket (the state's life, plus one refill time of slack so that a busy
 // key moves its deadline at most once per refill time).
-func ttlBound(q *limit.Quota) int64 {
+func ttlBound(q *limitstore.Quota) int64 {
 	switch q.Algorithm {
 	case limit.FixedWindow:
 		return q.WindowMS + 1000
@@ -248,7 +249,7 @@ func ttlBound(q *limit.Quota) int64 {
 }
 
 // refillMS is a token bucket's refill time, Burst*Window/Limit rounded up.
-func refillMS(q *limit.Quota) int64 {
+func refillMS(q *limitstore.Quota) int64 {
 	return max((q.Burst*q.WindowMS+q.Limit-1)/q.Limit, 1)
 }
 
@@ -256,7 +257,7 @@ func refillMS(q *limit.Quota) int64 {
 // whose TTLMS is ttl: ttlBound, or, after the clock stepped back (a window
 // decided at a stored window up to 1 s ahead), the state's own TTL plus the
 // token bucket's slack.
-func keyBound(q *limit.Quota, ttl int64) int64 {
+func keyBound(q *limitstore.Quota, ttl int64) int64 {
 	slack := int64(0)
 	if q.Algorithm == limit.TokenBucket {
 		slack = refillMS(q)
@@ -265,9 +266,9 @@ func keyBound(q *limit.Quota, ttl int64) int64 {
 }
 
 // oneQuota is an Op of one quota q on key, at cost.
-func oneQuota(key string, q limit.Quota, cost int64) limit.Op {
+func oneQuota(key string, q limitstore.Quota, cost int64) limitstore.Op {
 	q.Key = []byte(key)
-	return limit.Op{Cost: cost, N: 1, Quotas: [limit.MaxQuotas]limit.Quota{q}}
+	return limitstore.Op{Cost: cost, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
 }
 
 // checkTTLs asserts the TTL invariant: every key under prefix has
@@ -328,7 +329,7 @@ func taggedKey(prefix, tag, bucket string, alg limit.Algorithm, id string) strin
 // takeOne calls s.Take under a deadline of its own (10 s). Long sequences
 // use it rather than one ctxT for the whole run: 10 000 steps on miniredis
 // under -race on a loaded machine can take longer than ctxT's 30 s.
-func takeOne(s limit.Store, op *limit.Op) (limit.Result, error) {
+func takeOne(s limitstore.Store, op *limitstore.Op) (limitstore.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return s.Take(ctx, op)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 )
@@ -216,7 +217,7 @@ func TestTakeAllocs(t *testing.T) {
 	prefix := testPrefix(t)
 	t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
 	ctx := context.Background()
-	ops := map[string]limit.Op{}
+	ops := map[string]limitstore.Op{}
 	for _, op := range ttlOps(prefix, "allocs") {
 		op.Quotas[0].Limit, op.Quotas[0].Burst = 1<<30, 1<<30
 		if op.Quotas[0].Algorithm != limit.TokenBucket {
@@ -224,7 +225,7 @@ func TestTakeAllocs(t *testing.T) {
 		}
 		ops[op.Quotas[0].Algorithm.String()] = op
 	}
-	multi := limit.Op{Cost: 1, N: 3}
+	multi := limitstore.Op{Cost: 1, N: 3}
 	for i, op := range ttlOps(prefix, "allocs-multi") {
 		multi.Quotas[i] = op.Quotas[0]
 		multi.Quotas[i].Key = []byte(taggedKey(prefix, "{m}", "b", op.Quotas[0].Algorithm, "allocs-multi"))
@@ -305,9 +306,9 @@ func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, first := range []bool{true, false} {
-			op := limit.Op{Cost: 1, N: 2}
-			op.Quotas[0] = limit.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 60_000, Key: []byte(other)}
-			op.Quotas[1] = limit.Quota{Algorithm: limit.SlidingWindow, Limit: 5, WindowMS: 60_000, Key: []byte(hash)}
+			op := limitstore.Op{Cost: 1, N: 2}
+			op.Quotas[0] = limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 60_000, Key: []byte(other)}
+			op.Quotas[1] = limitstore.Quota{Algorithm: limit.SlidingWindow, Limit: 5, WindowMS: 60_000, Key: []byte(hash)}
 			if first {
 				op.Quotas[0], op.Quotas[1] = op.Quotas[1], op.Quotas[0]
 			}
@@ -335,8 +336,8 @@ func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
 func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client := mustClient(t, rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
-	op := &limit.Op{Cost: 1, N: 1}
-	op.Quotas[0] = limit.Quota{Key: []byte("epoch:{a}:b:fw:r:a"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
+	op := &limitstore.Op{Cost: 1, N: 1}
+	op.Quotas[0] = limitstore.Quota{Key: []byte("epoch:{a}:b:fw:r:a"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
 	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(0, 999_999), time.UnixMilli(-5), {}} {
 		s, err := New(client, WithClock(func() time.Time { return at }))
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
 )
@@ -41,16 +42,16 @@ func TestBatchedRepliesReachTheirCallers(t *testing.T) {
 		if !be.real {
 			each = 10 // miniredis runs a batch of 64 in milliseconds
 		}
-		ops := make([]limit.Op, keys)
+		ops := make([]limitstore.Op, keys)
 		for k := range ops {
 			ops[k] = oneQuota(fmt.Sprintf("%s:{k%d}:f", prefix, k),
-				limit.Quota{Algorithm: limit.FixedWindow, Limit: int64(300 + k), WindowMS: 3_600_000}, 1)
+				limitstore.Quota{Algorithm: limit.FixedWindow, Limit: int64(300 + k), WindowMS: 3_600_000}, 1)
 		}
 		// Warm up: every pipelined connection of the clients dialed under a
 		// long deadline (a connection rueidis dials for a Take of 1 ms
 		// deadline is cut before Redis answers, and the reconnect backoff
 		// then fails every call for a second: not what this test is about).
-		warm := oneQuota(prefix+":{warm}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 1 << 20, WindowMS: 3_600_000}, 1)
+		warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1 << 20, WindowMS: 3_600_000}, 1)
 		var ww sync.WaitGroup
 		for i := range 512 {
 			ww.Go(func() {
@@ -131,7 +132,7 @@ func le(s string) uint64 {
 // given up); and no goroutine is left (TestMain's goleak).
 func TestBatchedUnderScriptFlushAndClose(t *testing.T) {
 	prefix, client, s, _ := countingStore(t, standaloneBackend(t))
-	op := oneQuota(prefix+":{flush}:f", limit.Quota{Algorithm: limit.FixedWindow, Limit: 1 << 20, WindowMS: 3_600_000}, 1)
+	op := oneQuota(prefix+":{flush}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1 << 20, WindowMS: 3_600_000}, 1)
 	var admitted, closedErrs atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

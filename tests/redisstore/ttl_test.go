@@ -9,18 +9,19 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 )
 
 // ttlOps returns one one-quota op per algorithm (60 s windows) for
 // identity id.
-func ttlOps(prefix, id string) []limit.Op {
-	qs := []limit.Quota{
+func ttlOps(prefix, id string) []limitstore.Op {
+	qs := []limitstore.Quota{
 		{Algorithm: limit.SlidingWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 1234},
 		{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000, PhaseMS: 4321},
 		{Algorithm: limit.TokenBucket, Limit: 10, Burst: 10, WindowMS: 60_000},
 	}
-	ops := make([]limit.Op, len(qs))
+	ops := make([]limitstore.Op, len(qs))
 	for i, q := range qs {
 		ops[i] = oneQuota(opKey(prefix, "10p60", q.Algorithm, id), q, 1)
 	}
@@ -29,7 +30,7 @@ func ttlOps(prefix, id string) []limit.Op {
 
 // takeRetry calls Take until it succeeds (the first call after the
 // connections were killed may fail) or 10 s pass.
-func takeRetry(t *testing.T, s *Store, op *limit.Op) limit.Result {
+func takeRetry(t *testing.T, s *Store, op *limitstore.Op) limitstore.Result {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -102,13 +103,13 @@ func TestForeignValuesGetADeadline(t *testing.T) {
 		ctx := ctxT(t)
 		cases := []struct {
 			name  string
-			value func(op *limit.Op) string
+			value func(op *limitstore.Op) string
 		}{
-			{"garbage", func(*limit.Op) string { return "x 1 2" }},
-			{"garbage-40-bytes", func(*limit.Op) string { return strings.Repeat("\xa5", 40) }},
-			{"version-1-decimal", func(op *limit.Op) string { return "1 2 " + strconv.FormatInt(now+3_600_000, 10) }},
-			{"wrong-length", func(*limit.Op) string { return strings.Repeat("\x01", 39) }},
-			{"own-format-far-deadline", func(op *limit.Op) string {
+			{"garbage", func(*limitstore.Op) string { return "x 1 2" }},
+			{"garbage-40-bytes", func(*limitstore.Op) string { return strings.Repeat("\xa5", 40) }},
+			{"version-1-decimal", func(op *limitstore.Op) string { return "1 2 " + strconv.FormatInt(now+3_600_000, 10) }},
+			{"wrong-length", func(*limitstore.Op) string { return strings.Repeat("\x01", 39) }},
+			{"own-format-far-deadline", func(op *limitstore.Op) string {
 				// An empty state alive for an hour, recorded deadline in a year.
 				q := &op.Quotas[0]
 				a := floorDivTest(now-q.PhaseMS, q.WindowMS)

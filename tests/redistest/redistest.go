@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/quotagate/quotagate/conformance"
-	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/redis/rueidis"
@@ -45,7 +45,7 @@ var Memory = conformance.StoreOf(func(clock func() time.Time) (*memstore.Store, 
 })
 
 // Standalone returns a store on the standalone server, or skips t.
-func Standalone(t testing.TB, clock func() time.Time) limit.Store {
+func Standalone(t testing.TB, clock func() time.Time) limitstore.Store {
 	t.Helper()
 	url := os.Getenv(EnvURL)
 	if url == "" {
@@ -59,7 +59,7 @@ func Standalone(t testing.TB, clock func() time.Time) limit.Store {
 }
 
 // Cluster returns a store on the Redis Cluster, or skips t.
-func Cluster(t testing.TB, clock func() time.Time) limit.Store {
+func Cluster(t testing.TB, clock func() time.Time) limitstore.Store {
 	t.Helper()
 	addrs := os.Getenv(EnvCluster)
 	if addrs == "" {
@@ -77,7 +77,7 @@ func Cluster(t testing.TB, clock func() time.Time) limit.Store {
 	return open(t, opt, clock)
 }
 
-func open(t testing.TB, opt rueidis.ClientOption, clock func() time.Time) limit.Store {
+func open(t testing.TB, opt rueidis.ClientOption, clock func() time.Time) limitstore.Store {
 	t.Helper()
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
@@ -100,7 +100,7 @@ type namespaced struct {
 	ns string
 }
 
-func (n *namespaced) Take(ctx context.Context, op *limit.Op) (limit.Result, error) {
+func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	o := *op
 	for i := range o.N {
 		o.Quotas[i].Key = append([]byte(n.ns), op.Quotas[i].Key...)

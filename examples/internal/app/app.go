@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
@@ -151,7 +152,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var store limit.Store = local
+	var store limitstore.Store = local
 	storeName, failure, redisStatus := "memory (embedded default)", limit.FailOpen, ""
 	if c.Redis != "" {
 		rs, err := redisstore.NewFromURL(c.Redis, redisstore.WithObserver(obs), redisstore.WithLogger(logger))

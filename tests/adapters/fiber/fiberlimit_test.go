@@ -13,6 +13,7 @@ import (
 	fiberlimit "github.com/quotagate/quotagate/adapters/fiber"
 	"github.com/quotagate/quotagate/conformance"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 	"github.com/quotagate/quotagate/tests/fibertest"
 	"github.com/quotagate/quotagate/tests/redistest"
@@ -20,7 +21,7 @@ import (
 )
 
 // newStore is a memory store at a fake clock, as the benchmarks measure.
-func newStore(tb testing.TB) limit.Store {
+func newStore(tb testing.TB) limitstore.Store {
 	return redistest.Memory(tb, limittest.NewClock(time.Unix(0, 0)).Now)
 }
 

@@ -1,6 +1,16 @@
-package limit
+package limitstore
 
-import "context"
+import (
+	"context"
+	"errors"
+)
+
+// ErrCircuitOpen means the store was not called: its circuit breaker (a
+// guard.Store's, or a store's own) is open after the store answered nothing
+// for a whole timeout or failed several calls in a row, and the policy's
+// FailureMode decided. The error wraps the failure that opened it. One
+// probe call every 250 ms finds out whether the store is back.
+var ErrCircuitOpen = errors.New("limitstore: store not called, its circuit breaker is open")
 
 // Store keeps rate-limit state and makes one atomic decision per call
 // (store contract v2, DESIGN.md "Store contract").
@@ -26,4 +36,17 @@ import "context"
 // the engine with a method Describe() StoreInfo (see StoreInfo).
 type Store interface {
 	Take(ctx context.Context, op *Op) (Result, error)
+}
+
+// Info is what a Store tells the engine about itself: a Store that has a
+// method
+//
+//	Describe() Info
+//
+// is asked once, in limit.New (and With). A Store without it, and the zero
+// value, are labelled "custom".
+type Info struct {
+	// Name is the store label of metrics ("memory", "redis"); "" means
+	// "custom".
+	Name string
 }

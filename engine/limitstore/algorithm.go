@@ -1,4 +1,6 @@
-package limit
+package limitstore
+
+import "strconv"
 
 // This file holds the pure algorithm math shared by every store (store
 // contract v2): given the stored States of the quotas of one Op and the
@@ -10,6 +12,35 @@ package limit
 // Every product and sum below stays below 2^53 for the policies New accepts
 // (see Policy.resolve), so the Lua transcription, which computes with
 // doubles, agrees bit for bit.
+
+// Algorithm selects the math of a [Quota]. The zero value is
+// [SlidingWindow].
+type Algorithm uint8
+
+const (
+	// SlidingWindow (the default) weighs the previous fixed window by the part
+	// of it still inside the sliding window: estimate = prev*(W-elapsed)/W + curr.
+	SlidingWindow Algorithm = iota
+	// FixedWindow counts requests in windows of length Window, each identity
+	// with its own phase offset (see Policy.AlignWindows).
+	FixedWindow
+	// TokenBucket refills Limit tokens per Window up to Burst, implemented as
+	// GCRA (generic cell rate algorithm) with a theoretical arrival time (TAT).
+	TokenBucket
+)
+
+// String returns "sliding-window", "fixed-window" or "token-bucket".
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingWindow:
+		return "sliding-window"
+	case FixedWindow:
+		return "fixed-window"
+	case TokenBucket:
+		return "token-bucket"
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
 
 // MaxQuotas is the most quotas one Op carries (one policy's quotas).
 const MaxQuotas = 4
@@ -439,4 +470,12 @@ func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	if *s == before {
 		r.TTLMS = 0 // nothing to write
 	}
+}
+
+// ceilDiv is a / b rounded up, for a > 0 and b > 0; 0 for a <= 0.
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
 }

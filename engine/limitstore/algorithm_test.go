@@ -1,334 +1,60 @@
-package limit
+package limitstore
 
 import (
 	"fmt"
-	"math/big"
+	"github.com/quotagate/quotagate/engine/internal/refmodel"
 	"math/rand/v2"
 	"testing"
 )
 
-// The reference models below keep their own representation of a quota (a
-// map of per-window totals; a token bucket's fill level) and find every
-// number by brute force: Remaining by trying costs 1, 2, ... until one does
-// not fit, RetryAfter and ResetAfter by scanning forward one millisecond at
-// a time with the state frozen (a denied request writes nothing). They share
-// no code with Op.Apply, so an agreement over long random sequences (several
-// quotas, refunds, clock steps both ways, costs 0..capacity+1) is evidence,
-// not tautology. The rules they encode are the documented ones (DESIGN.md,
-// Algorithms): the sliding-window estimate, the token bucket's refill, and
-// the clock-step rules (a stored window up to 1 s ahead is honoured as it
-// stands; further ahead it is read as the current window and written back;
-// a token bucket never holds less than nothing).
-
-// refQuota is a brute-force model of one quota.
-type refQuota interface {
-	capacity() int64
-	// fits reports whether cost would be admitted at t.
-	fits(t, cost int64) bool
-	// normalize applies the clock-step reading at t to the stored state and
-	// reports whether it changed it (the store must then write it).
-	normalize(t int64) bool
-	// admit takes cost at t and returns the window it counted in.
-	admit(t, cost int64) int64
-	// refund gives cost back to a charge counted in window win, reporting
-	// whether the state changed.
-	refund(t, cost, win int64) bool
-	// window is the window a request at t counts in (0 for a bucket).
-	window(t int64) int64
-	// whole reports whether the quota is back to a fresh state at t.
-	whole(t int64) bool
-	// resetAfter is the time from t until the quota is whole again.
-	resetAfter(t int64) int64
-	// ttlBound is the longest time to live a state may get.
-	ttlBound() int64
-}
-
-// remaining is how many cost-1 requests m admits at t: the largest n that
-// fits.
-func remaining(m refQuota, t int64) int64 {
-	n := int64(0)
-	for n < m.capacity() && m.fits(t, n+1) {
-		n++
-	}
-	return n
-}
-
-// retryAfter scans forward for the first instant cost fits, the state
-// frozen; a cost above the capacity points at the whole quota's return.
-func retryAfter(tb testing.TB, m refQuota, t, cost int64) int64 {
-	if cost > m.capacity() {
-		return max(m.resetAfter(t), 1)
-	}
-	for dt := int64(1); dt < 1<<22; dt++ {
-		if m.fits(t+dt, cost) {
-			return dt
-		}
-	}
-	tb.Fatalf("model: cost %d never fits after %d", cost, t)
-	return 0
-}
-
-// refWindow models FixedWindow and SlidingWindow with a map of per-window
-// totals and the index of the latest window written.
-type refWindow struct {
-	sliding         bool
-	limit, w, phase int64
-	stored          int64           // the window of the stored state
-	total           map[int64]int64 // cost admitted per window index
-}
-
-func newRefWindow(sliding bool, limit, w, phase int64) *refWindow {
-	return &refWindow{sliding: sliding, limit: limit, w: w, phase: phase, total: map[int64]int64{}}
-}
-
-func floorDivRef(a, b int64) int64 {
-	if a >= 0 {
-		return a / b
-	}
-	return -((-a + b - 1) / b)
-}
-
-func (m *refWindow) capacity() int64   { return m.limit }
-func (m *refWindow) idx(t int64) int64 { return floorDivRef(t-m.phase, m.w) }
-func (m *refWindow) start(i int64) int64 {
-	return i*m.w + m.phase
-}
-
-// read returns the window a request at t counts in, the instant it is
-// judged at, the totals of that window and the one before, and whether the
-// stored window is far ahead (read as the current one).
-func (m *refWindow) read(t int64) (win, at, curr, prev int64, far bool) {
-	win, at = m.idx(t), t
-	from := win // the window whose totals are curr
-	if m.stored > win {
-		if m.start(m.stored)-t <= 1000 {
-			win, at, from = m.stored, m.start(m.stored), m.stored
-		} else {
-			far, from = true, m.stored
-		}
-	}
-	switch from {
-	case m.stored:
-		curr, prev = m.total[m.stored], m.total[m.stored-1]
-	case m.stored + 1:
-		prev = m.total[m.stored]
-	}
-	if !m.sliding {
-		prev = 0
-	}
-	return win, at, curr, prev, far
-}
-
-func (m *refWindow) fits(t, cost int64) bool {
-	win, at, curr, prev, _ := m.read(t)
-	if !m.sliding {
-		return curr+cost <= m.limit
-	}
-	// prev*(w-e)/w + curr + cost <= limit, in integers.
-	e := at - m.start(win)
-	return prev*(m.w-e)+(curr+cost)*m.w <= m.limit*m.w
-}
-
-func (m *refWindow) normalize(t int64) bool {
-	win, _, curr, prev, far := m.read(t)
-	if !far {
-		return false
-	}
-	m.total = map[int64]int64{win: curr, win - 1: prev}
-	m.stored = win
-	return true
-}
-
-func (m *refWindow) admit(t, cost int64) int64 {
-	m.normalize(t)
-	win, _, _, _, _ := m.read(t)
-	if win < m.stored-1 || win > m.stored+1 {
-		m.total = map[int64]int64{}
-	}
-	if win > m.stored {
-		m.stored = win
-	}
-	m.total[win] += cost
-	return win
-}
-
-func (m *refWindow) refund(_, cost, win int64) bool {
-	if win != m.stored && (!m.sliding || win != m.stored-1) {
-		return false
-	}
-	if m.total[win] == 0 || cost == 0 {
-		return false
-	}
-	m.total[win] = max(m.total[win]-cost, 0)
-	return true
-}
-
-func (m *refWindow) window(t int64) int64 { win, _, _, _, _ := m.read(t); return win }
-
-func (m *refWindow) whole(t int64) bool {
-	_, _, curr, prev, _ := m.read(t)
-	return curr == 0 && prev == 0
-}
-
-func (m *refWindow) resetAfter(t int64) int64 {
-	if !m.sliding { // the end of the window
-		win, _, _, _, _ := m.read(t)
-		return m.start(win+1) - t
-	}
-	for dt := int64(0); ; dt++ {
-		if m.whole(t + dt) {
-			return dt
-		}
-	}
-}
-
-func (m *refWindow) ttlBound() int64 {
-	if m.sliding {
-		return 2*m.w + 1000
-	}
-	return m.w + 2000
-}
-
-// refBucket models a token bucket by its fill level, in units where a token
-// is w units and the bucket refills limit units per ms: capacity burst*w.
-// The level at t counts from the level at t0, forwards or (after the clock
-// stepped back) backwards, never above the capacity.
-type refBucket struct {
-	limit, burst, w int64
-	level, t0       int64
-}
-
-func newRefBucket(limit, burst, w int64) *refBucket {
-	return &refBucket{limit: limit, burst: burst, w: w, level: burst * w}
-}
-
-func (m *refBucket) capacity() int64 { return m.burst }
-
-// at returns the level at t, and whether it would be below empty (only
-// after a backward clock step).
-func (m *refBucket) at(t int64) (int64, bool) {
-	full := m.burst * m.w
-	if t >= m.t0 {
-		if t-m.t0 >= (full-m.level+m.limit-1)/m.limit {
-			return full, false
-		}
-		return m.level + (t-m.t0)*m.limit, false
-	}
-	if lv := m.level - (m.t0-t)*m.limit; lv >= 0 {
-		return lv, false
-	}
-	return 0, true
-}
-
-func (m *refBucket) fits(t, cost int64) bool {
-	lv, _ := m.at(t)
-	return cost <= m.burst && lv >= cost*m.w
-}
-
-func (m *refBucket) normalize(t int64) bool {
-	lv, below := m.at(t)
-	if below {
-		m.level, m.t0 = lv, t
-	}
-	return below
-}
-
-func (m *refBucket) admit(t, cost int64) int64 {
-	lv, _ := m.at(t)
-	m.level, m.t0 = lv-cost*m.w, t
-	return m.window(t)
-}
-
-// refund gives back what is left at t of a charge whose bucket was empty
-// down to win (the TAT after it, ms rounded up): the charge's last
-// min(cost, burst) tokens, less what the bucket has refilled past win - t.
-func (m *refBucket) refund(t, cost, win int64) bool {
-	lv, below := m.at(t)
-	full := m.burst * m.w
-	if lv == full {
-		return false
-	}
-	g := min(cost, m.burst) * m.w
-	if win <= t {
-		g = 0
-	} else {
-		g = min(g, (win-t)*m.limit)
-	}
-	m.level, m.t0 = min(lv+g, full), t
-	return below || g > 0
-}
-
-// window is the TAT at t, ms rounded up: t plus the time the missing level
-// takes to refill.
-func (m *refBucket) window(t int64) int64 {
-	lv, _ := m.at(t)
-	return t + (m.burst*m.w-lv+m.limit-1)/m.limit
-}
-func (m *refBucket) whole(t int64) bool {
-	lv, _ := m.at(t)
-	return lv == m.burst*m.w
-}
-
-func (m *refBucket) resetAfter(t int64) int64 {
-	for dt := int64(0); ; dt++ {
-		if m.whole(t + dt) {
-			return dt
-		}
-	}
-}
-
-func (m *refBucket) ttlBound() int64 {
-	return max((m.burst*m.w+m.limit-1)/m.limit, 1)
-}
-
 // refOp runs one Op through the models: the expected Result, and for each
 // quota whether the store must write its state.
-func refOp(tb testing.TB, ms []refQuota, op *Op, t int64) (Result, [MaxQuotas]bool) {
+func refOp(tb testing.TB, ms []refmodel.Quota, op *Op, t int64) (Result, [MaxQuotas]bool) {
 	res := Result{NowMS: t, N: len(ms)}
 	var write [MaxQuotas]bool
 	cost := op.Cost
 	if op.Refund {
 		res.Allowed = true
 		for i, m := range ms {
-			write[i] = m.refund(t, cost, op.Quotas[i].Window)
-			write[i] = m.normalize(t) || write[i]
-			res.Quotas[i] = QuotaResult{Allowed: true, Remaining: remaining(m, t), ResetAfterMS: m.resetAfter(t), Window: m.window(t)}
+			write[i] = m.Refund(t, cost, op.Quotas[i].Window)
+			write[i] = m.Normalize(t) || write[i]
+			res.Quotas[i] = QuotaResult{Allowed: true, Remaining: refmodel.Remaining(m, t), ResetAfterMS: m.ResetAfter(t), Window: m.Window(t)}
 		}
 		return res, write
 	}
 	all := true
 	for _, m := range ms {
-		all = all && m.fits(t, cost)
+		all = all && m.Fits(t, cost)
 	}
 	res.Allowed = all
 	for i, m := range ms {
 		q := &res.Quotas[i]
 		if all {
-			q.Allowed, q.Window, write[i] = true, m.admit(t, cost), true
+			q.Allowed, q.Window, write[i] = true, m.Admit(t, cost), true
 		} else {
-			write[i] = m.normalize(t)
-			q.Allowed, q.Window = m.fits(t, cost), m.window(t)
+			write[i] = m.Normalize(t)
+			q.Allowed, q.Window = m.Fits(t, cost), m.Window(t)
 			if !q.Allowed {
-				q.RetryAfterMS = retryAfter(tb, m, t, cost)
+				q.RetryAfterMS = refmodel.RetryAfter(tb, m, t, cost)
 			}
 		}
-		q.Remaining, q.ResetAfterMS = remaining(m, t), m.resetAfter(t)
+		q.Remaining, q.ResetAfterMS = refmodel.Remaining(m, t), m.ResetAfter(t)
 	}
 	return res, write
 }
 
 // randomQuota returns a random quota (small numbers, so that the models'
 // scans stay short) and its model.
-func randomQuota(rng *rand.Rand, alg Algorithm) (Quota, refQuota) {
+func randomQuota(rng *rand.Rand, alg Algorithm) (Quota, refmodel.Quota) {
 	limit := 1 + rng.Int64N(6)
 	w := 1 + rng.Int64N(40)
 	q := Quota{Algorithm: alg, Limit: limit, WindowMS: w}
 	if alg == TokenBucket {
 		q.Burst = 1 + rng.Int64N(6)
-		return q, newRefBucket(limit, q.Burst, w)
+		return q, refmodel.NewBucket(limit, q.Burst, w)
 	}
 	q.PhaseMS = rng.Int64N(w)
-	return q, newRefWindow(alg == SlidingWindow, limit, w, q.PhaseMS)
+	return q, refmodel.NewWindow(alg == SlidingWindow, limit, w, q.PhaseMS)
 }
 
 // TestApplyAgainstReferenceModels drives random sequences of Ops (1 to 4
@@ -346,7 +72,7 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 			var (
 				op      Op
 				sts     [MaxQuotas]State
-				models  []refQuota
+				models  []refmodel.Quota
 				now     int64
 				charges []Op // admitted Ops, to refund later
 				counts  [4]int
@@ -359,7 +85,7 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					if mix == "mixed" {
 						alg = Algorithm(rng.IntN(3))
 					}
-					var m refQuota
+					var m refmodel.Quota
 					op.Quotas[i], m = randomQuota(rng, alg)
 					models = append(models, m)
 				}
@@ -387,9 +113,9 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					now -= 1000 + rng.Int64N(5000) // back, further than 1 s
 				}
 				o := op
-				capacity := models[0].capacity()
+				capacity := models[0].Capacity()
 				for _, m := range models[1:] {
-					capacity = min(capacity, m.capacity())
+					capacity = min(capacity, m.Capacity())
 				}
 				o.Cost = rng.Int64N(capacity + 2) // 0 .. capacity+1
 				if len(charges) > 0 && rng.IntN(5) == 0 {
@@ -415,8 +141,8 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 						t.Fatalf("step %d quota %d: state changed %+v -> %+v without a write", i, j, before[j], sts[j])
 					}
 					if ttl > 0 && !o.Refund {
-						if !models[j].whole(now+ttl) || ttl > models[j].ttlBound() {
-							t.Fatalf("step %d quota %d: TTL %d: the state still matters then, or over the bound %d", i, j, ttl, models[j].ttlBound())
+						if !models[j].Whole(now+ttl) || ttl > models[j].TTLBound() {
+							t.Fatalf("step %d quota %d: TTL %d: the state still matters then, or over the bound %d", i, j, ttl, models[j].TTLBound())
 						}
 					}
 				}
@@ -698,70 +424,5 @@ func TestSeveralQuotasAllOrNothing(t *testing.T) {
 	}
 	if res.Quotas[0].Remaining != 8 || res.Quotas[0].RetryAfterMS != 0 || res.Quotas[1].RetryAfterMS <= 0 {
 		t.Errorf("third call numbers: %+v", res)
-	}
-}
-
-// Property over the boundary of the accepted TokenBucket range (Limit up to
-// 2^50, Burst*Window up to 2^50, refill up to maxRefill): every number Apply
-// returns is in range, every intermediate stays below 2^53 (so the Lua
-// transcription is exact), and admission agrees with an arbitrary-precision
-// computation of the bucket.
-func TestTokenBucketBoundaryOfTheAcceptedRange(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 13))
-	refillMS := maxRefill.Milliseconds()
-	limits := []int64{1, 3, 7, 1000, 1 << 20, 1 << 40, 1 << 50}
-	for trial := range 2000 {
-		lim := limits[rng.IntN(len(limits))]
-		w := 1 + rng.Int64N(maxWindow.Milliseconds())
-		if rng.IntN(2) == 0 {
-			w = []int64{1, 1000, 60_000, maxWindow.Milliseconds()}[rng.IntN(4)]
-		}
-		// The largest Burst both bounds accept, or a little under it.
-		maxBurst := min(maxTokenBucketUnits/w, new(big.Int).Div(new(big.Int).Mul(big.NewInt(refillMS), big.NewInt(lim)), big.NewInt(w)).Int64())
-		if maxBurst < 1 {
-			continue
-		}
-		burst := max(maxBurst-rng.Int64N(3), 1)
-		if checkTokenBucket(lim, w, burst) != nil {
-			t.Fatalf("trial %d: Limit %d Window %d Burst %d (the bound itself) rejected: %v", trial, lim, w, burst, checkTokenBucket(lim, w, burst))
-		}
-		if checkTokenBucket(lim, w, maxBurst+1) == nil {
-			t.Fatalf("trial %d: Limit %d Window %d Burst %d (past the bound) accepted", trial, lim, w, maxBurst+1)
-		}
-		q := Quota{Algorithm: TokenBucket, Limit: lim, WindowMS: w, Burst: burst}
-		now := int64(1_767_225_600_000)
-		var st State
-		for range 50 {
-			now += rng.Int64N(ceilDiv(burst*w, lim)+2) - rng.Int64N(ceilDiv(burst*w, lim)/4+2)
-			cost := []int64{0, 1, burst, burst + 1, rng.Int64N(burst + 2)}[rng.IntN(5)]
-			// The arbitrary-precision bucket: TAT - now in 1/Limit ms.
-			off := new(big.Int).Add(new(big.Int).Mul(big.NewInt(st.TAT-now), big.NewInt(lim)), big.NewInt(st.TATFrac))
-			tau := new(big.Int).Mul(big.NewInt(burst), big.NewInt(w))
-			if off.Sign() < 0 || st.TAT < now {
-				off.SetInt64(0)
-			}
-			if off.Cmp(tau) > 0 {
-				off.Set(tau)
-			}
-			need := new(big.Int).Add(off, new(big.Int).Mul(big.NewInt(cost), big.NewInt(w)))
-			if need.Cmp(big.NewInt(1<<53)) >= 0 || new(big.Int).Add(tau, big.NewInt(2*lim)).Cmp(big.NewInt(1<<53)) >= 0 {
-				t.Fatalf("trial %d: an intermediate reaches 2^53 (Limit %d Window %d Burst %d cost %d)", trial, lim, w, burst, cost)
-			}
-			wantAllowed := cost <= burst && need.Cmp(tau) <= 0
-			next, res := applyOne(&Op{Cost: cost, N: 1, Quotas: [MaxQuotas]Quota{q}}, st, now)
-			if res.Allowed != wantAllowed {
-				t.Fatalf("trial %d: Allowed %v, exact bucket says %v (Limit %d Window %d Burst %d cost %d state %+v now %d)",
-					trial, res.Allowed, wantAllowed, lim, w, burst, cost, st, now)
-			}
-			for name, v := range map[string]int64{"ResetAfterMS": res.ResetAfterMS, "RetryAfterMS": res.RetryAfterMS, "TTLMS": res.TTLMS} {
-				if v < 0 || v > refillMS {
-					t.Fatalf("trial %d: %s %d out of [0, %d] (Limit %d Window %d Burst %d cost %d)", trial, name, v, refillMS, lim, w, burst, cost)
-				}
-			}
-			if res.Remaining < 0 || res.Remaining > burst || next.TATFrac < 0 || next.TATFrac >= lim {
-				t.Fatalf("trial %d: Remaining %d, state %+v (Burst %d)", trial, res.Remaining, next, burst)
-			}
-			st = next
-		}
 	}
 }

@@ -1,0 +1,15 @@
+// Package limitstore is the contract between quotagate's engine (package
+// limit) and its stores: what a store is asked ([Op]: take a cost from up
+// to [MaxQuotas] quotas of one identity, all or nothing, or give it back),
+// what it answers ([Result]), and the one function that decides ([Op.Apply],
+// the rate-limit math: sliding window, fixed window, and token bucket as
+// GCRA). A store adds atomicity and persistence around Apply: it reads the
+// [State] under each quota's key, calls Apply at its clock reading, and
+// writes back what the [Store] contract says, as one atomic step.
+//
+// A store author needs only this package (and, for a store that waits on
+// I/O, package guard for a timeout, a circuit breaker and a deny cache).
+// Every number stays below 2^53, so a store that computes in doubles (a Lua
+// script) can transcribe Apply exactly. The package imports only the
+// standard library.
+package limitstore
