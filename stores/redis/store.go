@@ -268,16 +268,19 @@ func (s *Store) Client() rueidis.Client {
 // not answer in time; the request may still have been counted when the
 // deadline expired after the script ran, but never when the call ended
 // while it waited for a call to share. The error's text starts with
-// "redisstore: ", once, whatever path produced it, except for a call the
-// open breaker did not make (limitstore.ErrCircuitOpen, wrapping the
-// failure that opened it); errors.Is finds the sentinels (ErrClosed,
-// ErrNotConnected, ErrBadReply, ErrReconnectBackoff) and
-// context.DeadlineExceeded.
+// "redisstore: ", once, whatever path produced it; errors.Is finds the
+// sentinels (ErrClosed, ErrNotConnected, ErrBadReply, ErrReconnectBackoff),
+// context.DeadlineExceeded and, for a call the open breaker did not make,
+// limitstore.ErrCircuitOpen (wrapping the failure that opened it).
 func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if s.guard == nil {
 		return s.script(ctx, op)
 	}
-	return s.guard.Take(ctx, op)
+	res, err := s.guard.Take(ctx, op)
+	if err != nil {
+		return res, prefixed(err) // the guard's own: a timeout, an open breaker
+	}
+	return res, nil
 }
 
 // script is Take without the protections: one script call.

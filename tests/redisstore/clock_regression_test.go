@@ -42,11 +42,11 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 	clock.Store(time.Now().UnixMilli()) // the fillers' and the warm-up's
 	opt := WithClock(func() time.Time { return time.UnixMilli(clock.Load()) })
 	g := newGated(client)
-	batched, err := New(g, opt)
+	batched, err := New(g, opt, WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}
-	alone, err := New(client, opt)
+	alone, err := New(client, opt, WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		// The first connection gets no answer (dial_timeout), so the gate
 		// refuses the background reconnects for 1 s: the Store is not
 		// connected, and its last connection error is the gate's.
-		s, err := NewFromURL("redis://" + frozenListener(t) + "?dial_timeout=50ms")
+		s, err := NewFromURL("redis://"+frozenListener(t)+"?dial_timeout=50ms", WithoutGuard()) // the raw paths: no breaker between the polls
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,8 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,4 +345,246 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Group commit (issue 13): concurrent Takes share one EVALSHA of the batch
+// script. These tests drive the batching deterministically through the
+// public API: gatedClient holds every EVALSHA until the test lets it go, so
+// the Store's calls stay out and later Takes queue; watchCtx tells when a
+// Take waits in the queue (it asks its context's Done only then, after it
+// was queued, and only a gated call asks it first), so the test knows the
+// queue's order.
+
+// gatedClient is a rueidis.Client whose EVALSHA calls, while gated, report
+// themselves on arrived (with their Op count: opsOf) and wait for a permit
+// (or their context).
+type gatedClient struct {
+	rueidis.Client
+	gated   atomic.Bool
+	arrived chan int
+	permits chan struct{}
+	mu      sync.Mutex
+	calls   []int // the Op counts of the EVALSHA calls, gated or not
+}
+
+func newGated(c rueidis.Client) *gatedClient {
+	return &gatedClient{Client: c, arrived: make(chan int), permits: make(chan struct{}, 1000)}
+}
+
+func (g *gatedClient) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	if cs := cmd.Commands(); len(cs) > 3 && strings.EqualFold(cs[0], "EVALSHA") {
+		nk, _ := strconv.Atoi(cs[2])
+		ops := opsOf(cs[3+nk:])
+		g.mu.Lock()
+		g.calls = append(g.calls, ops)
+		g.mu.Unlock()
+		if g.gated.Load() {
+			g.arrived <- ops
+			select {
+			case <-g.permits:
+			case <-ctx.Done():
+				return rueidis.NewErrorResult(ctx.Err())
+			}
+		}
+	}
+	return g.Client.Do(ctx, cmd)
+}
+
+// opsOf is the number of Ops a store's script call with arguments args
+// decides: 1 for a plain call (one argument), else the Ops of the batch
+// (the store's wire format: ARGV[1] holds per Op n, the index of its
+// argument, n key indexes and 4 bytes of phase; the arguments follow); 0
+// for neither.
+func opsOf(args []string) int {
+	if len(args) == 1 {
+		return 1
+	}
+	if len(args) == 0 {
+		return 0
+	}
+	h, ops := args[0], 0
+	for len(h) >= 2 {
+		n := int(h[0]) &^ 0x80 // the head's flag: the key is read again later
+		if n < 1 || n > limitstore.MaxQuotas || int(h[1]) < 2 || int(h[1]) > len(args) || len(h) < 6+n {
+			return 0
+		}
+		h, ops = h[6+n:], ops+1
+	}
+	if h != "" {
+		return 0
+	}
+	return ops
+}
+
+// batchCalls returns the Op counts of the store's script calls.
+func (g *gatedClient) batchCalls() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.calls)
+}
+
+// watchCtx closes asked the first time Done is called.
+type watchCtx struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func newWatchCtx(parent context.Context) *watchCtx {
+	return &watchCtx{Context: parent, asked: make(chan struct{})}
+}
+
+func (c *watchCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
+}
+
+// outcome is one Take's answer.
+type outcome struct {
+	res limitstore.Result
+	err error
+}
+
+// gatedRun starts Takes on s through g one at a time: first fillers (Ops
+// on keys of their own) until one of them queues, so every call slot is
+// held by a gated call; then each of ops, waiting until it is queued. It
+// returns the fillers' and the ops' outcome channels, in the ops' order.
+// The caller then lets the calls go (release).
+type gatedRun struct {
+	t       *testing.T
+	s       *Store
+	g       *gatedClient
+	held    int // gated calls waiting for a permit
+	fillers []chan outcome
+}
+
+func startGated(t *testing.T, s *Store, g *gatedClient, fillerPrefix string) *gatedRun {
+	t.Helper()
+	return startGatedWith(t, s, g, func(i int) limitstore.Op {
+		return oneQuota(fmt.Sprintf("%s:{fill%d}:f", fillerPrefix, i),
+			limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	})
+}
+
+// startGatedWith is startGated with the fillers' Ops made by filler (the
+// i-th filler's; each on keys of its own): the last one made is the one
+// that queued, the first Op of the flight.
+func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) limitstore.Op) *gatedRun {
+	t.Helper()
+	r := &gatedRun{t: t, s: s, g: g}
+	g.gated.Store(true)
+	for i := 0; ; i++ {
+		if i == 100 {
+			t.Fatal("100 concurrent Takes and none queued: the Store does not batch")
+		}
+		op := filler(i)
+		ch, queued := r.start(context.Background(), &op)
+		r.fillers = append(r.fillers, ch)
+		if queued {
+			return r
+		}
+	}
+}
+
+// start runs s.Take(ctx, op) in a goroutine and waits until it either
+// reaches the client (a plain call, held by the gate) or waits in the
+// queue; queued reports which.
+func (r *gatedRun) start(ctx context.Context, op *limitstore.Op) (ch chan outcome, queued bool) {
+	r.t.Helper()
+	wc := newWatchCtx(ctx)
+	ch = make(chan outcome, 1)
+	go func() {
+		res, err := r.s.Take(wc, op)
+		ch <- outcome{res, err}
+	}()
+	select {
+	case <-r.g.arrived:
+		r.held++
+		return ch, false
+	case <-wc.asked:
+		return ch, true
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("a Take neither reached Redis nor queued within 10 s")
+	}
+	return nil, false
+}
+
+// release lets the held calls and every later call go.
+func (r *gatedRun) release() {
+	r.g.gated.Store(false)
+	for range r.held {
+		r.g.permits <- struct{}{}
+	}
+	r.held = 0
+	// A flight that arrived gated before the gate opened.
+	for {
+		select {
+		case <-r.g.arrived:
+			r.g.permits <- struct{}{}
+		default:
+			return
+		}
+	}
+}
+
+// releaseAll lets every call go and waits for the fillers' decisions.
+func (r *gatedRun) releaseAll() {
+	r.t.Helper()
+	r.release()
+	for _, ch := range r.fillers {
+		if o := r.wait(ch); o.err != nil {
+			r.t.Fatalf("filler: %v", o.err)
+		}
+	}
+}
+
+// neverSent fails t unless op's (first) key does not exist: the Take that
+// gave up was never sent.
+func neverSent(t *testing.T, client rueidis.Client, op *limitstore.Op) {
+	t.Helper()
+	if n, err := client.Do(context.Background(), client.B().Exists().Key(string(op.Quotas[0].Key)).Build()).AsInt64(); err != nil || n != 0 {
+		t.Fatalf("EXISTS of the key of the Take that gave up: %d, %v; want 0 (never sent)", n, err)
+	}
+}
+
+// wait returns the outcome on ch (10 s at most).
+func (r *gatedRun) wait(ch chan outcome) outcome {
+	r.t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("a Take did not return within 10 s")
+	}
+	return outcome{}
+}
+
+// forOneServer runs f on the backends that batch: miniredis and the
+// standalone server (a Cluster never batches).
+func forOneServer(t *testing.T, f func(t *testing.T, be *backend)) {
+	t.Run("miniredis", func(t *testing.T) { f(t, miniBackend(t)) })
+	t.Run("standalone", func(t *testing.T) { f(t, standaloneBackend(t)) })
+}
+
+// countingStore is a Store on a gatedClient of be (not gated: it counts
+// the script calls); the test's keys are under prefix, deleted at the end.
+func countingStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient) {
+	t.Helper()
+	prefix = testPrefix(t)
+	client = be.newClient(t)
+	t.Cleanup(func() { deleteKeys(t, client, prefix) })
+	g = newGated(client)
+	s, err := New(g, WithoutGuard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return prefix, client, s, g
+}
+
+// gatedStore is countingStore with the Store's calls held by fillers
+// (startGated).
+func gatedStore(t *testing.T, be *backend) (prefix string, client rueidis.Client, s *Store, g *gatedClient, r *gatedRun) {
+	t.Helper()
+	prefix, client, s, g = countingStore(t, be)
+	return prefix, client, s, g, startGated(t, s, g, prefix+":fill")
 }
