@@ -44,7 +44,7 @@ type Harness interface {
 	// KeyFunc returns the adapter's typed key function (its KeyFunc over
 	// the framework's own context) whose identity is the value of the
 	// request header name ("" when absent).
-	KeyFunc(name string) limit.KeyFunc
+	KeyFunc(name string) func(limit.Request) (string, error)
 	// CostFunc returns the adapter's typed cost function (its CostFunc over
 	// the framework's own context) whose cost is the integer value of the
 	// query parameter name (0, the policy's Cost, when absent).

@@ -42,7 +42,7 @@ func CheckMounts(t *testing.T, handler string, mounts []string, serve func(t *te
 			if e := rec.Last(); e.Bucket != "/v1/notes/{id} 4p60f" || (handler != "" && e.Handler != handler) {
 				t.Fatalf("event %+v, want the route template bucket and the handler label %q", e, handler)
 			}
-			if n := rec.Issues(limit.IssueRouteUnknown); n != 0 {
+			if n := rec.Issues(limit.Issue("route-unknown")); n != 0 {
 				t.Fatalf("%d route-unknown issues, want 0", n)
 			}
 			other := limittest.ClientFrom("127.0.0.6")
@@ -93,7 +93,7 @@ func CheckSpellings(t *testing.T, served []string, serve func(t *testing.T, l *l
 	if r := limittest.Do(t, c, "POST", url+"/v1/login"); r.Status != http.StatusTooManyRequests {
 		t.Fatalf("POST /v1/login after %d spellings: %d, want 429: every spelling counts in the route's allowance of %d", len(served), r.Status, n)
 	}
-	if k := rec.Issues(limit.IssueRouteUnknown); k != 0 {
+	if k := rec.Issues(limit.Issue("route-unknown")); k != 0 {
 		t.Fatalf("%d route-unknown issues, want 0", k)
 	}
 }

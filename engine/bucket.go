@@ -10,13 +10,13 @@ import (
 // signature, or for PerRoute the normalised route template plus the signature
 // ("/v1/notes/{id} 100p60"). A request no route matches (Request.Unmatched)
 // draws on the Shared bucket; a PerRoute request whose route the mount cannot
-// see falls back to Shared too and reports IssueRouteUnknown.
+// see falls back to Shared too and reports Issue "route-unknown".
 func (l *Limiter) bucket(r *Request) bucketRef {
 	if l.policy.Name != "" || l.policy.Scope != PerRoute || r.Unmatched {
 		return l.shared
 	}
 	if r.Route == "" {
-		l.cfg.rep.issue(l.shared.name, IssueRouteUnknown)
+		l.cfg.rep.issue(l.shared.name, issueRouteUnknown)
 		return l.shared
 	}
 	return l.routes.bucket(r.Route, l.res.signature)

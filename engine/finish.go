@@ -142,7 +142,7 @@ func (l *Limiter) countStatus(status int) (counts bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			counts = true
-			l.cfg.rep.policyFuncFailed(l.shared.name, IssueHookPanic, "CountStatus panicked; the request stays counted", p)
+			l.cfg.rep.policyFuncFailed(l.shared.name, issueHookPanic, "CountStatus panicked; the request stays counted", p)
 		}
 	}()
 	return l.policy.CountStatus(status)

@@ -123,8 +123,8 @@ func TestFinishCountStatus(t *testing.T) {
 	if d, _ := p.Consume(ctx, "a"); d.Allowed {
 		t.Fatal("a panicking CountStatus gave the charge back")
 	}
-	if rec.Issues(limit.IssueHookPanic) != 1 {
-		t.Fatalf("IssueHookPanic reported %d times, want 1", rec.Issues(limit.IssueHookPanic))
+	if rec.Issues(limit.Issue("hook-panic")) != 1 {
+		t.Fatalf("IssueHookPanic reported %d times, want 1", rec.Issues(limit.Issue("hook-panic")))
 	}
 
 	// Finish with another Limiter's Decision does nothing.

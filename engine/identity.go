@@ -24,13 +24,13 @@ var fallbackWho = who{src: KeySourceFallback}
 
 // identify derives whose allowance r draws on. First match wins:
 //  1. Policy.KeyFunc returning a non-blank string (errors and blank fall
-//     through; a panic is recovered and reported as IssueKeyFuncPanic);
+//     through; a panic is recovered and reported as Issue "key-func-panic");
 //  2. the trusted client-address header, when WithTrustedHeader or
 //     WithTrustedProxies is configured and it yields an address (see
 //     trustConfig.resolve; problems are reported as trusted-header-missing or
 //     trusted-header-unusable and fall through);
 //  3. the socket peer address;
-//  4. nothing: the shared fallback bucket, reported as IssueNoClientAddress.
+//  4. nothing: the shared fallback bucket, reported as Issue "no-client-address".
 //
 // Addresses are grouped by the configured prefixes (IPv4 /32 and IPv6 /64 by
 // default), so that rotating addresses inside one IPv6 /64 does not escape
@@ -54,7 +54,7 @@ func (l *Limiter) identify(r *Request, bucket string) who {
 		l.cfg.rep.trustIssue(bucket, t, ca)
 	}
 	if ca.src == "" {
-		l.cfg.rep.issue(bucket, IssueNoClientAddress)
+		l.cfg.rep.issue(bucket, issueNoClientAddress)
 		return fallbackWho
 	}
 	return who{src: ca.src, addr: l.group(ca.addr)}

@@ -31,7 +31,7 @@ func TestClientIdentityChain(t *testing.T) {
 	fwd2 := []limit.Option{limit.WithTrustedHeader("Forwarded", 2)}
 	realIP := []limit.Option{limit.WithTrustedHeader("X-Real-IP", 1)}
 	cidr := []limit.Option{limit.WithTrustedProxies(netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("fe80::/10"))}
-	keyFn := func(id string, err error) limit.KeyFunc {
+	keyFn := func(id string, err error) func(limit.Request) (string, error) {
 		return func(limit.Request) (string, error) { return id, err }
 	}
 	long := strings.Repeat("u", 200)
@@ -39,14 +39,14 @@ func TestClientIdentityChain(t *testing.T) {
 	for i := 20; i >= 1; i-- {
 		chain20 = append(chain20, "10.0.1."+strconv.Itoa(i))
 	}
-	miss := []limit.Issue{limit.IssueTrustedHeaderMissing}
-	unusable := []limit.Issue{limit.IssueTrustedHeaderUnusable}
-	noAddr := []limit.Issue{limit.IssueNoClientAddress}
+	miss := []limit.Issue{limit.Issue("trusted-header-missing")}
+	unusable := []limit.Issue{limit.Issue("trusted-header-unusable")}
+	noAddr := []limit.Issue{limit.Issue("no-client-address")}
 
 	cases := []struct {
 		name    string
 		opts    []limit.Option
-		keyFunc limit.KeyFunc
+		keyFunc func(limit.Request) (string, error)
 		peer    string
 		header  []string // "Name: value", one element per header line
 		src     limit.KeySource
@@ -78,7 +78,7 @@ func TestClientIdentityChain(t *testing.T) {
 		{name: "key_func_wins_over_trusted_header", opts: xff1, keyFunc: keyFn("user-42", nil), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceKeyFunc, id: "r:k=user-42"},
 		{name: "key_func_blank_falls_through", keyFunc: keyFn("  ", nil), peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
 		{name: "key_func_error_falls_through", keyFunc: keyFn("user-42", errors.New("no session")), peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1"},
-		{name: "key_func_panic_falls_through", keyFunc: func(limit.Request) (string, error) { panic("boom\n") }, peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1", issues: []limit.Issue{limit.IssueKeyFuncPanic}},
+		{name: "key_func_panic_falls_through", keyFunc: func(limit.Request) (string, error) { panic("boom\n") }, peer: "192.0.2.1:1", src: limit.KeySourceSocket, id: "r:192.0.2.1", issues: []limit.Issue{limit.Issue("key-func-panic")}},
 		{name: "key_func_long_identity_hashed", keyFunc: keyFn(long, nil), peer: "192.0.2.1:1", src: limit.KeySourceKeyFunc, id: hashed("k=" + long)},
 		{name: "key_func_error_falls_to_trusted_header", opts: xff1, keyFunc: keyFn("", errors.New("x")), peer: "192.0.2.1:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
 
@@ -107,7 +107,7 @@ func TestClientIdentityChain(t *testing.T) {
 		{name: "xff_malformed_left_of_hop_not_read", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: \x00garbage\"" + strings.Repeat("x", 500) + ", 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
 		{name: "xff_name_case_insensitive", opts: []limit.Option{limit.WithTrustedHeader("x-forwarded-for", 1)}, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
 		{name: "xff_header_wins_with_empty_peer", opts: xff1, peer: "", header: []string{"X-Forwarded-For: 203.0.113.9"}, src: limit.KeySourceHeader, id: "r:203.0.113.9"},
-		{name: "xff_absent_and_empty_peer_fallback", opts: xff1, peer: "", src: limit.KeySourceFallback, id: "r:", issues: []limit.Issue{limit.IssueTrustedHeaderMissing, limit.IssueNoClientAddress}},
+		{name: "xff_absent_and_empty_peer_fallback", opts: xff1, peer: "", src: limit.KeySourceFallback, id: "r:", issues: []limit.Issue{limit.Issue("trusted-header-missing"), limit.Issue("no-client-address")}},
 		{name: "xff_ipv6_client_grouped_by_64", opts: xff1, peer: "10.0.0.2:1", header: []string{"X-Forwarded-For: 2001:db8:1:2:3:4:5:6"}, src: limit.KeySourceHeader, id: "r:2001:db8:1:2::"},
 
 		// WithTrustedHeader, RFC 7239 Forwarded.
@@ -298,7 +298,7 @@ func TestFallbackBucketCap(t *testing.T) {
 			if n != tc.allowed {
 				t.Fatalf("%d allowed, want %d", n, tc.allowed)
 			}
-			if got := obs.Issues(limit.IssueNoClientAddress); got != tc.allowed+3 {
+			if got := obs.Issues(limit.Issue("no-client-address")); got != tc.allowed+3 {
 				t.Fatalf("%d no-client-address events, want one per request (%d)", got, tc.allowed+3)
 			}
 		})

@@ -169,7 +169,7 @@ func checkCountMode(t *testing.T, name string, raw string, hopsByte uint8) {
 
 	// Text added left of everything (a new first line) changes nothing
 	// unless the walk ran off the left end of the list.
-	if got.issue != IssueTrustedHeaderMissing {
+	if got.issue != issueTrustedHeaderMissing {
 		junk := strings.Repeat(raw+`,"\x00 `, 1+(1<<14)/(len(raw)+5))
 		again := tr.resolve(fuzzHeader(name, append([]string{junk}, lines...)), peer, true)
 		if again != got {
@@ -200,7 +200,7 @@ func checkCountMode(t *testing.T, name string, raw string, hopsByte uint8) {
 	if !wellFormed {
 		return // the n-th member is not defined; the bounds above still hold
 	}
-	if got.issue == IssueTrustedHeaderMissing && len(members) >= hops {
+	if got.issue == issueTrustedHeaderMissing && len(members) >= hops {
 		t.Fatalf("reported %d hops missing, but the list has %d members: %q", hops, len(members), members)
 	}
 	if got.src != KeySourceHeader {

@@ -105,7 +105,7 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 	if want := []int{200, 200, 429, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses over the Unix socket %v, want %v (fallback cap max(1, 20/10) = 2, shared by all clients)", got, want)
 	}
-	if n := obs.Issues(limit.IssueNoClientAddress); n != 4 {
+	if n := obs.Issues(limit.Issue("no-client-address")); n != 4 {
 		t.Fatalf("%d no-client-address events, want 4", n)
 	}
 	checkKeySources(t, obs, limit.KeySourceFallback)
@@ -123,7 +123,7 @@ func TestSocketFallbackBucketCap(t *testing.T) {
 			t.Fatalf("TCP request %d from 127.0.0.2: status %d, want 200", i, s)
 		}
 	}
-	if n := obs.Issues(limit.IssueNoClientAddress); n != 4 {
+	if n := obs.Issues(limit.Issue("no-client-address")); n != 4 {
 		t.Fatalf("TCP requests reported no-client-address (%d events)", n)
 	}
 }
@@ -153,7 +153,7 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
 		t.Fatalf("statuses %v, want %v: each peer has its own bucket of 2", got, want)
 	}
-	if n := obs.Issues(limit.IssueTrustedHeaderMissing); n != 6 {
+	if n := obs.Issues(limit.Issue("trusted-header-missing")); n != 6 {
 		t.Fatalf("%d trusted-header-missing events, want one per request (6)", n)
 	}
 	checkKeySources(t, obs, limit.KeySourceSocket)
@@ -166,7 +166,7 @@ func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
 	if ks := keySources(obs); ks[len(ks)-1] != limit.KeySourceHeader {
 		t.Fatalf("KeySource %s, want header", ks[len(ks)-1])
 	}
-	if n := obs.Issues(limit.IssueTrustedHeaderMissing); n != 6 {
+	if n := obs.Issues(limit.Issue("trusted-header-missing")); n != 6 {
 		t.Fatalf("the request with the header was reported missing (%d events)", n)
 	}
 }

@@ -260,7 +260,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	id := who{src: KeySourceConsume, text: identity}
 	if strings.TrimSpace(identity) == "" {
 		id = fallbackWho
-		l.cfg.rep.issue(l.shared.name, IssueNoClientAddress)
+		l.cfg.rep.issue(l.shared.name, issueNoClientAddress)
 	}
 	cost := l.res.cost
 	if n > 0 {

@@ -6,42 +6,38 @@ import "time"
 // quotagate_client_address_issues_total. Besides client-address problems the
 // set holds the failures of user-supplied policy functions (KeyFunc, Skip,
 // Plan, hooks, LimitedResponse), which are recovered rather than turned into a
-// 500. Each kind is logged at most once per 10 minutes.
+// 500. Each kind is logged at most once per 10 minutes. The kinds:
+//   - "trusted-header-missing": a trusted header is configured but the
+//     request did not carry it (or carried fewer hops than the chain needs);
+//   - "trusted-header-unusable": the trusted header held no usable address
+//     at the hop it was read from;
+//   - "no-client-address": no identity could be derived; the request used
+//     the shared fallback bucket;
+//   - "route-unknown": a PerRoute policy saw no matched route template and
+//     fell back to the Shared bucket;
+//   - "key-func-panic": Policy.KeyFunc panicked; identity fell through;
+//   - "hook-panic": Policy.Skip, OnLimited, OnStoreError or CountStatus
+//     panicked and the request went on as each field's doc says;
+//   - "limited-response-fallback": Policy.LimitedResponse panicked, returned
+//     nil or a Status outside 400-599; the default response was sent;
+//   - "native-mismatch": a typed KeyFunc or CostFunc (KeyFuncOf, CostFuncOf)
+//     met a Request whose Native is another framework's type, so it was not
+//     called;
+//   - "plan-fallback": Policy.Plan returned an error, panicked or named a
+//     plan that is not in Policy.Plans; the default plan decided.
 type Issue string
 
+// The Issue kinds (see Issue).
 const (
-	// IssueTrustedHeaderMissing: a trusted header is configured but the
-	// request did not carry it (or carried fewer hops than the chain needs).
-	IssueTrustedHeaderMissing Issue = "trusted-header-missing"
-	// IssueTrustedHeaderUnusable: the trusted header was present but held no
-	// usable address at the hop it was read from.
-	IssueTrustedHeaderUnusable Issue = "trusted-header-unusable"
-	// IssueNoClientAddress: no identity could be derived; the request used
-	// the shared fallback bucket.
-	IssueNoClientAddress Issue = "no-client-address"
-	// IssueRouteUnknown: a PerRoute policy saw no matched route template and
-	// fell back to the Shared bucket.
-	IssueRouteUnknown Issue = "route-unknown"
-	// IssueKeyFuncPanic: Policy.KeyFunc panicked; identity fell through.
-	IssueKeyFuncPanic Issue = "key-func-panic"
-	// IssueHookPanic: Policy.Skip, OnLimited, OnStoreError or CountStatus
-	// panicked; the panic was recovered and the request went on as each
-	// field's doc says (Skip: limited as if it had returned false;
-	// OnLimited, OnStoreError: the normal response; CountStatus: the
-	// request stays counted). The log line names the function.
-	IssueHookPanic Issue = "hook-panic"
-	// IssueLimitedResponseFallback: Policy.LimitedResponse panicked, returned
-	// nil or a Status outside 400-599; the default response was sent.
-	IssueLimitedResponseFallback Issue = "limited-response-fallback"
-	// IssueNativeMismatch: a typed KeyFunc or CostFunc (KeyFuncOf,
-	// CostFuncOf: the adapters' KeyFunc and CostFunc) met a Request whose
-	// Native is another framework's type, so it was not called: identity
-	// fell through, or the cost was the policy's Cost. The log line names
-	// both types.
-	IssueNativeMismatch Issue = "native-mismatch"
-	// IssuePlanFallback: Policy.Plan returned an error, panicked or named a
-	// plan that is not in Policy.Plans; the default plan decided.
-	IssuePlanFallback Issue = "plan-fallback"
+	issueTrustedHeaderMissing    Issue = "trusted-header-missing"
+	issueTrustedHeaderUnusable   Issue = "trusted-header-unusable"
+	issueNoClientAddress         Issue = "no-client-address"
+	issueRouteUnknown            Issue = "route-unknown"
+	issueKeyFuncPanic            Issue = "key-func-panic"
+	issueHookPanic               Issue = "hook-panic"
+	issueLimitedResponseFallback Issue = "limited-response-fallback"
+	issueNativeMismatch          Issue = "native-mismatch"
+	issuePlanFallback            Issue = "plan-fallback"
 )
 
 // issueKinds is the number of log gates: one per Issue kind, one for
@@ -51,23 +47,23 @@ const issueKinds = 10
 // index is the kind's log gate.
 func (i Issue) index() int {
 	switch i {
-	case IssueTrustedHeaderMissing:
+	case issueTrustedHeaderMissing:
 		return 0
-	case IssueTrustedHeaderUnusable:
+	case issueTrustedHeaderUnusable:
 		return 1
-	case IssueNoClientAddress:
+	case issueNoClientAddress:
 		return 2
-	case IssueRouteUnknown:
+	case issueRouteUnknown:
 		return 3
-	case IssueKeyFuncPanic:
+	case issueKeyFuncPanic:
 		return 4
-	case IssueHookPanic:
+	case issueHookPanic:
 		return 5
-	case IssueLimitedResponseFallback:
+	case issueLimitedResponseFallback:
 		return 6
-	case IssueNativeMismatch:
+	case issueNativeMismatch:
 		return 7
-	case IssuePlanFallback:
+	case issuePlanFallback:
 		return 8
 	}
 	return 9

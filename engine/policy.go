@@ -130,24 +130,12 @@ func (m FailureMode) String() string {
 	return "mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// KeyFunc returns the identity a request draws on. A blank result or an error
-// falls through to the next source of identity (trusted header, socket peer);
-// a panic is recovered and counted, never turned into a 500. It must be safe
-// for concurrent use. Adapters offer typed helpers over their own request type.
-type KeyFunc func(r Request) (string, error)
-
 // Policy describes one rate limit. It is a plain struct; zero fields take the
 // documented defaults, and [New] validates it, returning an error that names
 // the offending field. A Policy must not be modified after New.
 type Policy struct {
-	// Name, when set, is the bucket: every mount with the same Name shares one
-	// allowance per identity. It is also the policy name in RateLimit headers.
-	// Printable ASCII, no ':', not blank. Default: the signature, e.g. "100p60".
-	Name string
-	// Scope is Shared (default) or PerRoute; ignored when Name is set.
-	Scope Scope
-	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
-	Algorithm Algorithm
+	// The quota: how much, per how long, counted how.
+
 	// Limit is the quota per Window (requests, or cost units). 0 means the
 	// default, 100, never unlimited; negative is an error, and so is more
 	// than 15 digits (header fields carry it as an RFC 9651 Integer) or a
@@ -157,6 +145,8 @@ type Policy struct {
 	// Window is the period of the quota, a whole number of milliseconds from
 	// 1 ms to 24 h. 0 means the default, 60 s.
 	Window time.Duration
+	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
+	Algorithm Algorithm
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
 	// reject a non-zero Burst. At most 15 digits. A TokenBucket accepts any
 	// Limit per Window (3 per second, 7 per minute: exact, no rounding of
@@ -164,9 +154,6 @@ type Policy struct {
 	// within 2^50 and the refill time Burst*Window/Limit within 365 days,
 	// so that every delay, header value and store TTL stays in range.
 	Burst int64
-	// Cost is what one request takes from the quota (default 1, at most the
-	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
-	Cost int64
 	// Quotas, when set, are the policy's quotas in place of Limit, Window
 	// and Burst (which must then be zero): at most MaxQuotas (4), all with
 	// the policy's Algorithm, applied all or nothing. A request is admitted
@@ -178,36 +165,17 @@ type Policy struct {
 	// Example, 2 per 10 s and 5 per minute:
 	//	Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: time.Minute}}
 	Quotas []Rate
-	// Plans gives named plans their own quotas (each 1 to MaxQuotas Rates;
-	// keys are printable ASCII without ':'); Plan chooses a request's
-	// plan. The Policy's own quotas (Limit/Window/Burst, or Quotas) are the
-	// default plan. Each plan has its own records, and the RateLimit fields
-	// show the plan's numbers. The bucket (and its metrics label) stays the
-	// policy's.
-	Plans map[string][]Rate
-	// Plan names the plan of a request (an API key's tier, say); required
-	// with Plans. "" means the default plan. An error, a panic or a name not
-	// in Plans also means the default plan, reported as IssuePlanFallback.
-	// It runs after KeyFunc and CostFunc, synchronously, and must be safe
-	// for concurrent use; returning a constant string allocates nothing. For
-	// Consume, r is empty but for Native, which holds the identity (a
-	// string).
-	Plan func(r Request) (string, error)
-	// Shadow runs the policy without enforcing it: requests are decided and
-	// counted as usual, but a request the policy would limit is admitted
-	// with Outcome OutcomeShadowLimited (its own label value in
-	// quotagate_requests_total) and logged at most once per 10 s per
-	// Limiter. A shadow policy writes no header field, never calls
-	// OnLimited or LimitedResponse, and never answers 429 or 503. Mount it
-	// next to an enforcing one to try a new limit on live traffic.
-	Shadow bool
 	// AlignWindows sets the FixedWindow/SlidingWindow phase to 0 for every
 	// identity (windows start on multiples of Window since the Unix epoch).
 	// By default each identity has its own phase, hash(identity) mod Window,
 	// so that clients do not all regain their quota at the same instant.
 	AlignWindows bool
-	// KeyFunc, when set, derives the identity first (see KeyFunc).
-	KeyFunc KeyFunc
+
+	// What a request costs, and which responses count.
+
+	// Cost is what one request takes from the quota (default 1, at most the
+	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
+	Cost int64
 	// CostFunc, when set, prices each request (e.g. 3 for an expensive
 	// query). A result <= 0 means Cost; a panic is recovered and means Cost.
 	// A cost above the capacity is denied without consuming anything.
@@ -225,13 +193,53 @@ type Policy struct {
 	// status and counts every request). A request whose status is unknown
 	// (a handler that panicked, a Finish that never came, a store that
 	// failed the refund) stays counted: the safe direction. A panic is
-	// recovered, counts the request and is reported as IssueHookPanic. It
+	// recovered, counts the request and is reported as Issue "hook-panic". It
 	// runs synchronously and must be safe for concurrent use. nil: every
 	// request counts.
 	CountStatus func(status int) bool
+
+	// Plans: other quotas chosen per request.
+
+	// Plans gives named plans their own quotas (each 1 to MaxQuotas Rates;
+	// keys are printable ASCII without ':'); Plan chooses a request's
+	// plan. The Policy's own quotas (Limit/Window/Burst, or Quotas) are the
+	// default plan. Each plan has its own records, and the RateLimit fields
+	// show the plan's numbers. The bucket (and its metrics label) stays the
+	// policy's.
+	Plans map[string][]Rate
+	// Plan names the plan of a request (an API key's tier, say); required
+	// with Plans. "" means the default plan. An error, a panic or a name not
+	// in Plans also means the default plan, reported as Issue "plan-fallback".
+	// It runs after KeyFunc and CostFunc, synchronously, and must be safe
+	// for concurrent use; returning a constant string allocates nothing. For
+	// Consume, r is empty but for Native, which holds the identity (a
+	// string).
+	Plan func(r Request) (string, error)
+
+	// Whose allowance: the bucket and the identity.
+
+	// Name, when set, is the bucket: every mount with the same Name shares one
+	// allowance per identity. It is also the policy name in RateLimit headers.
+	// Printable ASCII, no ':', not blank. Default: the signature, e.g. "100p60".
+	Name string
+	// Scope is Shared (default) or PerRoute; ignored when Name is set.
+	Scope Scope
+	// KeyFunc, when set, derives the identity first: the identity a
+	// request draws on (an API key, a user ID). A blank result or an error
+	// falls through to the next source of identity (trusted header, socket
+	// peer); a panic is recovered and counted, never turned into a 500. It
+	// must be safe for concurrent use. Adapters offer typed helpers over
+	// their own request type (KeyFuncOf).
+	KeyFunc func(r Request) (string, error)
+
+	// When the store fails.
+
 	// FailureMode applies when the store fails: FailOpen (default), FailLocal
 	// or FailClosed.
 	FailureMode FailureMode
+
+	// What clients are told.
+
 	// Disclosure is what clients are told: DiscloseRetryAfter (default),
 	// DiscloseNone, DiscloseOnLimit or DiscloseAlways.
 	Disclosure Disclosure
@@ -248,6 +256,15 @@ type Policy struct {
 	// bytes, non-ASCII, '"', '\', '<', '>' or a malformed %-escape. The 503
 	// body of FailClosed always says "about:blank": it is not a quota problem.
 	ProblemType string
+	// LimitedResponse, when set, builds the response to a limited request
+	// in place of the default problem body (see the LimitedResponse type for
+	// what it may replace). A nil result, a panic or a Status outside 400-599 falls back
+	// to the default response, reported as Issue "limited-response-fallback" and
+	// logged at most once per 10 minutes. It runs synchronously and must be
+	// safe for concurrent use. Consume never calls it.
+	LimitedResponse func(ctx context.Context, r Request, d Decision) *LimitedResponse
+
+	// Which requests are limited.
 
 	// SkipPaths lists request paths that bypass this limiter, compared with
 	// Request.Path byte for byte (no prefix, pattern or regular-expression
@@ -268,12 +285,22 @@ type Policy struct {
 	// skips it (as SkipPaths). It runs synchronously on the request path and
 	// must be safe for concurrent use. A panic counts as false (the request
 	// is limited as usual: a broken predicate never opens the limiter) and is
-	// reported as IssueHookPanic.
+	// reported as Issue "hook-panic".
 	Skip func(r Request) bool
+	// Shadow runs the policy without enforcing it: requests are decided and
+	// counted as usual, but a request the policy would limit is admitted
+	// with Outcome OutcomeShadowLimited (its own label value in
+	// quotagate_requests_total) and logged at most once per 10 s per
+	// Limiter. A shadow policy writes no header field, never calls
+	// OnLimited or LimitedResponse, and never answers 429 or 503. Mount it
+	// next to an enforcing one to try a new limit on live traffic.
+	Shadow bool
+
+	// Hooks.
 
 	// OnLimited, when set, is called synchronously for every limited request
 	// (429, and 503 under FailClosed), after the Decision and before
-	// LimitedResponse. A panic is recovered, reported as IssueHookPanic and
+	// LimitedResponse. A panic is recovered, reported as Issue "hook-panic" and
 	// logged at most once per 10 minutes; the request still gets its limited
 	// response, never a 500. For Consume and ConsumeN, r is empty except
 	// Native, which holds the identity (a string); d.Cost is the cost.
@@ -285,13 +312,6 @@ type Policy struct {
 	// OnLimited. err may describe the backend: never show it to clients. For
 	// Consume and ConsumeN, r is as for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
-	// LimitedResponse, when set, builds the response to a limited request
-	// in place of the default problem body (see the LimitedResponse type for
-	// what it may replace). A nil result, a panic or a Status outside 400-599 falls back
-	// to the default response, reported as IssueLimitedResponseFallback and
-	// logged at most once per 10 minutes. It runs synchronously and must be
-	// safe for concurrent use. Consume never calls it.
-	LimitedResponse func(ctx context.Context, r Request, d Decision) *LimitedResponse
 }
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan

@@ -198,7 +198,7 @@ func TestPlans(t *testing.T) {
 			t.Fatalf("plan %q: %+v, want the default plan's (exhausted) decision", bad, d)
 		}
 	}
-	if n := rec.Issues(limit.IssuePlanFallback); n != 3 {
+	if n := rec.Issues(limit.Issue("plan-fallback")); n != 3 {
 		t.Fatalf("%d plan-fallback issues, want 3", n)
 	}
 	// Consume: Request.Native is the identity.

@@ -82,7 +82,7 @@ func (r *reporter) trustIssue(bucket string, t *trustConfig, ca clientAddr) {
 		return
 	}
 	msg := "quotagate: trusted-header-missing: the trusted header was absent or held fewer hops than configured; keyed on the socket peer (this kind is logged at most once per 10 minutes)"
-	if ca.issue == IssueTrustedHeaderUnusable {
+	if ca.issue == issueTrustedHeaderUnusable {
 		msg = "quotagate: trusted-header-unusable: the trusted header held no usable address at the hop read; keyed on the nearest trusted address (this kind is logged at most once per 10 minutes)"
 	}
 	attrs := []slog.Attr{
@@ -119,13 +119,13 @@ func (r *reporter) policyFuncFailed(bucket string, kind Issue, msg string, p any
 // event every time, a log line naming both types at most once per 10
 // minutes. The types are formatted only when the line is logged.
 func (r *reporter) nativeMismatch(bucket, fn string, want reflect.Type, got any) {
-	r.observer.ClientAddressIssue(bucket, IssueNativeMismatch)
-	if !r.allowIssue(IssueNativeMismatch) {
+	r.observer.ClientAddressIssue(bucket, issueNativeMismatch)
+	if !r.allowIssue(issueNativeMismatch) {
 		return
 	}
 	r.logger.Error(fmt.Sprintf("quotagate: native-mismatch: a typed %s expects Request.Native to be %v but it is %T: "+
 		"the function belongs to another framework's adapter and was not called (logged at most once per 10 minutes)", fn, want, got),
-		slog.String("bucket", bucket), slog.String("issue", string(IssueNativeMismatch)))
+		slog.String("bucket", bucket), slog.String("issue", string(issueNativeMismatch)))
 }
 
 func (r *reporter) clock() int64 {

@@ -22,7 +22,7 @@ type Request struct {
 	// route-unknown issue), so that scanners are limited by the mount that
 	// sees them, and the handler label is "". Adapters set it only when the
 	// router says so; false with Route "" means the route is unknown to the
-	// mount (a PerRoute policy then reports IssueRouteUnknown).
+	// mount (a PerRoute policy then reports Issue "route-unknown").
 	Unmatched bool
 	// Method is the request method. It never selects a bucket.
 	Method string
@@ -44,7 +44,7 @@ type Request struct {
 
 	// lim is the Limiter deciding the request, set by the engine before it
 	// calls a policy function, so that a typed function can report a Native
-	// of the wrong type (IssueNativeMismatch).
+	// of the wrong type (Issue "native-mismatch").
 	lim *Limiter
 }
 
@@ -57,13 +57,13 @@ type Header interface {
 var _ Header = http.Header(nil)
 
 // KeyFuncOf adapts a key function over a framework's native request type T
-// (*http.Request, echo.Context, *gin.Context, *fiber.Ctx) to a KeyFunc; the
+// (*http.Request, echo.Context, *gin.Context, *fiber.Ctx) to a Policy.KeyFunc; the
 // adapters' KeyFunc helpers are this function. A blank result or an error
 // falls through to the client address. When Request.Native is not a T (the
 // function was written for another framework's adapter) it is not called:
-// the identity falls through and IssueNativeMismatch is reported, logged at
+// the identity falls through and Issue "native-mismatch" is reported, logged at
 // most once per 10 minutes with both types named.
-func KeyFuncOf[T any](f func(T) (string, error)) KeyFunc {
+func KeyFuncOf[T any](f func(T) (string, error)) func(Request) (string, error) {
 	return func(r Request) (string, error) {
 		v, ok := native[T](&r, "KeyFunc")
 		if !ok {
@@ -77,7 +77,7 @@ func KeyFuncOf[T any](f func(T) (string, error)) KeyFunc {
 // type T to Policy.CostFunc; the adapters' CostFunc helpers are this
 // function. A result <= 0 means the policy's Cost. When Request.Native is
 // not a T the function is not called, the cost is the policy's Cost, and
-// IssueNativeMismatch is reported as for KeyFuncOf.
+// Issue "native-mismatch" is reported as for KeyFuncOf.
 func CostFuncOf[T any](f func(T) int64) func(Request) int64 {
 	return func(r Request) int64 {
 		v, ok := native[T](&r, "CostFunc")

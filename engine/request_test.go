@@ -33,7 +33,7 @@ func TestTypedFunctionsOverTheNativeContext(t *testing.T) {
 	if !d.Allowed || d.KeySource != limit.KeySourceKeyFunc || d.Cost != 3 || keyCalls != 1 || costCalls != 1 {
 		t.Fatalf("own context: %+v, key calls %d, cost calls %d", d, keyCalls, costCalls)
 	}
-	if n := rec.Issues(limit.IssueNativeMismatch); n != 0 {
+	if n := rec.Issues(limit.Issue("native-mismatch")); n != 0 {
 		t.Fatalf("%d mismatches reported for the right type", n)
 	}
 
@@ -49,7 +49,7 @@ func TestTypedFunctionsOverTheNativeContext(t *testing.T) {
 	if keyCalls != 1 || costCalls != 1 {
 		t.Fatalf("typed functions called with another framework's context: key %d, cost %d", keyCalls, costCalls)
 	}
-	if n := rec.Issues(limit.IssueNativeMismatch); n != 4 {
+	if n := rec.Issues(limit.Issue("native-mismatch")); n != 4 {
 		t.Fatalf("%d native-mismatch issues, want 4 (key and cost, two requests)", n)
 	}
 	if n := logs.count("quotagate: native-mismatch"); n != 1 {

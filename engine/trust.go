@@ -230,29 +230,29 @@ func (t *trustConfig) fromHeader(lines []string) (netip.Addr, Issue, string) {
 	if t.format == formatSingle {
 		switch {
 		case len(lines) == 0:
-			return netip.Addr{}, IssueTrustedHeaderMissing, ""
+			return netip.Addr{}, issueTrustedHeaderMissing, ""
 		case len(lines) > 1:
-			return netip.Addr{}, IssueTrustedHeaderUnusable, "several header lines"
+			return netip.Addr{}, issueTrustedHeaderUnusable, "several header lines"
 		case len(lines[0]) > maxListMember:
-			return netip.Addr{}, IssueTrustedHeaderUnusable, tail(lines[0])
+			return netip.Addr{}, issueTrustedHeaderUnusable, tail(lines[0])
 		}
 		v := trimOWS(lines[0])
 		if v == "" {
-			return netip.Addr{}, IssueTrustedHeaderMissing, ""
+			return netip.Addr{}, issueTrustedHeaderMissing, ""
 		}
 		if a, ok := parseAddrText(v, false); ok {
 			return a, "", ""
 		}
-		return netip.Addr{}, IssueTrustedHeaderUnusable, v
+		return netip.Addr{}, issueTrustedHeaderUnusable, v
 	}
 	it := newListIter(lines, t.format == formatForwarded, t.hops)
 	for n := 1; ; n++ {
 		m, st := it.member()
 		switch st {
 		case memberEnd:
-			return netip.Addr{}, IssueTrustedHeaderMissing, ""
+			return netip.Addr{}, issueTrustedHeaderMissing, ""
 		case memberBad:
-			return netip.Addr{}, IssueTrustedHeaderUnusable, m
+			return netip.Addr{}, issueTrustedHeaderUnusable, m
 		}
 		if n < t.hops {
 			continue
@@ -260,7 +260,7 @@ func (t *trustConfig) fromHeader(lines []string) (netip.Addr, Issue, string) {
 		if a, ok := parseMember(m, t.format); ok {
 			return a, "", ""
 		}
-		return netip.Addr{}, IssueTrustedHeaderUnusable, m
+		return netip.Addr{}, issueTrustedHeaderUnusable, m
 	}
 }
 
@@ -274,16 +274,16 @@ func (t *trustConfig) walk(lines []string, socket clientAddr) clientAddr {
 		switch st {
 		case memberEnd:
 			if n == 0 {
-				last.issue = IssueTrustedHeaderMissing
+				last.issue = issueTrustedHeaderMissing
 			}
 			return last // an entirely trusted chain: its leftmost address
 		case memberBad:
-			last.issue, last.detail = IssueTrustedHeaderUnusable, m
+			last.issue, last.detail = issueTrustedHeaderUnusable, m
 			return last
 		}
 		a, ok := parseMember(m, formatXFF)
 		if !ok {
-			last.issue, last.detail = IssueTrustedHeaderUnusable, m
+			last.issue, last.detail = issueTrustedHeaderUnusable, m
 			return last
 		}
 		if !t.trusted(a) {
@@ -291,7 +291,7 @@ func (t *trustConfig) walk(lines []string, socket clientAddr) clientAddr {
 		}
 		last = clientAddr{addr: a, src: KeySourceHeader}
 	}
-	last.issue, last.detail = IssueTrustedHeaderUnusable, "more than 16 trusted hops"
+	last.issue, last.detail = issueTrustedHeaderUnusable, "more than 16 trusted hops"
 	return last
 }
 

@@ -103,7 +103,7 @@ func TestIssueReporting(t *testing.T) {
 			check(l, t.Context(), limit.Request{Peer: "10.0.0.2:1", Header: headerOf("X-Forwarded-For: 203.0.113.9")})
 			check(l, t.Context(), limit.Request{Peer: "10.0.0.2:1", Header: headerOf("X-Forwarded-For: junk, 10.0.0.3")})
 		}
-		if m, u := obs.Issues(limit.IssueTrustedHeaderMissing), obs.Issues(limit.IssueTrustedHeaderUnusable); m != 3 || u != 3 {
+		if m, u := obs.Issues(limit.Issue("trusted-header-missing")), obs.Issues(limit.Issue("trusted-header-unusable")); m != 3 || u != 3 {
 			t.Fatalf("events: %d missing, %d unusable; want 3 each", m, u)
 		}
 		lines := h.lines()

@@ -28,12 +28,12 @@ func TestUnmatchedRequestsDrawOnTheSharedBucket(t *testing.T) {
 	if seen.Route != "" || !seen.Unmatched {
 		t.Fatalf("KeyFunc saw Route %q Unmatched %v, want \"\" and true", seen.Route, seen.Unmatched)
 	}
-	if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+	if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
 		t.Fatalf("%d route-unknown issues, want 0", n)
 	}
 	r.Route, r.Unmatched = "", false
 	check(l, context.Background(), r)
-	if n := obs.Issues(limit.IssueRouteUnknown); n != 1 {
+	if n := obs.Issues(limit.Issue("route-unknown")); n != 1 {
 		t.Fatalf("an unknown route: %d route-unknown issues, want 1", n)
 	}
 	// Both drew on one Shared bucket of 2.

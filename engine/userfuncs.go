@@ -44,7 +44,7 @@ func (l *Limiter) callSkip(r *Request) (skip bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			skip = false
-			l.cfg.rep.policyFuncFailed(l.shared.name, IssueHookPanic, "Skip panicked; the request is limited as if it had returned false", p)
+			l.cfg.rep.policyFuncFailed(l.shared.name, issueHookPanic, "Skip panicked; the request is limited as if it had returned false", p)
 		}
 	}()
 	return l.policy.Skip(*r)
@@ -56,7 +56,7 @@ func (l *Limiter) callKeyFunc(r *Request, bucket string) (id string) {
 	defer func() {
 		if p := recover(); p != nil {
 			id = ""
-			l.cfg.rep.policyFuncFailed(bucket, IssueKeyFuncPanic, "KeyFunc panicked; identity falls through to the client address", p)
+			l.cfg.rep.policyFuncFailed(bucket, issueKeyFuncPanic, "KeyFunc panicked; identity falls through to the client address", p)
 		}
 	}()
 	id, err := l.policy.KeyFunc(*r)
@@ -86,7 +86,7 @@ func (l *Limiter) cost(r *Request) (n int64) {
 // plan returns the plan of r: the one Policy.Plan names, or the default
 // plan when there is no Plan function or it returns "". An error, a panic or
 // a name not in Plans means the default plan too, reported as
-// IssuePlanFallback.
+// Issue "plan-fallback".
 func (l *Limiter) plan(r *Request, bucket string) *plan {
 	if l.policy.Plan == nil {
 		return &l.res.plans[0]
@@ -106,7 +106,7 @@ func (l *Limiter) plan(r *Request, bucket string) *plan {
 		}
 		why = "Plan returned a name that is not a key of Plans"
 	}
-	l.cfg.rep.policyFuncFailed(bucket, IssuePlanFallback, why+"; the default plan applies", p)
+	l.cfg.rep.policyFuncFailed(bucket, issuePlanFallback, why+"; the default plan applies", p)
 	return &l.res.plans[0]
 }
 
@@ -124,7 +124,7 @@ func (l *Limiter) callPlan(r *Request) (name string, panicked any, err error) {
 func (l *Limiter) onLimited(ctx context.Context, r *Request, d *Decision) {
 	defer func() {
 		if p := recover(); p != nil {
-			l.cfg.rep.policyFuncFailed(d.Bucket, IssueHookPanic, "OnLimited panicked; the request got its limited response as usual", p)
+			l.cfg.rep.policyFuncFailed(d.Bucket, issueHookPanic, "OnLimited panicked; the request got its limited response as usual", p)
 		}
 	}()
 	l.policy.OnLimited(ctx, *r, *d)
@@ -134,7 +134,7 @@ func (l *Limiter) onLimited(ctx context.Context, r *Request, d *Decision) {
 func (l *Limiter) onStoreError(ctx context.Context, r *Request, bucket string, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			l.cfg.rep.policyFuncFailed(bucket, IssueHookPanic, "OnStoreError panicked; the failure mode applies as usual", p)
+			l.cfg.rep.policyFuncFailed(bucket, issueHookPanic, "OnStoreError panicked; the failure mode applies as usual", p)
 		}
 	}()
 	l.policy.OnStoreError(ctx, *r, err)
@@ -142,7 +142,7 @@ func (l *Limiter) onStoreError(ctx context.Context, r *Request, bucket string, e
 
 // limitedResponse replaces the default response in resp with
 // Policy.LimitedResponse's result, or keeps it (and reports
-// IssueLimitedResponseFallback) when the builder panics, returns nil or
+// Issue "limited-response-fallback") when the builder panics, returns nil or
 // returns a Status outside 400-599.
 func (l *Limiter) limitedResponse(ctx context.Context, r *Request, resp *response) {
 	lr, p := l.callLimitedResponse(ctx, r, resp.Decision)
@@ -156,7 +156,7 @@ func (l *Limiter) limitedResponse(ctx context.Context, r *Request, resp *respons
 		why = "LimitedResponse returned Status " + strconv.Itoa(lr.Status) + ", outside 400-599"
 	}
 	if why != "" {
-		l.cfg.rep.policyFuncFailed(resp.Decision.Bucket, IssueLimitedResponseFallback, why+"; the default response was sent", p)
+		l.cfg.rep.policyFuncFailed(resp.Decision.Bucket, issueLimitedResponseFallback, why+"; the default response was sent", p)
 		return
 	}
 	resp.replace(lr)

@@ -86,8 +86,8 @@ func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	if statuses[0] != 0 || statuses[1] != 0 || statuses[2] != 429 {
 		t.Fatalf("statuses %v, want the request limited as usual (0 0 429)", statuses)
 	}
-	if obs.Issues(limit.IssueHookPanic) != 3 || store.Calls() != 3 {
-		t.Fatalf("hook-panic (Skip) reported %d times, store called %d times; want 3 and 3", obs.Issues(limit.IssueHookPanic), store.Calls())
+	if obs.Issues(limit.Issue("hook-panic")) != 3 || store.Calls() != 3 {
+		t.Fatalf("hook-panic (Skip) reported %d times, store called %d times; want 3 and 3", obs.Issues(limit.Issue("hook-panic")), store.Calls())
 	}
 	if n := logs.count("Skip panicked"); n != 1 || !strings.Contains(logs.String(), "skip bug") {
 		t.Fatalf("logged %d times, want once with the panic value:\n%s", n, logs.String())
@@ -133,8 +133,8 @@ func TestOnLimitedPanicKeepsTheDenial(t *testing.T) {
 			t.Fatalf("denial %d: %d %s", i, resp.Status, resp.Body)
 		}
 	}
-	if obs.Issues(limit.IssueHookPanic) != 3 || logs.count("OnLimited panicked") != 1 {
-		t.Fatalf("hook-panic %d times, logged %d times; want 3 and 1", obs.Issues(limit.IssueHookPanic), logs.count("OnLimited panicked"))
+	if obs.Issues(limit.Issue("hook-panic")) != 3 || logs.count("OnLimited panicked") != 1 {
+		t.Fatalf("hook-panic %d times, logged %d times; want 3 and 1", obs.Issues(limit.Issue("hook-panic")), logs.count("OnLimited panicked"))
 	}
 }
 
@@ -187,8 +187,8 @@ func TestOnStoreErrorPanicKeepsTheFailureMode(t *testing.T) {
 					t.Fatalf("status %d, want %d", resp.Status, tc.status)
 				}
 			}
-			if obs.Issues(limit.IssueHookPanic) != 2 || obs.StoreErrors() != 2 || logs.count("OnStoreError panicked") != 1 {
-				t.Fatalf("hook-panic %d, store errors %d, logged %d; want 2, 2, 1", obs.Issues(limit.IssueHookPanic), obs.StoreErrors(), logs.count("OnStoreError panicked"))
+			if obs.Issues(limit.Issue("hook-panic")) != 2 || obs.StoreErrors() != 2 || logs.count("OnStoreError panicked") != 1 {
+				t.Fatalf("hook-panic %d, store errors %d, logged %d; want 2, 2, 1", obs.Issues(limit.Issue("hook-panic")), obs.StoreErrors(), logs.count("OnStoreError panicked"))
 			}
 		})
 	}
@@ -299,8 +299,8 @@ func TestLimitedResponseFallsBackToTheDefault(t *testing.T) {
 					t.Fatalf("fallback %d: %d %s %v", i, resp.Status, resp.Body, h)
 				}
 			}
-			if obs.Issues(limit.IssueLimitedResponseFallback) != 2 || logs.count(tc.log) != 1 {
-				t.Fatalf("reported %d times, logged %d times (%q); want 2 and 1:\n%s", obs.Issues(limit.IssueLimitedResponseFallback), logs.count(tc.log), tc.log, logs.String())
+			if obs.Issues(limit.Issue("limited-response-fallback")) != 2 || logs.count(tc.log) != 1 {
+				t.Fatalf("reported %d times, logged %d times (%q); want 2 and 1:\n%s", obs.Issues(limit.Issue("limited-response-fallback")), logs.count(tc.log), tc.log, logs.String())
 			}
 		})
 	}

@@ -132,7 +132,9 @@ func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 // KeyFunc adapts a key function over the *http.Request (chi.URLParam works in
 // it) to Policy.KeyFunc, e.g. to limit by API key or user ID: limit.KeyFuncOf,
 // which explains blank results, errors and panics.
-func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+func KeyFunc(f func(r *http.Request) (string, error)) func(limit.Request) (string, error) {
+	return limit.KeyFuncOf(f)
+}
 
 // CostFunc adapts a pricing function over the *http.Request to
 // Policy.CostFunc: limit.CostFuncOf.

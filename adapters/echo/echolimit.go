@@ -158,7 +158,9 @@ func (rt *routeTable) rebuild(e *echo.Echo, path string) *routes {
 // limit by API key or authenticated user: limit.KeyFuncOf, which explains
 // blank results, errors, panics and a key function mounted under another
 // framework. The context is valid only during the call: do not keep it.
-func KeyFunc(f func(c echo.Context) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+func KeyFunc(f func(c echo.Context) (string, error)) func(limit.Request) (string, error) {
+	return limit.KeyFuncOf(f)
+}
 
 // CostFunc adapts a pricing function over echo.Context to Policy.CostFunc:
 // limit.CostFuncOf.

@@ -269,7 +269,9 @@ func (r *response) Limited() bool { return (*fiber.Ctx)(r).Locals(limitedKey{}) 
 // framework. The result may point into fasthttp's buffers (c.Get): the
 // engine copies it before the call returns. The context is valid only
 // during the call.
-func KeyFunc(f func(c *fiber.Ctx) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+func KeyFunc(f func(c *fiber.Ctx) (string, error)) func(limit.Request) (string, error) {
+	return limit.KeyFuncOf(f)
+}
 
 // CostFunc adapts a pricing function over *fiber.Ctx to Policy.CostFunc:
 // limit.CostFuncOf.

@@ -45,7 +45,9 @@ func Middleware(l *limit.Limiter) gin.HandlerFunc {
 // limit by API key or authenticated user: limit.KeyFuncOf, which explains
 // blank results, errors, panics and a key function mounted under another
 // framework. The context is valid only during the call: do not keep it.
-func KeyFunc(f func(c *gin.Context) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+func KeyFunc(f func(c *gin.Context) (string, error)) func(limit.Request) (string, error) {
+	return limit.KeyFuncOf(f)
+}
 
 // CostFunc adapts a pricing function over *gin.Context to Policy.CostFunc:
 // limit.CostFuncOf.

@@ -103,7 +103,9 @@ func cleanPath(p string) string {
 // KeyFunc adapts a key function over the *http.Request (r.PathValue works in
 // it) to Policy.KeyFunc: limit.KeyFuncOf, which explains blank results,
 // errors and panics.
-func KeyFunc(f func(r *http.Request) (string, error)) limit.KeyFunc { return limit.KeyFuncOf(f) }
+func KeyFunc(f func(r *http.Request) (string, error)) func(limit.Request) (string, error) {
+	return limit.KeyFuncOf(f)
+}
 
 // CostFunc adapts a pricing function over the *http.Request to
 // Policy.CostFunc: limit.CostFuncOf.

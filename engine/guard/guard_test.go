@@ -691,3 +691,39 @@ func TestFinishRefundDropsCachedDenial(t *testing.T) {
 		t.Fatal("after the refund the cached denial still answered")
 	}
 }
+
+// A caller's deadline that comes before the timeout ends the call there
+// (a slow store answering after 40 ms, a 100 ms timeout, a Consume whose
+// context ends after 5 ms returns after 5 ms, not 40), the FailureMode
+// decides, and the breaker learns nothing about the store from it: a
+// caller with a tight budget cannot open the breaker for everyone. A
+// context already past its deadline fails at once, without a call.
+func TestCallerDeadlineBoundsTheCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := &scriptedStore{Store: ioStore(nil), delay: func(*limitstore.Op) time.Duration { return 40 * time.Millisecond }}
+		obs := &limittest.Recorder{}
+		l := mustNew(t, guarded(t, slow, guard.WithObserver(obs)), limit.Policy{Limit: 100, FailureMode: limit.FailClosed})
+		for i := range 10 {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			start := time.Now()
+			d, err := l.Consume(ctx, "u")
+			cancel()
+			if took := time.Since(start); took != 5*time.Millisecond || d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("call %d: %v, %+v, %v; want the caller's 5 ms, FailClosed, DeadlineExceeded", i, took, d, err)
+			}
+		}
+		if len(obs.Breaker()) != 0 {
+			t.Fatalf("breaker transitions %v after callers' deadlines: want none", obs.Breaker())
+		}
+		start := time.Now()
+		if d, err := l.Consume(context.Background(), "u"); err != nil || !d.Allowed || time.Since(start) != 40*time.Millisecond {
+			t.Fatalf("a caller without a deadline: %+v, %v after %v; want the store's answer after 40 ms", d, err, time.Since(start))
+		}
+		calls := slow.calls.Load()
+		past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel()
+		if _, err := l.Consume(past, "u"); !errors.Is(err, context.DeadlineExceeded) || slow.calls.Load() != calls {
+			t.Fatalf("a context past its deadline: %v, %d calls; want DeadlineExceeded without a call", err, slow.calls.Load()-calls)
+		}
+	})
+}

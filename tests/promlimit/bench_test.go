@@ -19,7 +19,7 @@ func TestSeenLabelSetsAllocateNothing(t *testing.T) {
 	obs := promlimit.MustNew(nil)
 	events := map[string]func(){
 		"Decision":           func() { obs.Decision(seenDecision) },
-		"ClientAddressIssue": func() { obs.ClientAddressIssue("100p60", limit.IssueNoClientAddress) },
+		"ClientAddressIssue": func() { obs.ClientAddressIssue("100p60", limit.Issue("no-client-address")) },
 		"StoreError":         func() { obs.StoreError("100p60", limit.FailOpen) },
 		"StoreDuration":      func() { obs.StoreDuration("memory", "take", 80*time.Microsecond) },
 	}

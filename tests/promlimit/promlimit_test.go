@@ -439,7 +439,7 @@ func TestUnsafeLabelValues(t *testing.T) {
 	t.Parallel()
 	obs := promlimit.MustNew(nil)
 	obs.Decision(limit.DecisionEvent{Bucket: "b\xff", Handler: "/x\xfe", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
-	obs.ClientAddressIssue("b\xff", limit.IssueRouteUnknown)
+	obs.ClientAddressIssue("b\xff", limit.Issue("route-unknown"))
 	obs.StoreError("b\xff", limit.FailOpen)
 	obs.StoreDuration("s\xff", "take", time.Millisecond)
 	if got := testutil.CollectAndCount(obs); got != 3+1+1+1 {
@@ -486,7 +486,7 @@ func TestBeyondCacheBound(t *testing.T) {
 	const n = 5000 // > the 4096 cached label sets
 	for range 2 {
 		for i := range n {
-			obs.ClientAddressIssue("bucket-"+strconv.Itoa(i), limit.IssueNoClientAddress)
+			obs.ClientAddressIssue("bucket-"+strconv.Itoa(i), limit.Issue("no-client-address"))
 		}
 	}
 	if got := testutil.CollectAndCount(obs, promlimit.ClientAddressIssuesTotal); got != n {

@@ -124,7 +124,7 @@ func commandCalls(t *testing.T, nodes []rueidis.Client) map[string]int64 {
 // node serves (a Cluster node answers MOVED for the others).
 func loadScript(t *testing.T, node rueidis.Client, prefix, addr string) {
 	t.Helper()
-	s, err := New(node)
+	s, err := New(node, WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ func conformanceStores(be *backend) conformance.NewStoreFunc {
 		c := be.newClient(t)
 		deleteKeys(t, c, "conformance")
 		t.Cleanup(func() { deleteKeys(t, c, "conformance") })
-		s, err := New(c, WithClock(clock))
+		s, err := New(c, WithClock(clock), WithTimeout(10*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

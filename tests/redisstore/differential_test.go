@@ -215,9 +215,9 @@ func runDifferential(t *testing.T, be *backend, algs []limit.Algorithm, mode clo
 	var rs *Store
 	var err error
 	if mode == serverClock {
-		rs, err = New(client)
+		rs, err = New(client, WithoutGuard())
 	} else {
-		rs, err = New(client, WithClock(clock))
+		rs, err = New(client, WithClock(clock), WithoutGuard())
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -182,7 +182,7 @@ func fakeClockStores(t *testing.T, be *backend, now *int64) (*Store, *memstore.S
 	prefix := testPrefix(t)
 	client := be.newClient(t)
 	t.Cleanup(func() { deleteKeys(t, client, prefix) })
-	rs, err := New(client, WithClock(clock))
+	rs, err := New(client, WithClock(clock), WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}

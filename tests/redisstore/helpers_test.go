@@ -190,7 +190,7 @@ func frozenStore(t *testing.T, be *backend) (s *Store, client rueidis.Client, pr
 	client = be.newClient(t)
 	t.Cleanup(func() { deleteKeys(t, client, prefix) })
 	now = time.Now().UnixMilli()
-	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(now) }))
+	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(now) }), WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -295,7 +295,7 @@ func TestNewFromURLCluster(t *testing.T) {
 func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		c := be.newClient(t)
-		s, err := New(c)
+		s, err := New(c, WithoutGuard())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +339,7 @@ func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 	op := &limitstore.Op{Cost: 1, N: 1}
 	op.Quotas[0] = limitstore.Quota{Key: []byte("epoch:{a}:b:fw:r:a"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
 	for _, at := range []time.Time{time.Unix(0, 0), time.Unix(0, 999_999), time.UnixMilli(-5), {}} {
-		s, err := New(client, WithClock(func() time.Time { return at }))
+		s, err := New(client, WithClock(func() time.Time { return at }), WithoutGuard())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +351,7 @@ func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 			t.Errorf("clock at %v: keys %v written", at, keys)
 		}
 	}
-	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(1) }))
+	s, err := New(client, WithClock(func() time.Time { return time.UnixMilli(1) }), WithoutGuard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ func TestBatchedRepliesReachTheirCallers(t *testing.T) {
 		t.Cleanup(func() { deleteKeys(t, c1, prefix) })
 		var stores []*Store
 		for _, c := range []rueidis.Client{c1, c1, c2} {
-			s, err := New(c)
+			s, err := New(c, WithoutGuard())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -54,7 +54,7 @@ func TestTTLAfterKilledConnections(t *testing.T) {
 		prefix := testPrefix(t)
 		client := be.newClient(t)
 		t.Cleanup(func() { deleteKeys(t, client, prefix) })
-		s, err := New(client)
+		s, err := New(client, WithoutGuard())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -113,7 +113,7 @@ type harness struct{}
 
 func (harness) Name() string { return "chi" }
 
-func (harness) KeyFunc(name string) limit.KeyFunc {
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 	return chilimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
 }
 

@@ -146,7 +146,7 @@ func TestRegressionC06PerRouteBucketBeforePathRewriting(t *testing.T) {
 			if e := rec.Last(); e.Bucket != "/v1/login 3p60f" || e.Handler != "/v1/login" {
 				t.Fatalf("event %+v, want the route's bucket", e)
 			}
-			if n := rec.Issues(limit.IssueRouteUnknown); n != 0 {
+			if n := rec.Issues(limit.Issue("route-unknown")); n != 0 {
 				t.Fatalf("%d route-unknown issues", n)
 			}
 		})
@@ -189,7 +189,7 @@ func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
 			if e := rec.Last(); e.Bucket != "5p60" || e.Handler != "" {
 				t.Fatalf("%s: %s %s: event %+v, want the Shared bucket and no handler label", mount, q.method, q.path, e)
 			}
-			if n := rec.Issues(limit.IssueRouteUnknown); n != 0 {
+			if n := rec.Issues(limit.Issue("route-unknown")); n != 0 {
 				t.Fatalf("%s: %s %s: %d route-unknown issues, want 0", mount, q.method, q.path, n)
 			}
 		}

@@ -28,7 +28,7 @@ type harness struct{}
 
 func (harness) Name() string { return "echo" }
 
-func (harness) KeyFunc(name string) limit.KeyFunc {
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 	return echolimit.KeyFunc(func(c echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
 }
 
@@ -142,7 +142,7 @@ func TestUnmatchedRoutes(t *testing.T) {
 			if got := obs.Last(); got.Bucket != "2p60" || got.Handler != "" {
 				t.Fatalf("event %+v, want the Shared bucket \"2p60\" and no handler label", got)
 			}
-			if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+			if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
 				t.Fatalf("%d route-unknown issues, want 0", n)
 			}
 			// A served request still has its route's bucket.

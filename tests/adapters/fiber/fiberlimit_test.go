@@ -158,7 +158,7 @@ func TestPerRouteInUseMountFallsBackToShared(t *testing.T) {
 			if e := obs.Last(); e.Bucket != "3p60" || e.Handler != "" {
 				t.Fatalf("event %+v, want the Shared bucket and no handler", e)
 			}
-			if n := obs.Issues(limit.IssueRouteUnknown); n != 4 {
+			if n := obs.Issues(limit.Issue("route-unknown")); n != 4 {
 				t.Fatalf("%d route-unknown issues, want one per request (4)", n)
 			}
 		})
@@ -297,7 +297,7 @@ type harness struct{}
 
 func (harness) Name() string { return "fiber" }
 
-func (harness) KeyFunc(name string) limit.KeyFunc {
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 	return fiberlimit.KeyFunc(func(c *fiber.Ctx) (string, error) { return c.Get(name), nil })
 }
 
@@ -389,7 +389,7 @@ func TestUnmatchedMountCountsRequestsNoRouteServes(t *testing.T) {
 	if r := limittest.Do(t, c, "GET", url+"/v1/nope"); r.Status != http.StatusTooManyRequests {
 		t.Fatalf("fourth unmatched request: %d, want 429 (Shared bucket of 3 spent)", r.Status)
 	}
-	if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+	if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
 		t.Fatalf("%d route-unknown issues, want 0", n)
 	}
 }

@@ -81,7 +81,7 @@ func TestUnmatchedRequestsCountInTheSharedBucket(t *testing.T) {
 		if got := obs.Last(); got.Bucket != "2p60" || got.Handler != "" {
 			t.Fatalf("%s %s: event %+v, want the Shared bucket and no handler label", tc.method, tc.path, got)
 		}
-		if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+		if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
 			t.Fatalf("%s %s: %d route-unknown issues, want 0", tc.method, tc.path, n)
 		}
 	}
@@ -137,7 +137,7 @@ type harness struct{}
 
 func (harness) Name() string { return "gin" }
 
-func (harness) KeyFunc(name string) limit.KeyFunc {
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 	return ginlimit.KeyFunc(func(c *gin.Context) (string, error) { return c.GetHeader(name), nil })
 }
 

@@ -91,7 +91,7 @@ func TestStackedMountsSeeTheRoute(t *testing.T) {
 	if want := []string{"/v1/notes/{id} 2p60", "/v1/notes/{id} 3p60"}; !slices.Equal(buckets, want) {
 		t.Fatalf("buckets %q, want %q (outer, then inner)", buckets, want)
 	}
-	if n := obs.Issues(limit.IssueRouteUnknown); n != 0 {
+	if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
 		t.Fatalf("%d route-unknown issues, want 0", n)
 	}
 }
@@ -138,7 +138,7 @@ func TestUnknownRouteFallsBackToShared(t *testing.T) {
 			if tc.wrap {
 				want = 1
 			}
-			if n := obs.Issues(limit.IssueRouteUnknown); n != want {
+			if n := obs.Issues(limit.Issue("route-unknown")); n != want {
 				t.Fatalf("%d route-unknown issues, want %d", n, want)
 			}
 		})
@@ -243,7 +243,7 @@ type harness struct{}
 
 func (harness) Name() string { return "nethttp" }
 
-func (harness) KeyFunc(name string) limit.KeyFunc {
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 	return httplimit.KeyFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
 }
 
