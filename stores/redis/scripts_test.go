@@ -101,8 +101,10 @@ func TestScriptFilesAreTheScriptsSent(t *testing.T) {
 	}
 }
 
-// TestNoLuaInGo: the Lua lives in lua/*.lua only.
+// TestNoLuaInGo: the Lua lives in lua/*.lua only: no Go file of the
+// package calls Redis from Lua.
 func TestNoLuaInGo(t *testing.T) {
+	lua := "redis" + ".call" // split, so that a grep of the package finds no Lua here either
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +117,8 @@ func TestNoLuaInGo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(b), "redis.call") {
-			t.Errorf("%s holds Lua (redis.call): scripts belong in lua/", f)
+		if strings.Contains(string(b), lua) {
+			t.Errorf("%s holds Lua (%s): scripts belong in lua/", f, lua)
 		}
 	}
 }
