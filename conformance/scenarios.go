@@ -255,7 +255,7 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			// Stacked mounts (issue 15): an admitted request counts once in
+			// Stacked mounts: an admitted request counts once in
 			// each mount; a request the per-route mount limits charges no
 			// mount (the global mount gives its charge back).
 			Name:     "04-a-limited-request-charges-no-mount",
@@ -632,7 +632,7 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
-			// Case C-05: global Shared 10 per minute + PerRoute POST /login
+			// Stacked mounts charge only what they admit: global Shared 10 per minute + PerRoute POST /login
 			// 2 per minute; 5 logins leave 8 in the global limit (the GET
 			// after them shows r=7, its own charge included; counting
 			// every mount left 5).
@@ -796,7 +796,7 @@ func Scenarios() []Scenario {
 			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/a", Clients: 100, Allowed: 4},
 		},
 		{
-			// Counting by outcome (issue 15): a policy that counts only
+			// Counting by outcome: a policy that counts only
 			// failures (status >= 400) lets successes through free and
 			// limits the 4th attempt after 3 failures, whatever it would
 			// answer; the window's end gives the attempts back.

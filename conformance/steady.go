@@ -10,8 +10,8 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// SteadyRate is case C-13's regression on a store (stores call it from
-// their TestRegressionC13... test): TokenBucket rates whose emission
+// SteadyRate checks a store at steady TokenBucket rates (stores call it
+// from a test of their own): TokenBucket rates whose emission
 // interval is not a whole number of milliseconds (3 per second, 7 per
 // minute, 3 000 per second) are accepted, their RateLimit-Policy says q= and
 // w= as configured, and a client asking as soon as it is allowed (it comes
@@ -37,7 +37,7 @@ func SteadyRate(t *testing.T, newStore NewStoreFunc) {
 			l, err := limit.New(newStore(t, clock.Now), limit.Policy{Algorithm: limit.TokenBucket, Limit: r.limit, Window: r.window, Disclosure: limit.DiscloseAlways},
 				limit.WithKeyPrefix("conformance"))
 			if err != nil {
-				t.Fatalf("C-13: %d per %v refused: %v", r.limit, r.window, err)
+				t.Fatalf("%d per %v refused: %v", r.limit, r.window, err)
 			}
 			w := limittest.NewWriter()
 			if d := l.Check(context.Background(), limit.Request{Method: "GET", Path: "/", Peer: "192.0.2.13:1"}, w); !d.Allowed || w.Header.Get("Ratelimit-Policy") != r.policy {

@@ -62,8 +62,8 @@ func New(s limitstore.Store, p Policy, opts ...Option) (*Limiter, error) {
 	}
 	cfg.rep = newReporter(cfg)
 	if cfg.localStore != nil && p.FailureMode != FailLocal {
-		// Case C-09: the README's recipe without FailLocal used to fail open
-		// silently, the local store ignored.
+		// Without FailLocal the local store would be ignored: the policy
+		// would fail open silently.
 		return nil, fmt.Errorf("%w: WithLocalStore is used only by FailureMode FailLocal, and Policy.FailureMode is %s: "+
 			"set FailureMode: limit.FailLocal, or drop WithLocalStore", ErrInvalidOption, failureModeName(p.FailureMode))
 	}

@@ -6,10 +6,11 @@
 //     killed and restarted by PID; a delaying TCP proxy.
 //   - sentinel: the Sentinel failover test on the servers `make test` starts.
 //   - hung: connection behaviour of the Redis store against a frozen server.
-//   - faults: the engine's store protections (timeout, circuit breaker,
-//     deny cache) against a slowed, frozen and killed redis-server: issue 14's
-//     latency targets, case C-10 over HTTP, C-09, the deny cache across two
-//     replicas, what timed-out calls charge.
+//   - faults: the Redis store's protections (timeout, circuit breaker,
+//     deny cache) against a slowed, frozen and killed redis-server: the
+//     latency bounds, a frozen server under HTTP load, a local store without
+//     FailLocal, the deny cache across two replicas, what timed-out calls
+//     charge.
 //
 // scripts/test.sh runs it like every other module (GOWORK=off, -race).
 package tests

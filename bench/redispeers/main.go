@@ -1,5 +1,5 @@
 // Command redispeers measures quotagate's Redis store side by side with peer
-// Redis rate limiters (issue 13), in one run with the order rotated each
+// Redis rate limiters, in one run with the order rotated each
 // round: a trivial EVALSHA (the ceiling of one script call through rueidis),
 // rueidislimiter, ulule/limiter with its Redis store, go-redis/redis_rate,
 // and quotagate through Store.Take and through Limiter.Check, each algorithm.

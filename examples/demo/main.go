@@ -279,7 +279,7 @@ func start(framework string, flags ...string) (base, banner string, stop func(),
 }
 
 // unmatched checks the one rule every example follows for requests no
-// route serves and for CORS preflights (case C-12): a client that spent its
+// route serves and for CORS preflights: a client that spent its
 // global 100 per 60 s gets 429 for GET /v1/nope, DELETE /v1/notes/1 and
 // FOO /v1/notes/1 (they count in the global bucket like any request), while
 // its preflight OPTIONS /v1/notes/1 is not limited; a fresh client gets the
