@@ -84,7 +84,7 @@ func TestARebuiltUnnamedLimiterIsRefusedToo(t *testing.T) {
 // answered a Retry-After of ~242 years. Every key carries the state
 // signature: each policy has its own record, whatever the Name. Alignment
 // is part of it too (two phase rules never read one record).
-func TestRegressionOneNameTwoPolicies(t *testing.T) {
+func TestOneNameTwoPoliciesKeepSeparateRecords(t *testing.T) {
 	store := storeAt(epochMS)
 	hour := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
 	sec := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})

@@ -11,13 +11,14 @@ import (
 )
 
 // DESIGN (Identity): "First match wins: 1. Policy KeyFunc ... 3. The socket
-// peer address." KeyFunc identities and address identities are written into
-// one namespace ("r:<identity>", or "h:" + SHA-256 of the same text with
-// WithHashKeys), so a KeyFunc value that spells an address IS that address's
-// allowance. With the common "API key if present, else the client address"
-// KeyFunc, anyone can send X-Api-Key: 203.0.113.7 and drain the quota of the
-// anonymous client at 203.0.113.7, which has never sent a request.
-func TestRegressionKeyFuncIdentityCollidesWithAddressIdentity(t *testing.T) {
+// peer address." KeyFunc identities and address identities were written
+// into one namespace ("r:<identity>", or "h:" + SHA-256 of the same text
+// with WithHashKeys), so a KeyFunc value that spelled an address WAS that
+// address's allowance. With the common "API key if present, else the client
+// address" KeyFunc, anyone could send X-Api-Key: 203.0.113.7 and drain the
+// quota of the anonymous client at 203.0.113.7, which had never sent a
+// request.
+func TestKeyFuncIdentityNeverCollidesWithAddressIdentity(t *testing.T) {
 	for _, hash := range []bool{false, true} {
 		store := limittest.NewStore(nil)
 		l, err := limit.New(store, limit.Policy{Limit: 1, KeyFunc: func(r limit.Request) (string, error) {

@@ -157,13 +157,13 @@ func TestNewRefusesALocalStoreWithoutFailLocal(t *testing.T) {
 	}
 }
 
-// Case C-08 (issue 16): a cost above the quota's capacity (ConsumeN 6 on a
-// FixedWindow 5 per minute; a cost above a token bucket's Burst; above the
-// fallback bucket's reduced capacity) got 429 with a Retry-After (61 s, or
-// 1 s on a full token bucket) that promised success: a client obeying it
-// retried for ever. Now it is answered without the store: limited,
-// OverCapacity, RetryAfter 0 and RetryAfterSeconds 0, nothing taken.
-func TestRegressionC08NeverAdmissibleCost(t *testing.T) {
+// A cost above the quota's capacity (ConsumeN 6 on a FixedWindow 5 per
+// minute; a cost above a token bucket's Burst; above the fallback bucket's
+// reduced capacity) got 429 with a Retry-After (61 s, or 1 s on a full token
+// bucket) that promised success: a client obeying it retried for ever. Now
+// it is answered without the store: limited, OverCapacity, RetryAfter 0 and
+// RetryAfterSeconds 0, nothing taken.
+func TestNeverAdmissibleCostIsLimitedWithoutTheStore(t *testing.T) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		store := storeAt(1_767_225_600_000)
 		l := limittest.MustNew(store, limit.Policy{Algorithm: alg, Limit: 5, Window: time.Minute})
@@ -201,7 +201,7 @@ func TestRegressionC08NeverAdmissibleCost(t *testing.T) {
 	}
 }
 
-func TestRegression2OverCapacitySlidingPrevOnly(t *testing.T) {
+func TestSlidingOverCapacityWithOnlyThePreviousWindowRetriesAtReset(t *testing.T) {
 	s := storeAt(1_767_225_600_000)
 	l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: 5 * time.Second, AlignWindows: true})
 	ctx := context.Background()
@@ -213,7 +213,7 @@ func TestRegression2OverCapacitySlidingPrevOnly(t *testing.T) {
 	}
 }
 
-func TestRegression2ConsumeIdentityDomain(t *testing.T) {
+func TestConsumeIdentitiesKeepTheirOwnDomain(t *testing.T) {
 	l := limittest.MustNew(storeAt(1_767_225_600_000), limit.Policy{Limit: 2})
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {

@@ -19,14 +19,14 @@ func (panicHandler) Handle(context.Context, slog.Record) error { panic("log sink
 func (h panicHandler) WithAttrs([]slog.Attr) slog.Handler      { return h }
 func (h panicHandler) WithGroup(string) slog.Handler           { return h }
 
-// DESIGN (Policy): "Nothing in the request path panics." The engine guards
+// DESIGN (Policy): "Nothing in the request path panics." The engine guarded
 // every other caller-supplied component on the request path (KeyFunc, Skip,
 // CostFunc, hooks, LimitedResponse, the Observer, the Store), but not the
 // Logger: the first request with no client address (or a trusted-header
 // issue, a store failure, a route-unknown fallback...) logs, and a panicking
-// slog handler takes the request down (under fiber/fasthttp, which recovers
+// slog handler took the request down (under fiber/fasthttp, which recovers
 // nothing by default, the whole process).
-func TestRegressionPanickingLoggerPanicsInRequestPath(t *testing.T) {
+func TestPanickingLoggerNeverPanicsInTheRequestPath(t *testing.T) {
 	l, err := limit.New(limittest.NewStore(nil), limit.Policy{}, limit.WithLogger(slog.New(panicHandler{})))
 	if err != nil {
 		t.Fatal(err)

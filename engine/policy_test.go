@@ -20,14 +20,14 @@ import (
 // DESIGN (Identity): "4. No address at all: one shared fallback bucket at
 // max(1, Limit/FallbackDivisor)"; (Decisions) "A policy Cost above capacity
 // is a construction error"; (Algorithms) RetryAfter is "the earliest t at
-// which the same request would be allowed". New checks the policy Cost only
-// against the policy's own capacity. Policy{Limit: 100, Cost: 20} is
+// which the same request would be allowed". New checked the policy Cost
+// only against the policy's own capacity. Policy{Limit: 100, Cost: 20} was
 // accepted, but its fallback bucket has capacity 10, so every request
 // without a client address (every request of a server on a Unix socket,
-// which the design calls out as the fallback case) is denied forever, and
-// its Retry-After names an instant at which the same request is denied
+// which the design calls out as the fallback case) was denied forever, and
+// its Retry-After named an instant at which the same request was denied
 // again.
-func TestRegressionStaticCostAboveFallbackCapacityDeniesForever(t *testing.T) {
+func TestStaticCostAboveFallbackCapacityIsNotDeniedForever(t *testing.T) {
 	store := storeAt(epochMS)
 	l, err := limit.New(store, limit.Policy{Limit: 100, Cost: 20})
 	if err != nil {
@@ -180,12 +180,12 @@ func checkHeaderIntegers(t *testing.T, h http.Header, boundMS int64, now time.Ti
 	}
 }
 
-// Case C-07 (issue 16): a TokenBucket of 1 000 per second with Burst 1e13,
-// one request of cost 1e13 then one of cost 1, answered RateLimit-Reset 0,
-// a ResetAfter of -2 346 317 h and an X-RateLimit-Reset in the year 2611
-// (milliseconds past ~292 years overflow a time.Duration). Expected: New
-// rejects the policy, or every duration and header is in range.
-func TestRegressionC07DurationOverflow(t *testing.T) {
+// A TokenBucket of 1 000 per second with Burst 1e13, one request of cost
+// 1e13 then one of cost 1, was answered RateLimit-Reset 0, a ResetAfter of
+// -2 346 317 h and an X-RateLimit-Reset in the year 2611 (milliseconds past
+// ~292 years overflow a time.Duration). Expected: New rejects the policy,
+// or every duration and header is in range.
+func TestTokenBucketHugeBurstGivesInRangeNumbers(t *testing.T) {
 	p := limit.Policy{Algorithm: limit.TokenBucket, Limit: 1000, Window: time.Second, Burst: 1e13,
 		Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}
 	var cost int64
@@ -214,11 +214,11 @@ func TestRegressionC07DurationOverflow(t *testing.T) {
 // maxRefill is the longest TokenBucket refill New accepts (365 days).
 const maxRefill = 365 * 24 * time.Hour
 
-// C-07: a TokenBucket whose refill takes centuries (Limit 1000 per 1 s,
+// A TokenBucket whose refill takes centuries (Limit 1000 per 1 s,
 // Burst 1e13: 317 years) overflowed time.Duration. New rejects it, naming
 // Burst; at the largest accepted refill (maxRefill), a whole-bucket request
 // and then one more give in-range Durations and header values.
-func TestCaseC07DurationOverflow(t *testing.T) {
+func TestTokenBucketRefillOfCenturiesIsRefused(t *testing.T) {
 	_, err := limit.New(storeAt(0), limit.Policy{Algorithm: limit.TokenBucket, Limit: 1000, Window: time.Second, Burst: 1e13})
 	if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "Burst") {
 		t.Fatalf("New: %v, want ErrInvalidPolicy naming Burst", err)
@@ -255,10 +255,10 @@ func TestCaseC07DurationOverflow(t *testing.T) {
 	}
 }
 
-// C-13: TokenBucket at 3 per second, 7 per minute and 3 000 per second is
+// TokenBucket at 3 per second, 7 per minute and 3 000 per second is
 // accepted and admits exactly the rate through a Limiter (here over 20
 // windows; TestSteadyRateNoDrift runs Apply over 1 000).
-func TestCaseC13TokenBucketCommonRates(t *testing.T) {
+func TestTokenBucketCommonRatesAdmitExactlyTheRate(t *testing.T) {
 	for _, r := range []struct {
 		limit  int64
 		window time.Duration

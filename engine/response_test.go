@@ -379,7 +379,7 @@ func floorDiv(a, b int64) int64 {
 // Over HTTP the answer is 429 with its own problem type and neither
 // Retry-After nor a RateLimit field (which would carry a t promising
 // success), at every disclosure level; OnLimited still runs.
-func TestRegressionC08NeverAdmissibleCostOverHTTP(t *testing.T) {
+func TestNeverAdmissibleCostOverHTTPPromisesNoRetry(t *testing.T) {
 	for _, d := range []limit.Disclosure{limit.DiscloseNone, limit.DiscloseRetryAfter, limit.DiscloseOnLimit, limit.DiscloseAlways} {
 		limited := 0
 		l := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Disclosure: d,
@@ -403,7 +403,7 @@ func TestRegressionC08NeverAdmissibleCostOverHTTP(t *testing.T) {
 	}
 }
 
-func TestRegression2FailureResponses(t *testing.T) {
+func TestFailureModeResponses(t *testing.T) {
 	ctx := context.Background()
 	req := limit.Request{Peer: "192.0.2.1:1"}
 	// FailLocal denial from the local store.

@@ -15,10 +15,10 @@ import (
 // RateLimit-Policy then carries the -10 form only: one List cannot mix -10
 // members (strings) with -06 members (integers)." HeaderStyle is a
 // per-policy field, and with two mounts on one request (a global IETF limiter
-// and a per-route Triplet limiter) the engine adds both limiters'
+// and a per-route Triplet limiter) the engine added both limiters'
 // RateLimit-Policy members to the same List: a -10 string member and a -06
 // integer member, the mix the design rules out.
-func TestRegressionTwoMountsMixDraftFormsInRateLimitPolicy(t *testing.T) {
+func TestTwoMountsNeverMixDraftFormsInRateLimitPolicy(t *testing.T) {
 	store := limittest.NewStore(nil)
 	global, err := limit.New(store, limit.Policy{Disclosure: limit.DiscloseAlways})
 	if err != nil {
