@@ -896,7 +896,7 @@ const (
 	docPath = "../docs/response-contract.md"
 	// readmePath renders the level table and one example per style.
 	readmePath = "../README.md"
-	docBegin   = "<!-- BEGIN GENERATED from engine/contract_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
+	docBegin   = "<!-- BEGIN GENERATED from engine/response_test.go: `go test -run TestResponseContractDoc -update-doc` -->"
 	docEnd     = "<!-- END GENERATED -->"
 )
 
