@@ -3,11 +3,12 @@ package limit_test
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/engine/limitstore"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -83,7 +84,7 @@ func TestARebuiltUnnamedLimiterIsRefusedToo(t *testing.T) {
 // answered a Retry-After of ~242 years. Every key carries the state
 // signature: each policy has its own record, whatever the Name. Alignment
 // is part of it too (two phase rules never read one record).
-func TestRegressionOneNameTwoPolicies(t *testing.T) {
+func TestOneNameTwoPoliciesKeepSeparateRecords(t *testing.T) {
 	store := storeAt(epochMS)
 	hour := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
 	sec := mustNew(t, store, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})
@@ -133,4 +134,29 @@ func claiming(s limitstore.Store) limitstore.Store {
 		limitstore.Store
 		limitstore.Claims
 	}{Store: s}
+}
+
+// The claims and the fallback bucket handle several quotas: a second
+// unnamed Limiter with the same quotas on one Store is refused (one with
+// other quotas is not), and requests without an identity draw on every
+// quota tightened by the fallback divisor, under the quotas' own names.
+func TestSeveralQuotasClaimsAndFallback(t *testing.T) {
+	store := claiming(storeAt(epochMS))
+	p := limit.Policy{Algorithm: limit.FixedWindow, AlignWindows: true, Disclosure: limit.DiscloseAlways,
+		Quotas: []limit.Rate{{Limit: 20, Window: 10 * time.Second}, {Limit: 50, Window: time.Minute}}}
+	l := mustNew(t, store, p)
+	if _, err := limit.New(store, p); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "20p10fa+50p60fa") {
+		t.Fatalf("second unnamed Limiter with the same quotas: %v", err)
+	}
+	other := p
+	other.Quotas = []limit.Rate{{Limit: 20, Window: 10 * time.Second}}
+	mustNew(t, store, other)
+	r := req("", "/")
+	got := check(l, context.Background(), r)
+	if d := got.Decision; d.KeySource != limit.KeySourceFallback || d.Limit != 2 || d.Remaining != 1 {
+		t.Fatalf("fallback: %+v", d)
+	}
+	if p := got.Header.Get("Ratelimit-Policy"); p != `"20p10f";q=2;w=10, "50p60f";q=5;w=60` {
+		t.Fatalf("fallback RateLimit-Policy %q", p)
+	}
 }

@@ -38,11 +38,11 @@ func serveRec(h http.Handler, method, path string) *httptest.ResponseRecorder {
 	return w
 }
 
-// Case C-05: global Shared 10 per minute + PerRoute POST /login 2 per
+// Stacked mounts: global Shared 10 per minute + PerRoute POST /login 2 per
 // minute; 5 logins. Only the 2 admitted logins stay charged to the global
 // limit: 8 remain afterwards (a GET then shows r=7, its own charge
 // included), where every mount counting once left 5.
-func TestRegressionC05StackedMountsChargeNoMountWhenLimited(t *testing.T) {
+func TestStackedMountsChargeNoMountWhenLimited(t *testing.T) {
 	s := storeAt(epochMS)
 	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Minute,
 		AlignWindows: true, Disclosure: limit.DiscloseAlways})
@@ -160,9 +160,9 @@ func TestFinishHandlerPanicStaysCounted(t *testing.T) {
 }
 
 // A refund gives the cost back to every quota of the plan that charged the
-// request (issue 15: several quotas and plans are one Op, so is the
-// refund): after successes that do not count, each quota of each plan
-// still holds its whole allowance; after failures, each quota shows them.
+// request (several quotas and plans are one Op, so is the refund): after
+// successes that do not count, each quota of each plan still holds its
+// whole allowance; after failures, each quota shows them.
 func TestFinishRefundsEveryQuotaOfThePlan(t *testing.T) {
 	s := storeAt(epochMS)
 	plan := func(r limit.Request) (string, error) {
@@ -213,7 +213,7 @@ func TestFinishRefundsEveryQuotaOfThePlan(t *testing.T) {
 // successful sign-in, a slow upload) had one counted failure erased per
 // such request, so a "3 failures per minute" policy admitted 6 in a minute
 // (3 after the refill, 3 more once the 3 slow requests ended).
-func TestRegressionTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *testing.T) {
+func TestTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *testing.T) {
 	s := storeAt(epochMS)
 	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.TokenBucket, Limit: 3, Window: time.Minute, CountStatus: countFailures})
 	ctx := context.Background()
@@ -263,7 +263,7 @@ func TestRegressionTokenBucketLateRefundGivesBackOnlyWhatTheChargeStillHolds(t *
 // each gave its charge back: one limited sub-request made every later one
 // in the batch free. A mount gives its charge back only for a flag set
 // after it charged.
-func TestRegressionLimitedFlagOfAnEarlierRequestRefundsNothing(t *testing.T) {
+func TestLimitedFlagOfAnEarlierRequestRefundsNothing(t *testing.T) {
 	s := storeAt(epochMS)
 	global := limittest.MustNew(s, limit.Policy{Name: "global", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
 	login := limittest.MustNew(s, limit.Policy{Name: "login", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour})

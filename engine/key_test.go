@@ -1,96 +1,72 @@
-package limit
+package limit_test
 
 import (
-	"github.com/quotagate/quotagate/engine/limitstore"
+	"context"
+	"net/http"
 	"strings"
 	"testing"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// keyOf spells the key and phase of one quota (state, window) for (bucket, id).
-func keyOf(k *keyer, buf []byte, bucket *bucketRef, id *who, state string, windowMS int64) ([]byte, int64) {
-	set := quotaSet{n: 1}
-	set.q[0] = quotaSpec{limit: 1, windowMS: windowMS, state: state}
-	var op limitstore.Op
-	k.appendKeys(buf, bucket, id, &set, &op)
-	return op.Quotas[0].Key, op.Quotas[0].PhaseMS
-}
-
-// The window phase is stable for one identity, spread over the window
-// between identities, and 0 with AlignWindows (not phased).
-func TestFixedWindowPhasePerIdentity(t *testing.T) {
-	k := keyer{prefix: "quotagate", phased: true}
-	bucket := newBucketRef("1p60f")
-	phase := func(k *keyer, id string) int64 {
-		_, ph := keyOf(k, nil, &bucket, &who{src: KeySourceKeyFunc, text: id}, "1p60f", 60_000)
-		return ph
-	}
-	if first, again := phase(&k, "198.51.100.1"), phase(&k, "198.51.100.1"); first != again {
-		t.Fatal("phase is not stable for one identity")
-	}
-	seen := map[int64]bool{}
-	for _, id := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3", "2001:db8::", "user-42"} {
-		ph := phase(&k, id)
-		if ph < 0 || ph >= 60_000 {
-			t.Fatalf("phase %d outside the window", ph)
+// DESIGN (Identity): "First match wins: 1. Policy KeyFunc ... 3. The socket
+// peer address." KeyFunc identities and address identities were written
+// into one namespace ("r:<identity>", or "h:" + SHA-256 of the same text
+// with WithHashKeys), so a KeyFunc value that spelled an address WAS that
+// address's allowance. With the common "API key if present, else the client
+// address" KeyFunc, anyone could send X-Api-Key: 203.0.113.7 and drain the
+// quota of the anonymous client at 203.0.113.7, which had never sent a
+// request.
+func TestKeyFuncIdentityNeverCollidesWithAddressIdentity(t *testing.T) {
+	for _, hash := range []bool{false, true} {
+		store := limittest.NewStore(nil)
+		l, err := limit.New(store, limit.Policy{Limit: 1, KeyFunc: func(r limit.Request) (string, error) {
+			if v := r.Header.Values("X-Api-Key"); len(v) > 0 {
+				return v[0], nil
+			}
+			return "", nil // no key: fall through to the client address
+		}}, limit.WithHashKeys(hash))
+		if err != nil {
+			t.Fatal(err)
 		}
-		seen[ph] = true
-	}
-	if len(seen) < 4 {
-		t.Fatalf("phases barely differ between identities: %v", seen)
-	}
-	aligned := keyer{prefix: "quotagate"}
-	if ph := phase(&aligned, "198.51.100.1"); ph != 0 {
-		t.Fatalf("AlignWindows phase %d, want 0", ph)
-	}
-}
+		attacker := limit.Request{Peer: "198.51.100.1:1", Header: http.Header{"X-Api-Key": {"203.0.113.7"}}}
+		victim := limit.Request{Peer: "203.0.113.7:4444", Header: http.Header{}}
 
-// The tag of a key is the Redis Cluster hash tag: 8 hex digits in the first
-// braces, the same for one (bucket, identity), and the key ends in the
-// identity's key form.
-func TestKeyTag(t *testing.T) {
-	k := keyer{prefix: "app"}
-	b := newBucketRef("/v1/{a} 5p60")
-	id := &who{src: KeySourceSocket, text: "192.0.2.1"}
-	key, _ := keyOf(&k, nil, &b, id, "5p60", 60_000)
-	again, _ := keyOf(&k, make([]byte, 0, 8), &b, id, "5p60", 60_000)
-	s := string(key)
-	if s != string(again) || !strings.HasPrefix(s, "app:{") || s[13] != '}' || !strings.HasSuffix(s, ":/v1/{a} 5p60:5p60:r:192.0.2.1") {
-		t.Fatalf("key %q (again %q)", key, again)
-	}
-	for _, c := range s[5:13] {
-		if !strings.ContainsRune("0123456789abcdef", c) {
-			t.Fatalf("tag %q is not hex", s[5:13])
+		if d := check(l, context.Background(), attacker).Decision; !d.Allowed || d.KeySource != limit.KeySourceKeyFunc {
+			t.Fatalf("hash=%v: attacker's request: %+v", hash, d)
+		}
+		d := check(l, context.Background(), victim).Decision
+		if d.KeySource != limit.KeySourceSocket {
+			t.Fatalf("hash=%v: victim keyed by %s", hash, d.KeySource)
+		}
+		if !d.Allowed {
+			t.Errorf("hash=%v: the first request ever of the client at 203.0.113.7 was denied: the KeyFunc identity "+
+				"\"203.0.113.7\" and the socket address share one store key %q", hash, store.Keys())
 		}
 	}
 }
 
-// Several quotas: one key each, all with one hash tag (one Cluster slot),
-// each carrying its own state signature, each phase taken modulo its own
-// window; a buffer that already holds bytes keeps them.
-func TestKeysOfSeveralQuotas(t *testing.T) {
-	k := keyer{prefix: "app", phased: true}
-	b := newBucketRef("reports")
-	set := quotaSet{n: 3}
-	set.q[0] = quotaSpec{limit: 2, windowMS: 10_000, state: "2p10"}
-	set.q[1] = quotaSpec{limit: 5, windowMS: 60_000, state: "5p60"}
-	set.q[2] = quotaSpec{limit: 9, windowMS: 7, state: "pro=9p7ms"}
-	var op limitstore.Op
-	buf := k.appendKeys([]byte("junk"), &b, &who{src: KeySourceKeyFunc, text: "user-1"}, &set, &op)
-	if string(buf[:4]) != "junk" {
-		t.Fatalf("buffer prefix lost: %q", buf)
+func TestStoreKeyLayout(t *testing.T) {
+	store := storeAt(0)
+	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5}, limit.WithKeyPrefix("app"))
+	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "[::ffff:192.0.2.1]:40003"})
+	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "192.0.2.1:40001"})
+	if len(store.Keys()) != 1 {
+		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.Keys()))
 	}
-	tag := string(op.Quotas[0].Key[:14])
-	for i := range set.n {
-		key := string(op.Quotas[i].Key)
-		if !strings.HasPrefix(key, tag) || key != tag+":reports:"+set.q[i].state+":r:k=user-1" {
-			t.Fatalf("key %d %q (tag %q)", i, key, tag)
-		}
-		if ph := op.Quotas[i].PhaseMS; ph < 0 || ph >= set.q[i].windowMS {
-			t.Fatalf("phase %d of quota %d outside its window", ph, i)
-		}
-		one, ph := keyOf(&k, nil, &b, &who{src: KeySourceKeyFunc, text: "user-1"}, set.q[i].state, set.q[i].windowMS)
-		if string(one) != key || ph != op.Quotas[i].PhaseMS {
-			t.Fatalf("quota %d alone: %q phase %d, with the others %q phase %d", i, one, ph, key, op.Quotas[i].PhaseMS)
+	key := store.Keys()[0]
+	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1
+	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1") {
+		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<state signature>:r:<identity>", key)
+	}
+	hashed := limittest.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
+	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
+	long := limittest.MustNew(store, limit.Policy{KeyFunc: func(limit.Request) (string, error) { return strings.Repeat("k", 200), nil }})
+	check(long, context.Background(), limit.Request{})
+	for _, k := range store.Keys()[1:] { // the first is the raw key above
+		if !strings.Contains(k, ":h:") || strings.Contains(k, "192.0.2.1") || strings.Contains(k, "kkkk") {
+			t.Fatalf("key %q: want a hashed identity", k)
 		}
 	}
 }

@@ -3,90 +3,16 @@ package limit_test
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/engine/limitstore"
+	"net/http"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
-
-func TestNewValidatesPolicyFields(t *testing.T) {
-	store := storeAt(0)
-	tests := []struct {
-		name  string
-		p     limit.Policy
-		field string // must appear in the error; "" means valid
-	}{
-		{"zero_value_takes_defaults", limit.Policy{}, ""},
-		{"negative_limit", limit.Policy{Limit: -1}, "Limit"},
-		{"negative_window", limit.Policy{Window: -time.Second}, "Window"},
-		{"window_over_24h", limit.Policy{Window: 25 * time.Hour}, "Window"},
-		{"window_sub_millisecond", limit.Policy{Window: 1500 * time.Microsecond}, "Window"},
-		{"negative_cost", limit.Policy{Cost: -2}, "Cost"},
-		{"cost_over_limit", limit.Policy{Limit: 3, Cost: 4}, "Cost"},
-		{"burst_on_window_algorithm", limit.Policy{Burst: 5}, "Burst"},
-		{"token_bucket_3_per_second", limit.Policy{Algorithm: limit.TokenBucket, Limit: 3, Window: time.Second}, ""},
-		{"token_bucket_7_per_minute", limit.Policy{Algorithm: limit.TokenBucket, Limit: 7, Window: time.Minute}, ""},
-		{"token_bucket_3000_per_second", limit.Policy{Algorithm: limit.TokenBucket, Limit: 3000, Window: time.Second}, ""},
-		{"token_bucket_exact_interval", limit.Policy{Algorithm: limit.TokenBucket, Limit: 4, Window: time.Second, Burst: 10}, ""},
-		{"token_bucket_refill_at_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 365}, ""},
-		{"token_bucket_refill_over_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 366}, "Burst"},
-		{"token_bucket_burst_over_exact_math", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1 << 40, Window: time.Second, Burst: 1 << 41}, "Burst"},
-		{"token_bucket_limit_over_exact_math", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1<<50 + 1, Window: time.Second}, "Limit"},
-		{"cost_over_burst", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 2, Cost: 3}, "Cost"},
-		{"name_with_colon", limit.Policy{Name: "a:b"}, "Name"},
-		{"name_blank", limit.Policy{Name: "   "}, "Name"},
-		{"name_non_ascii", limit.Policy{Name: "caf\u00e9"}, "Name"},
-		{"name_with_quote_is_fine", limit.Policy{Name: `say "hi" \o/`}, ""},
-		{"limit_too_large_for_exact_math", limit.Policy{Limit: 1 << 40, Window: 24 * time.Hour}, "Limit"},
-		{"unknown_algorithm", limit.Policy{Algorithm: 9}, "Algorithm"},
-		{"unknown_disclosure", limit.Policy{Disclosure: 9}, "Disclosure"},
-		{"unknown_header_style", limit.Policy{HeaderStyle: 64}, "HeaderStyle"},
-		{"fail_local_without_store", limit.Policy{FailureMode: limit.FailLocal}, "FailLocal"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := limit.New(store, tt.p)
-			if tt.field == "" {
-				if err != nil {
-					t.Fatalf("New: %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tt.field) || !errors.Is(err, limit.ErrInvalidPolicy) {
-				t.Fatalf("New: %v, want an ErrInvalidPolicy naming %s", err, tt.field)
-			}
-		})
-	}
-}
-
-func TestNewValidatesOptions(t *testing.T) {
-	tests := []struct {
-		name string
-		opt  limit.Option
-	}{
-		{"prefix_with_brace", limit.WithKeyPrefix("a{b")},
-		{"prefix_with_colon", limit.WithKeyPrefix("a:b")},
-		{"prefix_empty", limit.WithKeyPrefix("")},
-		{"nil_logger", limit.WithLogger(nil)},
-		{"nil_observer", limit.WithObserver(nil)},
-		{"divisor_zero", limit.WithFallbackDivisor(0)},
-		{"ipv4_prefix_33", limit.WithAddressPrefixes(33, 64)},
-		{"ipv6_prefix_0", limit.WithAddressPrefixes(32, 0)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := limit.New(storeAt(0), limit.Policy{}, tt.opt); !errors.Is(err, limit.ErrInvalidOption) {
-				t.Fatalf("New: %v, want ErrInvalidOption", err)
-			}
-		})
-	}
-	if _, err := limit.New(nil, limit.Policy{}); err == nil {
-		t.Fatal("New(nil store): want an error")
-	}
-}
 
 func checkPeer(l *limit.Limiter, peer string) response {
 	return check(l, context.Background(), limit.Request{Peer: peer, Path: "/x", Method: "GET"})
@@ -191,122 +117,6 @@ func TestCostAboveRemainingIsDeniedWithoutConsuming(t *testing.T) {
 	}
 }
 
-func TestBuckets(t *testing.T) {
-	store := storeAt(0)
-	tests := []struct {
-		name  string
-		p     limit.Policy
-		route string
-		want  string
-	}{
-		{"shared_signature", limit.Policy{}, "/a/{id}", "100p60"},
-		{"fixed_signature", limit.Policy{Algorithm: limit.FixedWindow, Limit: 5}, "", "5p60f"},
-		{"gcra_signature_with_burst", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 5}, "", "1p1gb5"},
-		{"subsecond_window", limit.Policy{Limit: 10, Window: 500 * time.Millisecond}, "", "10p500ms"},
-		{"name_wins", limit.Policy{Name: "login", Scope: limit.PerRoute}, "/a/{id}", "login"},
-		{"per_route_chi", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/{id}", "/v1/notes/{id} 100p60"},
-		{"per_route_echo", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/:id", "/v1/notes/{id} 100p60"},
-		{"per_route_nethttp_method", limit.Policy{Scope: limit.PerRoute}, "GET /v1/notes/{id}", "/v1/notes/{id} 100p60"},
-		{"per_route_chi_regexp", limit.Policy{Scope: limit.PerRoute}, "/v1/notes/{id:[0-9]+}", "/v1/notes/{id} 100p60"},
-		{"per_route_unknown_falls_back", limit.Policy{Scope: limit.PerRoute}, "", "100p60"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := limittest.MustNew(store, tt.p)
-			if got := check(l, context.Background(), limit.Request{Route: tt.route, Peer: "192.0.2.1:1"}).Decision.Bucket; got != tt.want {
-				t.Fatalf("bucket %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-func TestNormalizeRoute(t *testing.T) {
-	tests := []struct{ name, in, want string }{
-		{"chi", "/v1/notes/{id}", "/v1/notes/{id}"},
-		{"chi_regexp", "/v1/{year:[0-9]{4}}/x", "/v1/{year}/x"},
-		{"echo_gin_colon", "/users/:id/posts/:pid", "/users/{id}/posts/{pid}"},
-		{"gin_catch_all", "/static/*filepath", "/static/{filepath}"},
-		{"bare_wildcard", "/files/*", "/files/*"},
-		{"fiber_optional", "/v1/notes/:id?", "/v1/notes/{id}"},
-		{"fiber_constraint", "/v1/notes/:id<int>", "/v1/notes/{id}"},
-		{"fiber_constraint_args", "/v1/notes/:id<min(5);max(9)>", "/v1/notes/{id}"},
-		{"nethttp_method", "GET /items/{id}", "/items/{id}"},
-		{"nethttp_host", "GET example.com/items/{id}", "/items/{id}"},
-		{"nethttp_rest", "/files/{path...}", "/files/{path}"},
-		{"nethttp_anchor", "/{$}", "/"},
-		{"nethttp_anchor_sub", "/a/{$}", "/a/"},
-		{"root", "/", "/"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := limit.NormalizeRoute(tt.in); got != tt.want {
-				t.Fatalf("NormalizeRoute(%q) = %q, want %q", tt.in, got, tt.want)
-			}
-		})
-	}
-}
-
-func TestStoreKeyLayout(t *testing.T) {
-	store := storeAt(0)
-	l := limittest.MustNew(store, limit.Policy{Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5}, limit.WithKeyPrefix("app"))
-	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "[::ffff:192.0.2.1]:40003"})
-	check(l, context.Background(), limit.Request{Route: "/v1/{a}/{b}", Peer: "192.0.2.1:40001"})
-	if len(store.Keys()) != 1 {
-		t.Fatalf("mapped and plain IPv4 made %d keys, want 1 identity", len(store.Keys()))
-	}
-	key := store.Keys()[0]
-	// app:{xxxxxxxx}:/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1
-	if !strings.HasPrefix(key, "app:{") || key[13] != '}' || !strings.HasSuffix(key, ":/v1/{a}/{b} 5p60f:5p60f:r:192.0.2.1") {
-		t.Fatalf("key %q does not follow <prefix>:{<tag>}:<bucket>:<state signature>:r:<identity>", key)
-	}
-	hashed := limittest.MustNew(store, limit.Policy{}, limit.WithHashKeys(true))
-	check(hashed, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
-	long := limittest.MustNew(store, limit.Policy{KeyFunc: func(limit.Request) (string, error) { return strings.Repeat("k", 200), nil }})
-	check(long, context.Background(), limit.Request{})
-	for _, k := range store.Keys()[1:] { // the first is the raw key above
-		if !strings.Contains(k, ":h:") || strings.Contains(k, "192.0.2.1") || strings.Contains(k, "kkkk") {
-			t.Fatalf("key %q: want a hashed identity", k)
-		}
-	}
-}
-
-func TestIdentityChain(t *testing.T) {
-	store := storeAt(0)
-	keyFunc := func(r limit.Request) (string, error) {
-		switch r.Path {
-		case "/user":
-			return "user-1", nil
-		case "/error":
-			return "ignored", errors.New("no user")
-		case "/panic":
-			panic("boom")
-		}
-		return "  ", nil
-	}
-	l := limittest.MustNew(store, limit.Policy{Limit: 20, KeyFunc: keyFunc})
-	tests := []struct {
-		name, path, peer string
-		want             limit.KeySource
-		limit            int64
-	}{
-		{"key_func", "/user", "192.0.2.1:1", limit.KeySourceKeyFunc, 20},
-		{"key_func_error_falls_through", "/error", "192.0.2.1:1", limit.KeySourceSocket, 20},
-		{"key_func_blank_falls_through", "/blank", "192.0.2.1:1", limit.KeySourceSocket, 20},
-		{"key_func_panic_falls_through", "/panic", "192.0.2.1:1", limit.KeySourceSocket, 20},
-		{"no_peer_is_fallback", "/blank", "", limit.KeySourceFallback, 2},
-		{"garbage_peer_is_fallback", "/blank", "not-an-ip", limit.KeySourceFallback, 2},
-		{"unspecified_peer_is_fallback", "/blank", "0.0.0.0:1", limit.KeySourceFallback, 2},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := check(l, context.Background(), limit.Request{Path: tt.path, Peer: tt.peer}).Decision
-			if d.KeySource != tt.want || d.Limit != tt.limit {
-				t.Fatalf("source %s limit %d, want %s %d", d.KeySource, d.Limit, tt.want, tt.limit)
-			}
-		})
-	}
-}
-
 func TestConsume(t *testing.T) {
 	store := storeAt(0)
 	l := limittest.MustNew(store, limit.Policy{Name: "jobs", Limit: 2, Algorithm: limit.FixedWindow})
@@ -320,44 +130,6 @@ func TestConsume(t *testing.T) {
 	}
 	if d, _ := l.ConsumeN(context.Background(), "tenant-b", 2); !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("ConsumeN(2) for another tenant: %+v", d)
-	}
-}
-
-func TestStoreFailureModes(t *testing.T) {
-	down := limittest.FailingStore{Err: errors.New("connection refused")}
-	local := storeAt(0)
-	tests := []struct {
-		name    string
-		store   limitstore.Store
-		mode    limit.FailureMode
-		allowed bool
-		outcome limit.Outcome
-		status  int
-	}{
-		{"fail_open", down, limit.FailOpen, true, limit.OutcomeDegraded, 0},
-		{"fail_closed", down, limit.FailClosed, false, limit.OutcomeLimited, 503},
-		{"fail_local", down, limit.FailLocal, true, limit.OutcomeDegraded, 0},
-		{"panicking_store_is_a_failure", panickingStore, limit.FailOpen, true, limit.OutcomeDegraded, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var opts []limit.Option
-			if tt.mode == limit.FailLocal {
-				opts = append(opts, limit.WithLocalStore(local))
-			}
-			l := limittest.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
-			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
-			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
-				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)
-			}
-			if tt.mode == limit.FailOpen {
-				for _, f := range r.Fields() {
-					if strings.HasPrefix(f.Name, "Ratelimit") {
-						t.Fatalf("fail-open response claims numbers it does not know: %v", r.Fields())
-					}
-				}
-			}
-		})
 	}
 }
 
@@ -383,4 +155,317 @@ func TestNewRefusesALocalStoreWithoutFailLocal(t *testing.T) {
 	if _, err := l.With(limit.Policy{Limit: 2, FailureMode: limit.FailClosed}); err != nil {
 		t.Fatalf("With a FailClosed policy: %v", err)
 	}
+}
+
+// A cost above the quota's capacity (ConsumeN 6 on a FixedWindow 5 per
+// minute; a cost above a token bucket's Burst; above the fallback bucket's
+// reduced capacity) got 429 with a Retry-After (61 s, or 1 s on a full token
+// bucket) that promised success: a client obeying it retried for ever. Now
+// it is answered without the store: limited, OverCapacity, RetryAfter 0 and
+// RetryAfterSeconds 0, nothing taken.
+func TestNeverAdmissibleCostIsLimitedWithoutTheStore(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		store := storeAt(1_767_225_600_000)
+		l := limittest.MustNew(store, limit.Policy{Algorithm: alg, Limit: 5, Window: time.Minute})
+		ctx := context.Background()
+		for _, n := range []int64{6, 1 << 62} {
+			d, err := l.ConsumeN(ctx, "u", n)
+			if err != nil || d.Allowed || !d.OverCapacity || d.Outcome != limit.OutcomeLimited || d.RetryAfter != 0 || limit.RetryAfterSeconds(d) != 0 {
+				t.Fatalf("%v: ConsumeN(%d) = %+v, %v; want limited, OverCapacity, no retry", alg, n, d, err)
+			}
+		}
+		if store.Calls() != 0 {
+			t.Fatalf("%v: the store was asked %d times about a never-admissible cost", alg, store.Calls())
+		}
+		// Nothing was taken: the whole quota is there.
+		if d, _ := l.ConsumeN(ctx, "u", 5); !d.Allowed || d.OverCapacity {
+			t.Fatalf("%v: ConsumeN(5) after the refusals: %+v, want allowed", alg, d)
+		}
+		// An admissible cost that does not fit now is an ordinary limit.
+		if d, _ := l.ConsumeN(ctx, "u", 1); d.Allowed || d.OverCapacity || d.RetryAfter <= 0 {
+			t.Fatalf("%v: ConsumeN(1) on a spent quota: %+v, want limited with a Retry-After", alg, d)
+		}
+	}
+	// Above a token bucket's Burst (but within Limit), and above the
+	// fallback bucket's capacity (Limit/10) for a blank identity.
+	tb := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 3})
+	if d, _ := tb.ConsumeN(context.Background(), "u", 4); !d.OverCapacity {
+		t.Fatalf("cost 4 on Burst 3: %+v, want OverCapacity", d)
+	}
+	fw := limittest.MustNew(storeAt(0), limit.Policy{Algorithm: limit.FixedWindow, Limit: 100})
+	if d, _ := fw.ConsumeN(context.Background(), " ", 11); !d.OverCapacity || d.Limit != 10 {
+		t.Fatalf("cost 11 in the fallback bucket of 10: %+v, want OverCapacity", d)
+	}
+	if d, _ := fw.ConsumeN(context.Background(), "u", 11); d.OverCapacity || !d.Allowed {
+		t.Fatalf("cost 11 with an identity (capacity 100): %+v, want allowed", d)
+	}
+}
+
+func TestSlidingOverCapacityWithOnlyThePreviousWindowRetriesAtReset(t *testing.T) {
+	s := storeAt(1_767_225_600_000)
+	l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: 5 * time.Second, AlignWindows: true})
+	ctx := context.Background()
+	l.ConsumeN(ctx, "u", 2)
+	s.advance(5000) // the next window: only prev holds requests
+	d, _ := l.ConsumeN(ctx, "u", 6)
+	if d.RetryAfter != d.ResetAfter {
+		t.Errorf("sliding, prev only: cost above capacity: RetryAfter %v, ResetAfter (whole quota back) %v", d.RetryAfter, d.ResetAfter)
+	}
+}
+
+func TestConsumeIdentitiesKeepTheirOwnDomain(t *testing.T) {
+	l := limittest.MustNew(storeAt(1_767_225_600_000), limit.Policy{Limit: 2})
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		l.Consume(ctx, "192.0.2.1")
+		l.Consume(ctx, "192.0.2.1:1")
+	}
+	r := check(l, ctx, limit.Request{Peer: "192.0.2.1:1"})
+	if r.Denied() {
+		t.Errorf("Consume identity spelling an address drained the address's allowance")
+	}
+	// KeyFunc and Consume identities are one domain (same bucket by design);
+	// a blank-after-trim identity: KeyFunc treats "  " as blank.
+	d, _ := l.Consume(ctx, "  ")
+	t.Logf("Consume(\"  \"): KeySource %v Limit %d", d.KeySource, d.Limit)
+	if d.KeySource != limit.KeySourceFallback {
+		t.Errorf("Consume(%q): KeySource %v, Limit %d; ConsumeN doc: a blank identity draws on the shared fallback bucket (KeyFunc's blank = empty after TrimSpace)", "  ", d.KeySource, d.Limit)
+	}
+}
+
+// reportsPolicy is two fixed-window quotas, 2 per 10 s and 3 per 60 s, on
+// epoch-aligned windows (epochMS is 10.5 s into a 10 s and a 60 s window),
+// disclosing every header style but Triplet.
+func reportsPolicy() limit.Policy {
+	return limit.Policy{Name: "reports", Algorithm: limit.FixedWindow, AlignWindows: true,
+		Quotas:      []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 3, Window: time.Minute}},
+		Disclosure:  limit.DiscloseAlways,
+		HeaderStyle: limit.HeadersIETF | limit.HeadersLegacy,
+		CostFunc: func(r limit.Request) int64 {
+			if r.Header != nil && len(r.Header.Values("X-Cost")) > 0 {
+				return int64(r.Header.Values("X-Cost")[0][0] - '0')
+			}
+			return 1
+		}}
+}
+
+func withCost(r limit.Request, cost string) limit.Request {
+	r.Header = http.Header{"X-Cost": {cost}}
+	return r
+}
+
+// Several quotas, all or nothing: a request is admitted only when every
+// quota admits it, a limited request charges none of them, RateLimit-Policy
+// lists every quota, RateLimit and the Legacy fields report the quota
+// closest to exhaustion, and Retry-After is the latest of the limiting
+// quotas'.
+func TestSeveralQuotasAllOrNothing(t *testing.T) {
+	store := storeAt(epochMS)
+	l := mustNew(t, store, reportsPolicy())
+	ctx := context.Background()
+	r := req("192.0.2.1:1", "/v1/reports")
+	const policyField = `"reports/2p10f";q=2;w=10, "reports/3p60f";q=3;w=60`
+	type want struct {
+		allowed   bool
+		rateLimit string
+		limit     int64
+		retryS    string
+	}
+	steps := []struct {
+		advanceMS int64
+		r         limit.Request
+		want      want
+	}{
+		{0, r, want{true, `"reports/2p10f";r=1;t=10`, 2, ""}},
+		{0, r, want{true, `"reports/2p10f";r=0;t=10`, 2, ""}},
+		// The 10 s quota limits; the 60 s one (1 left) is not charged.
+		{0, r, want{false, `"reports/2p10f";r=0;t=10`, 2, "10"}},
+		// 20.0 s: a new 10 s window; the 60 s quota takes its third.
+		{9500, r, want{true, `"reports/3p60f";r=0;t=40`, 3, ""}},
+		// Cost 2: both quotas limit (1 and 0 left); the later Retry-After wins.
+		{0, withCost(r, "2"), want{false, `"reports/3p60f";r=0;t=40`, 3, "40"}},
+		// Only the 60 s quota limits; the 10 s quota's 1 left stays.
+		{0, r, want{false, `"reports/3p60f";r=0;t=40`, 3, "40"}},
+		// 60.0 s: both fresh.
+		{40_000, r, want{true, `"reports/2p10f";r=1;t=10`, 2, ""}},
+	}
+	for i, st := range steps {
+		store.advance(st.advanceMS)
+		got := check(l, ctx, st.r)
+		d := got.Decision
+		if d.Allowed != st.want.allowed || d.Limit != st.want.limit || got.Header.Get("Retry-After") != st.want.retryS {
+			t.Fatalf("step %d: %+v, Retry-After %q; want allowed %v, limit %d, Retry-After %q", i, d, got.Header.Get("Retry-After"), st.want.allowed, st.want.limit, st.want.retryS)
+		}
+		if p, rl := strings.Join(got.Header.Values("Ratelimit-Policy"), ", "), got.Header.Get("Ratelimit"); p != policyField || rl != st.want.rateLimit {
+			t.Fatalf("step %d: RateLimit-Policy %q RateLimit %q; want %q and %q", i, p, rl, policyField, st.want.rateLimit)
+		}
+		if lim := got.Header.Get("X-Ratelimit-Limit"); lim != "2" && lim != "3" || lim[0] != byte('0'+st.want.limit) {
+			t.Fatalf("step %d: X-RateLimit-Limit %q, want %d", i, lim, st.want.limit)
+		}
+	}
+	// A cost above the smallest capacity is never admissible: answered by
+	// the engine, no store call.
+	calls := store.Calls()
+	if d := check(l, ctx, withCost(r, "3")).Decision; d.Allowed || !d.OverCapacity || d.Limit != 2 || store.Calls() != calls {
+		t.Fatalf("cost 3 with a quota of 2: %+v (store calls %d -> %d)", d, calls, store.Calls())
+	}
+	// Every quota's record has its own key, all in one hash tag.
+	keys := store.Keys()
+	if len(keys) != 2 || keys[0][:18] != keys[1][:18] || !strings.Contains(keys[0]+keys[1], ":2p10fa:") || !strings.Contains(keys[0]+keys[1], ":3p60fa:") {
+		t.Fatalf("keys %q: want one per quota, one hash tag", keys)
+	}
+}
+
+// Shadow mode: decided and counted as usual, never limiting, no header
+// field, a would-be limit reported with its own outcome and logged at most
+// once per 10 s; next to an enforcing mount on one request it changes
+// nothing of that mount's answer.
+func TestShadow(t *testing.T) {
+	store := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	var logs logBuffer
+	called := 0
+	shadow := mustNew(t, store, limit.Policy{Name: "try", Limit: 2, Window: time.Minute, Shadow: true, Disclosure: limit.DiscloseAlways,
+		OnLimited: func(context.Context, limit.Request, limit.Decision) { called++ }},
+		limit.WithObserver(rec), limit.WithLogger(logs.logger()))
+	enforcing, err := shadow.With(limit.Policy{Name: "real", Limit: 3, Window: time.Minute, Disclosure: limit.DiscloseAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("192.0.2.3:1", "/")
+	var outcomes []limit.Outcome
+	var last http.Header
+	for range 4 {
+		h, ds := stack(r, shadow, enforcing)
+		outcomes = append(outcomes, ds[0].Outcome, ds[1].Outcome)
+		if !ds[0].Allowed {
+			t.Fatalf("shadow policy limited: %+v", ds[0])
+		}
+		last = h
+	}
+	want := []limit.Outcome{"allowed", "allowed", "allowed", "allowed", "shadow-limited", "allowed", "shadow-limited", "limited"}
+	if strings.Join(outcomeStrings(outcomes), " ") != strings.Join(outcomeStrings(want), " ") {
+		t.Fatalf("outcomes %v, want %v", outcomes, want)
+	}
+	if got := last.Get("Ratelimit-Policy"); got != `"real";q=3;w=60` || last.Get("Retry-After") == "" {
+		t.Fatalf("headers %v: want the enforcing mount's only, and its 429", last)
+	}
+	if called != 0 {
+		t.Fatalf("OnLimited called %d times by a shadow policy", called)
+	}
+	shadowLimited := 0
+	for _, e := range rec.Decisions() {
+		if e.Outcome == limit.OutcomeShadowLimited {
+			shadowLimited++
+		}
+	}
+	if shadowLimited != 2 || logs.count("shadow policy would have limited") != 1 {
+		t.Fatalf("%d shadow-limited events, %d log lines; want 2 and 1:\n%s", shadowLimited, logs.count("shadow policy would have limited"), logs.String())
+	}
+	// Consume too.
+	if d, _ := shadow.Consume(context.Background(), "x"); !d.Allowed {
+		t.Fatal(d)
+	}
+	shadow.Consume(context.Background(), "x")
+	if d, _ := shadow.Consume(context.Background(), "x"); !d.Allowed || d.Outcome != limit.OutcomeShadowLimited {
+		t.Fatalf("Consume over the limit in shadow mode: %+v", d)
+	}
+}
+
+func outcomeStrings(os []limit.Outcome) []string {
+	s := make([]string, len(os))
+	for i, o := range os {
+		s[i] = string(o)
+	}
+	return s
+}
+
+// benchLimiter returns a limiter over a reference store at a fixed clock
+// reading whose quota is far above any b.N unless p sets a Limit.
+func benchLimiter(tb testing.TB, p limit.Policy) (*limit.Limiter, *limittest.Store) {
+	now := time.UnixMilli(epochMS)
+	store := limittest.NewStore(func() time.Time { return now })
+	if p.Limit == 0 && p.Quotas == nil {
+		p.Limit = 1 << 28
+		p.Window = time.Hour
+	}
+	return mustNew(tb, store, p), store
+}
+
+// benchQuotas are four quotas far above any b.N.
+var benchQuotas = []limit.Rate{{Limit: 1 << 28, Window: time.Hour}, {Limit: 1 << 29, Window: time.Hour}, {Limit: 1 << 27, Window: 2 * time.Hour}, {Limit: 1 << 24, Window: 24 * time.Hour}}
+
+func BenchmarkCheck(b *testing.B) {
+	cases := []struct {
+		name string
+		p    limit.Policy
+		deny bool
+	}{
+		{"allowed/default-disclosure", limit.Policy{}, false},
+		{"allowed/always-ietf", limit.Policy{Disclosure: limit.DiscloseAlways}, false},
+		{"allowed/always-all-styles", limit.Policy{Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}, false},
+		{"allowed/skip-path-miss", limit.Policy{SkipPaths: []string{"/health", "/metrics"}}, false},
+		{"skipped/skip-path-hit", limit.Policy{SkipPaths: []string{"/v1/notes/1"}}, false},
+		{"denied/default-disclosure", limit.Policy{Limit: 1}, true},
+		{"denied/on-limit-all-styles", limit.Policy{Limit: 1, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy}, true},
+		{"allowed/4-quotas", limit.Policy{Quotas: benchQuotas}, false},
+		{"allowed/4-quotas-always-ietf", limit.Policy{Quotas: benchQuotas, Disclosure: limit.DiscloseAlways}, false},
+		{"allowed/plan", limit.Policy{Limit: 1 << 28, Window: time.Hour, Plans: map[string][]limit.Rate{"pro": benchQuotas[:1]},
+			Plan: func(limit.Request) (string, error) { return "pro", nil }}, false},
+		{"allowed/shadow", limit.Policy{Shadow: true}, false},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			l, _ := benchLimiter(b, tc.p)
+			r := req("192.0.2.1:4711", "/v1/notes/1")
+			ctx := context.Background()
+			w := limittest.Discard // the engine alone, as the adapters' benchmarks add the writing
+			l.Check(ctx, r, w)     // create the key (and exhaust a quota of 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				if d := l.Check(ctx, r, w); d.Allowed == tc.deny {
+					b.Fatalf("Allowed = %v", d.Allowed)
+				}
+			}
+		})
+	}
+	b.Run("allowed/default-disclosure/parallel-1024-peers", func(b *testing.B) {
+		l, _ := benchLimiter(b, limit.Policy{})
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			i := next.Add(1)
+			ctx := context.Background()
+			w := limittest.Discard
+			for pb.Next() {
+				i++
+				peer := peers[i&1023]
+				if !l.Check(ctx, limit.Request{Method: "GET", Path: "/v1/notes/1", Peer: peer}, w).Allowed {
+					b.Fatal("limited")
+				}
+			}
+		})
+	})
+}
+
+var peers = func() []string {
+	p := make([]string, 1024)
+	for i := range p {
+		p[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256) + ":5000"
+	}
+	return p
+}()
+
+// The allowed path at the default disclosure allocates nothing once the
+// key exists. Not parallel: allocation counts are process-wide.
+func TestCheckAllowedDefaultDisclosureDoesNotAllocate(t *testing.T) {
+	l, _ := benchLimiter(t, limit.Policy{})
+	r := req("192.0.2.1:4711", "/v1/notes/1")
+	ctx := context.Background()
+	w := limittest.NewWriter()
+	assertNoAllocs(t, l, func() {
+		if d := l.Check(ctx, r, w); !d.Allowed || len(w.Header) != 0 || w.Sends != 0 {
+			t.Fatal("limited, or fields at the default disclosure")
+		}
+	})
 }

@@ -3,11 +3,12 @@ package limit_test
 import (
 	"context"
 	"errors"
-	"github.com/quotagate/quotagate/engine/limitstore"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -129,4 +130,42 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 			t.Fatalf("logged %d times after 10 s, want 2", logs.count(line))
 		}
 	})
+}
+
+func TestStoreFailureModes(t *testing.T) {
+	down := limittest.FailingStore{Err: errors.New("connection refused")}
+	local := storeAt(0)
+	tests := []struct {
+		name    string
+		store   limitstore.Store
+		mode    limit.FailureMode
+		allowed bool
+		outcome limit.Outcome
+		status  int
+	}{
+		{"fail_open", down, limit.FailOpen, true, limit.OutcomeDegraded, 0},
+		{"fail_closed", down, limit.FailClosed, false, limit.OutcomeLimited, 503},
+		{"fail_local", down, limit.FailLocal, true, limit.OutcomeDegraded, 0},
+		{"panicking_store_is_a_failure", panickingStore, limit.FailOpen, true, limit.OutcomeDegraded, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var opts []limit.Option
+			if tt.mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(local))
+			}
+			l := limittest.MustNew(tt.store, limit.Policy{FailureMode: tt.mode, Disclosure: limit.DiscloseAlways}, opts...)
+			r := check(l, context.Background(), limit.Request{Peer: "192.0.2.1:1"})
+			if r.Decision.Allowed != tt.allowed || r.Decision.Outcome != tt.outcome || r.Status != tt.status {
+				t.Fatalf("allowed=%v outcome=%s status=%d", r.Decision.Allowed, r.Decision.Outcome, r.Status)
+			}
+			if tt.mode == limit.FailOpen {
+				for _, f := range r.Fields() {
+					if strings.HasPrefix(f.Name, "Ratelimit") {
+						t.Fatalf("fail-open response claims numbers it does not know: %v", r.Fields())
+					}
+				}
+			}
+		})
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -316,4 +317,123 @@ func TestLimitedResponseHeaderReplacesEngineFields(t *testing.T) {
 	if got := h.Values("Retry-After"); len(got) != 1 || got[0] != "3600" {
 		t.Fatalf("Retry-After %q, want the builder's single value", got)
 	}
+}
+
+// CORS preflights (OPTIONS with Access-Control-Request-Method) pass as
+// skipped requests unless Policy.LimitPreflights is set; an OPTIONS request
+// without that header is an ordinary request.
+func TestPreflights(t *testing.T) {
+	preflight := func(method string, acrm bool) limit.Request {
+		r := req("192.0.2.1:1", "/v1/notes/1")
+		r.Method = method
+		h := http.Header{"Origin": {"https://app.example"}}
+		if acrm {
+			h.Set("Access-Control-Request-Method", "PUT")
+		}
+		r.Header = h
+		return r
+	}
+	store := storeAt(epochMS)
+	l := mustNew(t, store, limit.Policy{Limit: 1})
+	for i := 0; i < 3; i++ {
+		if resp := check(l, context.Background(), preflight("OPTIONS", true)); resp.Decision.Outcome != "" || resp.Denied() {
+			t.Fatalf("preflight %d: %+v, want skipped", i, resp.Decision)
+		}
+	}
+	if store.Calls() != 0 {
+		t.Fatalf("preflights reached the store %d times", store.Calls())
+	}
+	for _, r := range []limit.Request{preflight("OPTIONS", false), preflight("GET", true)} {
+		if resp := check(l, context.Background(), r); resp.Decision.Outcome == "" {
+			t.Fatalf("%s (Access-Control-Request-Method %q): skipped, want it counted", r.Method, r.Header.Values("Access-Control-Request-Method"))
+		}
+	}
+	opt := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 1, LimitPreflights: true})
+	if resp := check(opt, context.Background(), preflight("OPTIONS", true)); resp.Decision.Outcome != limit.OutcomeAllowed {
+		t.Fatalf("LimitPreflights: first preflight %+v, want allowed", resp.Decision)
+	}
+	if resp := check(opt, context.Background(), preflight("OPTIONS", true)); !resp.Denied() {
+		t.Fatalf("LimitPreflights: second preflight %+v, want limited", resp.Decision)
+	}
+}
+
+// Per-plan limits: the plan's quotas decide, in records of their own, the
+// headers show the plan's numbers, and a Plan function that fails, panics
+// or names an unknown plan falls back to the default plan, counted.
+func TestPlans(t *testing.T) {
+	store := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	l := mustNew(t, store, limit.Policy{Name: "export", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+		Disclosure: limit.DiscloseAlways, Plan: planOfHeader,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 4, Window: time.Minute}}, "team": {{Limit: 3, Window: time.Minute}, {Limit: 9, Window: time.Hour}}}},
+		limit.WithObserver(rec))
+	ctx := context.Background()
+	on := func(plan string) limit.Request {
+		r := req("192.0.2.7:1", "/v1/export")
+		r.Header = http.Header{"X-Plan": {plan}}
+		return r
+	}
+	count := func(plan string) (admitted int, last response) {
+		for range 6 {
+			last = check(l, ctx, on(plan))
+			if last.Decision.Allowed {
+				admitted++
+			}
+		}
+		return admitted, last
+	}
+	if n, last := count("pro"); n != 4 || last.Decision.Plan != "pro" || last.Header.Get("Ratelimit-Policy") != `"export";q=4;w=60` || last.Decision.Limit != 4 {
+		t.Fatalf("pro: %d admitted, last %+v %v", n, last.Decision, last.Header)
+	}
+	// The same client on the default plan has records of its own.
+	if n, last := count(""); n != 2 || last.Decision.Plan != "" || last.Header.Get("Ratelimit-Policy") != `"export";q=2;w=60` {
+		t.Fatalf("default plan: %d admitted, last %+v %v", n, last.Decision, last.Header)
+	}
+	if n, last := count("team"); n != 3 || last.Header.Get("Ratelimit-Policy") != `"export/3p60f";q=3;w=60, "export/9p3600f";q=9;w=3600` {
+		t.Fatalf("team: %d admitted, last %+v %v", n, last.Decision, last.Header)
+	}
+	for _, bad := range []string{"boom", "err", "enterprise"} {
+		d := check(l, ctx, on(bad)).Decision
+		if d.Allowed || d.Plan != "" || d.Limit != 2 {
+			t.Fatalf("plan %q: %+v, want the default plan's (exhausted) decision", bad, d)
+		}
+	}
+	if n := rec.Issues(limit.Issue("plan-fallback")); n != 3 {
+		t.Fatalf("%d plan-fallback issues, want 3", n)
+	}
+	// Consume: Request.Native is the identity.
+	c := mustNew(t, store, limit.Policy{Name: "jobs", Limit: 1, Window: time.Minute, Plans: map[string][]limit.Rate{"big": {{Limit: 3, Window: time.Minute}}},
+		Plan: func(r limit.Request) (string, error) {
+			if id, _ := r.Native.(string); strings.HasPrefix(id, "big-") {
+				return "big", nil
+			}
+			return "", nil
+		}})
+	for id, want := range map[string]int{"big-1": 3, "small-1": 1} {
+		n := 0
+		for range 5 {
+			if d, _ := c.Consume(ctx, id); d.Allowed {
+				n++
+			}
+		}
+		if n != want {
+			t.Errorf("Consume %s: %d admitted, want %d", id, n, want)
+		}
+	}
+}
+
+// A known plan costs no allocation on the allowed path.
+func TestPlanAllocationFree(t *testing.T) {
+	store := storeAt(epochMS)
+	l := mustNew(t, store, limit.Policy{Name: "alloc", Limit: 1 << 28, Window: time.Hour,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 1 << 29, Window: time.Hour}, {Limit: 1 << 24, Window: 24 * time.Hour}}},
+		Plan:  func(limit.Request) (string, error) { return "pro", nil }})
+	r := req("192.0.2.9:1", "/")
+	w := limittest.NewWriter()
+	ctx := context.Background()
+	assertNoAllocs(t, l, func() {
+		if d := l.Check(ctx, r, w); !d.Allowed || d.Plan != "pro" {
+			t.Fatalf("%+v", d)
+		}
+	})
 }

@@ -7,9 +7,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
@@ -76,3 +79,41 @@ func (l *logBuffer) count(substr string) int {
 }
 
 func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
+// ioStore is the reference store on clock now (bubble time when nil), named
+// "io".
+func ioStore(now func() time.Time) *limittest.Store {
+	s := limittest.NewStore(now)
+	s.Info = limitstore.Info{Name: "io"}
+	return s
+}
+
+// scriptedStore passes calls to Store after a delay chosen per call (a
+// negative delay: never, the call waits for its context), and counts calls.
+// A delay of 0 is not available (SlowStore's "never"): the tests use 1 ms.
+type scriptedStore struct {
+	Store limitstore.Store
+	delay func(op *limitstore.Op) time.Duration
+	calls atomic.Int64
+}
+
+func (s *scriptedStore) Describe() limitstore.Info { return limitstore.Info{Name: "scripted"} }
+
+func (s *scriptedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	s.calls.Add(1)
+	d := s.delay(op)
+	if d < 0 {
+		d = 0 // SlowStore's "never"
+	}
+	return limittest.SlowStore{Store: s.Store, Delay: d}.Take(ctx, op)
+}
+
+// guarded wraps s with guard.New.
+func guarded(t testing.TB, s limitstore.Store, opts ...guard.Option) *guard.Store {
+	t.Helper()
+	g, err := guard.New(s, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}

@@ -1,15 +1,21 @@
 package limit_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -170,65 +176,6 @@ func TestClientIdentityChain(t *testing.T) {
 	}
 }
 
-// TestTrustOptions checks that bad trust configurations are construction
-// errors naming the option, and good ones are accepted.
-func TestTrustOptions(t *testing.T) {
-	t.Parallel()
-	pfx := netip.MustParsePrefix
-	cases := []struct {
-		name    string
-		opts    []limit.Option
-		errWant string // "" means accepted
-	}{
-		{"xff_hops1", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1)}, ""},
-		{"forwarded_hops_max", []limit.Option{limit.WithTrustedHeader("forwarded", 16)}, ""},
-		{"single_value_hops1", []limit.Option{limit.WithTrustedHeader("CF-Connecting-IP", 1)}, ""},
-		{"hops_zero", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 0)}, "hops must be within 1..16"},
-		{"hops_over_max", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 17)}, "hops must be within 1..16"},
-		{"single_value_hops2", []limit.Option{limit.WithTrustedHeader("X-Real-IP", 2)}, "single-value header"},
-		{"empty_name", []limit.Option{limit.WithTrustedHeader("", 1)}, "not an HTTP header name"},
-		{"name_with_space", []limit.Option{limit.WithTrustedHeader("X Forwarded", 1)}, "not an HTTP header name"},
-		{"name_with_colon", []limit.Option{limit.WithTrustedHeader("X-Real-IP:", 1)}, "not an HTTP header name"},
-		{"proxies", []limit.Option{limit.WithTrustedProxies(pfx("10.0.0.0/8"), pfx("2001:db8::/32"))}, ""},
-		{"proxies_none", []limit.Option{limit.WithTrustedProxies()}, "at least one prefix"},
-		{"proxies_invalid", []limit.Option{limit.WithTrustedProxies(netip.Prefix{})}, "invalid"},
-		{"proxies_v4_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("0.0.0.0/0"))}, "trusts every address"},
-		{"proxies_v6_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("::/0"))}, "trusts every address"},
-		{"proxies_mapped_zero_bits", []limit.Option{limit.WithTrustedProxies(pfx("::ffff:0.0.0.0/96"))}, "trusts every address"},
-		{"header_then_proxies", []limit.Option{limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithTrustedProxies(pfx("10.0.0.0/8"))}, "exclusive"},
-		{"proxies_then_header", []limit.Option{limit.WithTrustedProxies(pfx("10.0.0.0/8")), limit.WithTrustedHeader("X-Forwarded-For", 1)}, "exclusive"},
-		{"address_prefix_v4_zero", []limit.Option{limit.WithAddressPrefixes(0, 64)}, "IPv4 prefix 0"},
-		{"address_prefix_v6_too_big", []limit.Option{limit.WithAddressPrefixes(32, 129)}, "IPv6 prefix 129"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			_, err := limit.New(limittest.NewStore(nil), limit.Policy{}, tc.opts...)
-			switch {
-			case tc.errWant == "" && err != nil:
-				t.Fatalf("unexpected error: %v", err)
-			case tc.errWant != "" && err == nil:
-				t.Fatalf("accepted; want an error containing %q", tc.errWant)
-			case tc.errWant != "" && (!errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), tc.errWant)):
-				t.Fatalf("error %q; want ErrInvalidOption containing %q", err, tc.errWant)
-			}
-		})
-	}
-}
-
-// TestTrustedProxiesNormalisesPrefixes: a non-masked prefix and an
-// IPv4-mapped prefix both match the plain IPv4 peer.
-func TestTrustedProxiesNormalisesPrefixes(t *testing.T) {
-	t.Parallel()
-	for _, p := range []string{"10.1.2.3/8", "::ffff:10.0.0.0/104"} {
-		opts := []limit.Option{limit.WithTrustedProxies(netip.MustParsePrefix(p))}
-		src, id, _ := deriveIdentity(t, limit.Policy{}, opts, "10.0.0.2:1", headerOf("X-Forwarded-For: 203.0.113.9"))
-		if src != limit.KeySourceHeader || id != "r:203.0.113.9" {
-			t.Errorf("prefix %s: got %s %q, want header r:203.0.113.9", p, src, id)
-		}
-	}
-}
-
 // TestMappedAndPlainPeerShareBucket: 192.0.2.1:40001 and
 // [::ffff:192.0.2.1]:40003 draw on one allowance through Check.
 func TestMappedAndPlainPeerShareBucket(t *testing.T) {
@@ -321,4 +268,220 @@ func FuzzNoTrustIgnoresHeaders(f *testing.F) {
 			t.Fatalf("a %q header changed the key: %s %q vs %s %q", name, s1, id1, s2, id2)
 		}
 	})
+}
+
+// BenchmarkCheckIdentity measures a whole allowed decision (in-process test
+// store) per identity configuration, short and 1 MB headers included.
+func BenchmarkCheckIdentity(b *testing.B) {
+	cases := []limit.BenchHeader{
+		{Name: "no_trust/spoofed_xff_ignored", Hdr: http.Header{"X-Forwarded-For": {"203.0.113.9"}}},
+	}
+	cases = append(cases, limit.BenchHeaders()...)
+	for _, bc := range cases {
+		b.Run(bc.Name, func(b *testing.B) {
+			now := time.UnixMilli(epochMS) // a fixed clock: the store costs as little as main's did
+			l := limittest.MustNew(limittest.NewStore(func() time.Time { return now }), limit.Policy{Limit: 1 << 30, Window: 1e9}, bc.Opt)
+			r := limit.Request{Peer: "10.0.0.2:40001", Header: bc.Hdr}
+			ctx := context.Background()
+			w := limittest.Discard
+			b.ReportAllocs()
+			for b.Loop() {
+				if !l.Check(ctx, r, w).Allowed {
+					b.Fatal("denied")
+				}
+			}
+		})
+	}
+}
+
+func TestIdentityChain(t *testing.T) {
+	store := storeAt(0)
+	keyFunc := func(r limit.Request) (string, error) {
+		switch r.Path {
+		case "/user":
+			return "user-1", nil
+		case "/error":
+			return "ignored", errors.New("no user")
+		case "/panic":
+			panic("boom")
+		}
+		return "  ", nil
+	}
+	l := limittest.MustNew(store, limit.Policy{Limit: 20, KeyFunc: keyFunc})
+	tests := []struct {
+		name, path, peer string
+		want             limit.KeySource
+		limit            int64
+	}{
+		{"key_func", "/user", "192.0.2.1:1", limit.KeySourceKeyFunc, 20},
+		{"key_func_error_falls_through", "/error", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"key_func_blank_falls_through", "/blank", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"key_func_panic_falls_through", "/panic", "192.0.2.1:1", limit.KeySourceSocket, 20},
+		{"no_peer_is_fallback", "/blank", "", limit.KeySourceFallback, 2},
+		{"garbage_peer_is_fallback", "/blank", "not-an-ip", limit.KeySourceFallback, 2},
+		{"unspecified_peer_is_fallback", "/blank", "0.0.0.0:1", limit.KeySourceFallback, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := check(l, context.Background(), limit.Request{Path: tt.path, Peer: tt.peer}).Decision
+			if d.KeySource != tt.want || d.Limit != tt.limit {
+				t.Fatalf("source %s limit %d, want %s %d", d.KeySource, d.Limit, tt.want, tt.limit)
+			}
+		})
+	}
+}
+
+// The tests from here to the end of the file run the identity chain over
+// real sockets: a plain net/http server that calls the engine the way every
+// net/http adapter does, and clients that connect from distinct loopback
+// addresses or over a Unix socket.
+
+// engineHandler is the smallest adapter: the engine's own net/http handler
+// (Peer from r.RemoteAddr, Header from r.Header) around an "ok" handler.
+func engineHandler(l *limit.Limiter) http.Handler {
+	return l.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}), nil, nil)
+}
+
+// serve runs h on ln until the test ends.
+func serve(t *testing.T, ln net.Listener, h http.Handler) {
+	t.Helper()
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+			t.Errorf("serve: %v", err)
+		}
+	})
+}
+
+// clientFrom returns an HTTP client whose connections use dial.
+func clientFrom(t *testing.T, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
+	t.Helper()
+	tr := &http.Transport{DialContext: dial}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// get sends GET url with the given header lines and returns the status.
+func get(t *testing.T, c *http.Client, url string, header ...string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := headerOf(header...); h != nil {
+		req.Header = h
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestSocketFallbackBucketCap: behind a Unix socket the server sees no client
+// address at all (r.RemoteAddr is "@" or ""), so every request draws on the
+// one shared fallback bucket at Limit/10, reported as no-client-address;
+// the same policy over TCP keys each client on its address at the full Limit.
+func TestSocketFallbackBucketCap(t *testing.T) {
+	t.Parallel()
+	obs := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 20, Window: time.Hour}, limit.WithObserver(obs))
+
+	dir, err := os.MkdirTemp("", "qg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s")
+	uln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatalf("listen unix: %v", err)
+	}
+	serve(t, uln, engineHandler(l))
+	var d net.Dialer
+	unix := clientFrom(t, func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+	other := clientFrom(t, func(ctx context.Context, _, _ string) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) })
+
+	var got []int
+	for _, c := range []*http.Client{unix, other, unix, other} {
+		got = append(got, get(t, c, "http://unix/v1/notes/1"))
+	}
+	if want := []int{200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("statuses over the Unix socket %v, want %v (fallback cap max(1, 20/10) = 2, shared by all clients)", got, want)
+	}
+	if n := obs.Issues(limit.Issue("no-client-address")); n != 4 {
+		t.Fatalf("%d no-client-address events, want 4", n)
+	}
+	checkKeySources(t, obs, limit.KeySourceFallback)
+
+	// The same limiter over TCP: 127.0.0.2 gets its own bucket at the full 20.
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, tln, engineHandler(l))
+	c := limittest.ClientFrom("127.0.0.2")
+	t.Cleanup(c.CloseIdleConnections)
+	for i := range 5 {
+		if s := get(t, c, "http://"+tln.Addr().String()+"/"); s != 200 {
+			t.Fatalf("TCP request %d from 127.0.0.2: status %d, want 200", i, s)
+		}
+	}
+	if n := obs.Issues(limit.Issue("no-client-address")); n != 4 {
+		t.Fatalf("TCP requests reported no-client-address (%d events)", n)
+	}
+}
+
+// TestSocketTrustedHeaderAbsentKeysOnPeer: with X-Forwarded-For trusted but
+// absent, each request counts trusted-header-missing and is keyed on its
+// socket peer, so clients on distinct addresses keep distinct allowances; a
+// request carrying the header is keyed on it.
+func TestSocketTrustedHeaderAbsentKeysOnPeer(t *testing.T) {
+	t.Parallel()
+	obs := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour}, limit.WithTrustedHeader("X-Forwarded-For", 1), limit.WithObserver(obs))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, ln, engineHandler(l))
+	url := "http://" + ln.Addr().String() + "/v1/notes/1"
+	a, b := limittest.ClientFrom("127.0.0.2"), limittest.ClientFrom("127.0.0.3")
+	t.Cleanup(a.CloseIdleConnections)
+	t.Cleanup(b.CloseIdleConnections)
+
+	var got []int
+	for _, c := range []*http.Client{a, b, a, b, a, b} {
+		got = append(got, get(t, c, url))
+	}
+	if want := []int{200, 200, 200, 200, 429, 429}; !slices.Equal(got, want) {
+		t.Fatalf("statuses %v, want %v: each peer has its own bucket of 2", got, want)
+	}
+	if n := obs.Issues(limit.Issue("trusted-header-missing")); n != 6 {
+		t.Fatalf("%d trusted-header-missing events, want one per request (6)", n)
+	}
+	checkKeySources(t, obs, limit.KeySourceSocket)
+
+	// 127.0.0.2 is exhausted, but a request from it carrying the trusted
+	// header is keyed on the header's address.
+	if s := get(t, a, url, "X-Forwarded-For: 203.0.113.9"); s != 200 {
+		t.Fatalf("request with the trusted header: status %d, want 200", s)
+	}
+	if ks := keySources(obs); ks[len(ks)-1] != limit.KeySourceHeader {
+		t.Fatalf("KeySource %s, want header", ks[len(ks)-1])
+	}
+	if n := obs.Issues(limit.Issue("trusted-header-missing")); n != 6 {
+		t.Fatalf("the request with the header was reported missing (%d events)", n)
+	}
 }
