@@ -27,7 +27,7 @@ redis-down:
 	scripts/redis.sh down $(strip $(REDIS_STATE))
 
 ## bench: benchmarks of the bench/ module: the chi middleware side by side with
-## its peers (go test -bench), then the Redis peer table of issue 13 (its own
+## its peers (go test -bench), then the Redis peer table (its own
 ## redis-server on a free loopback port, stopped by PID)
 bench:
 	@test -f bench/go.mod || { echo "bench/go.mod does not exist yet"; exit 1; }

@@ -21,9 +21,10 @@
 // applied all or nothing in one store call (Policy.Quotas, each a [Rate]:
 // "2 per 10 s and 5 per minute"), quotas per plan chosen per request
 // (Policy.Plans and Policy.Plan: an API key's tier), and may run in shadow
-// mode (Policy.Shadow: counted and reported, never enforced). Their arithmetic lives in this
-// package ([Op.Apply]) so that every store gives bit-for-bit identical
-// decisions for the same inputs: time is integer milliseconds and every
+// mode (Policy.Shadow: counted and reported, never enforced). Their
+// arithmetic lives in package limitstore (limitstore.Op.Apply), the store
+// contract, so that every store gives bit-for-bit identical decisions for
+// the same inputs: time is integer milliseconds and every
 // intermediate product stays below 2^53, which [New] enforces.
 //
 // The identity of a request is, first match wins: the policy's KeyFunc; the
@@ -50,7 +51,7 @@
 // type and no Retry-After ([Decision].OverCapacity). Every policy [New]
 // accepts gives in-range delays, header values and store TTLs; two Limiters
 // built separately with the same numbers and no Name are refused by a Store
-// that keeps [Claims] rather than left to share one allowance silently.
+// that keeps limitstore.Claims rather than left to share one allowance silently.
 //
 // The engine calls its Store straight, with the caller's context. What
 // protects a store that does I/O (a timeout, a circuit breaker, a local

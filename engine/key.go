@@ -7,7 +7,7 @@ import (
 )
 
 // keyer spells the store keys of a (bucket, identity) and their window
-// phases. It holds the process-wide key settings and whether the policy's
+// phases. It holds the key settings of its New and whether the policy's
 // windows have a per-identity phase, and is built once by New.
 type keyer struct {
 	prefix   string

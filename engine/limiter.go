@@ -21,7 +21,7 @@ import (
 type Limiter struct {
 	policy     Policy
 	res        resolved
-	cfg        *config          // process-wide settings, shared with the Limiters from With
+	cfg        *config          // the Options of New, shared with the Limiters from With
 	shared     bucketRef        // the Shared-scope bucket: Name or signature
 	plans      map[string]*plan // Policy.Plans by name (res.plans[1:]); nil without plans
 	state      string           // the default plan's state signatures joined by '+' (claims.go)
@@ -72,7 +72,7 @@ func New(s limitstore.Store, p Policy, opts ...Option) (*Limiter, error) {
 
 // With returns a Limiter for policy p that shares this Limiter's store and
 // options: the way to apply another policy (a per-route mount, a Consume call
-// site with its own quota) under the same process-wide settings.
+// site with its own quota) under the same Options.
 func (l *Limiter) With(p Policy) (*Limiter, error) {
 	return newLimiter(l.store.primary.Store, p, l.cfg)
 }

@@ -101,7 +101,7 @@ type Observer interface {
 	StoreError(bucket string, mode FailureMode)
 	// StoreDuration is called after every store call, failed ones included
 	// (not for a call a guarded store's open breaker refused), with the
-	// store's name (StoreInfo.Name; "custom" when the store does not
+	// store's name (limitstore.Info.Name; "custom" when the store does not
 	// describe itself) and the operation ("take").
 	StoreDuration(store, op string, d time.Duration)
 	// StoreEvent is called by a guarded store (package guard: the Redis

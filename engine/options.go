@@ -36,8 +36,9 @@ func defaultConfig() *config {
 	}
 }
 
-// Option sets a process-wide setting of a Limiter. Options are validated by
-// New, which names the option in its error.
+// Option sets a setting of a Limiter that the Limiters derived from it with
+// With share. Options are validated by New, which names the option in its
+// error.
 type Option func(*config) error
 
 // WithKeyPrefix sets the first segment of every store key (default

@@ -9,7 +9,7 @@ import (
 )
 
 // describer is the optional interface of a Store that describes itself
-// (see StoreInfo).
+// (see limitstore.Info).
 type describer interface {
 	Describe() limitstore.Info
 }

@@ -51,7 +51,8 @@ type trustConfig struct {
 
 // WithTrustedHeader makes the engine key requests on the client address that
 // the trusted infrastructure in front of this server writes into the header
-// name, instead of on the socket peer. It is process-wide.
+// name, instead of on the socket peer. It applies to the Limiter New builds
+// and to those derived from it with With.
 //
 // name is case-insensitive. X-Forwarded-For and Forwarded (RFC 7239) are lists
 // that every proxy appends to: hops is the number of proxies of yours that
@@ -117,7 +118,8 @@ func WithTrustedHeader(name string, hops int) Option {
 
 // WithTrustedProxies makes the engine key requests that arrive from one of
 // your proxies on the client address those proxies recorded in
-// X-Forwarded-For. It is process-wide.
+// X-Forwarded-For. It applies to the Limiter New builds and to those
+// derived from it with With.
 //
 // Only when the socket peer is inside one of prefixes is X-Forwarded-For read
 // at all: its members (several header lines form one list) are walked from

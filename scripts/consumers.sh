@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/consumers.sh — what an application's module graph gets from quotagate
-# (issue 16; scripts/test.sh runs it after the modules' tests).
+# (scripts/test.sh runs it after the modules' tests).
 #
 # For every published module, for three applications (chi + memory store,
 # gin + memory store + Prometheus, net/http + Redis store) and for the README's
@@ -48,7 +48,7 @@ brings() {
   esac
 }
 # quotagate modules a published module imports itself (allowed with it):
-# chilimit uses httplimit.StatusWriter (issue 15, counting by status).
+# chilimit uses httplimit.StatusWriter (counting by status).
 needs() {
   case "$1" in
     adapters/chi) echo adapters/nethttp ;;

@@ -161,7 +161,7 @@ line=$(printf '%-4s %-28s check %-4s %4ss' "$status" "alloc-guards (no -race)" "
 results+=("$line")
 echo "result: $line"
 
-# ---- Consumers' module graphs (issue 16) -------------------------------------
+# ---- Consumers' module graphs ----------------------------------------------
 # After every module's tests (they fill the module cache the offline tidy
 # reads); skipped with MODULES=..., which may leave the cache short.
 if [ -z "${MODULES:-}" ]; then

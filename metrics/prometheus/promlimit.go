@@ -146,7 +146,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	o := &Observer{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: RequestsTotal,
-			Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).",
+			Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).",
 		}, []string{"bucket", "handler", "outcome", "key_source"}),
 		issues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: ClientAddressIssuesTotal,

@@ -114,7 +114,7 @@ func TestScriptedRunExactSeries(t *testing.T) {
 	check(global, "/v1/notes/{id}", a, limit.OutcomeAllowed)
 
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
 # TYPE quotagate_requests_total counter
 quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="allowed"} 2
 quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="degraded"} 0
@@ -215,7 +215,7 @@ func TestStoreOutage(t *testing.T) {
 	}
 
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
 # TYPE quotagate_requests_total counter
 quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
 quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 0
@@ -340,7 +340,7 @@ func TestAlreadyRegisteredShares(t *testing.T) {
 	first.StoreDuration("memory", "take", time.Millisecond)
 	second.StoreDuration("memory", "take", time.Millisecond)
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
 # TYPE quotagate_requests_total counter
 quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="allowed"} 3
 quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="degraded"} 0
@@ -391,7 +391,7 @@ func TestRegistrationConflict(t *testing.T) {
 			// registering a collector with the same descriptor succeeds.
 			again := prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: promlimit.RequestsTotal,
-				Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded) and identity source (key_source).",
+				Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).",
 			}, []string{"bucket", "handler", "outcome", "key_source"})
 			if err := reg.Register(again); err != nil {
 				t.Errorf("%s still registered after the failed New: %v", promlimit.RequestsTotal, err)
