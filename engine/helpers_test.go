@@ -1,20 +1,17 @@
 package limit_test
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -241,32 +238,6 @@ func assertNoAllocs(t *testing.T, l *limit.Limiter, f func()) {
 		t.Fatalf("%d allocations in %d calls beyond %d scratch refills: the path allocates", extra, runs, refills.Load())
 	}
 }
-
-// logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // planOfHeader is a Plan function reading X-Plan: "pro" is plan pro,
 // "boom" panics, "err" fails, any other value names itself.

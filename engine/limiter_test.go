@@ -323,11 +323,11 @@ func TestSeveralQuotasAllOrNothing(t *testing.T) {
 func TestShadow(t *testing.T) {
 	store := storeAt(epochMS)
 	rec := &limittest.Recorder{}
-	var logs logBuffer
+	var logs limittest.Log
 	called := 0
 	shadow := mustNew(t, store, limit.Policy{Name: "try", Limit: 2, Window: time.Minute, Shadow: true, Disclosure: limit.DiscloseAlways,
 		OnLimited: func(context.Context, limit.Request, limit.Decision) { called++ }},
-		limit.WithObserver(rec), limit.WithLogger(logs.logger()))
+		limit.WithObserver(rec), limit.WithLogger(logs.Logger()))
 	enforcing, err := shadow.With(limit.Policy{Name: "real", Limit: 3, Window: time.Minute, Disclosure: limit.DiscloseAlways})
 	if err != nil {
 		t.Fatal(err)
@@ -359,8 +359,8 @@ func TestShadow(t *testing.T) {
 			shadowLimited++
 		}
 	}
-	if shadowLimited != 2 || logs.count("shadow policy would have limited") != 1 {
-		t.Fatalf("%d shadow-limited events, %d log lines; want 2 and 1:\n%s", shadowLimited, logs.count("shadow policy would have limited"), logs.String())
+	if shadowLimited != 2 || logs.Count("shadow policy would have limited") != 1 {
+		t.Fatalf("%d shadow-limited events, %d log lines; want 2 and 1:\n%s", shadowLimited, logs.Count("shadow policy would have limited"), logs.String())
 	}
 	// Consume too.
 	if d, _ := shadow.Consume(context.Background(), "x"); !d.Allowed {

@@ -20,13 +20,13 @@ type frameworkCtx struct{ key string }
 // policy's, and the mismatch is reported on every request and logged once,
 // naming both types.
 func TestTypedFunctionsOverTheNativeContext(t *testing.T) {
-	var logs logBuffer
+	var logs limittest.Log
 	rec := &limittest.Recorder{}
 	var keyCalls, costCalls int
 	l := mustNew(t, limittest.NewStore(nil), limit.Policy{Limit: 3,
 		KeyFunc:  limit.KeyFuncOf(func(c *frameworkCtx) (string, error) { keyCalls++; return c.key, nil }),
 		CostFunc: limit.CostFuncOf(func(c *frameworkCtx) int64 { costCalls++; return 3 }),
-	}, limit.WithObserver(rec), limit.WithLogger(logs.logger()))
+	}, limit.WithObserver(rec), limit.WithLogger(logs.Logger()))
 
 	// The framework's own context: the typed functions run.
 	d := l.Check(context.Background(), limit.Request{Peer: "192.0.2.1:1", Native: &frameworkCtx{key: "user-1"}}, limittest.NewWriter())
@@ -52,7 +52,7 @@ func TestTypedFunctionsOverTheNativeContext(t *testing.T) {
 	if n := rec.Issues(limit.Issue("native-mismatch")); n != 4 {
 		t.Fatalf("%d native-mismatch issues, want 4 (key and cost, two requests)", n)
 	}
-	if n := logs.count("quotagate: native-mismatch"); n != 1 {
+	if n := logs.Count("quotagate: native-mismatch"); n != 1 {
 		t.Fatalf("logged %d times, want once:\n%s", n, logs.String())
 	}
 	if s := logs.String(); !strings.Contains(s, "*limit_test.frameworkCtx") || !strings.Contains(s, "*http.Request") {

@@ -102,9 +102,9 @@ func TestFailLocalWithFailingLocalStoreFailsOpen(t *testing.T) {
 func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		obs := &limittest.Recorder{}
-		var logs logBuffer
+		var logs limittest.Log
 		flaky := &limittest.FlakyStore{Store: limittest.NewStore(nil)}
-		l := mustNew(t, flaky, limit.Policy{Limit: 1000}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		l := mustNew(t, flaky, limit.Policy{Limit: 1000}, limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
 		// failures in a row stay below the breaker's 5, a success between
 		isolated := func(n int) {
 			for i := 0; i < n; i++ {
@@ -116,18 +116,18 @@ func TestStoreFailuresLoggedOncePerTenSeconds(t *testing.T) {
 		}
 		isolated(50)
 		const line = "store call failed"
-		if obs.StoreErrors() != 50 || logs.count(line) != 1 || len(obs.Breaker()) != 0 {
-			t.Fatalf("counted %d, logged %d, breaker %v; want 50, 1 and no transition", obs.StoreErrors(), logs.count(line), obs.Breaker())
+		if obs.StoreErrors() != 50 || logs.Count(line) != 1 || len(obs.Breaker()) != 0 {
+			t.Fatalf("counted %d, logged %d, breaker %v; want 50, 1 and no transition", obs.StoreErrors(), logs.Count(line), obs.Breaker())
 		}
 		time.Sleep(9 * time.Second)
 		isolated(1)
-		if logs.count(line) != 1 {
+		if logs.Count(line) != 1 {
 			t.Fatal("logged again within 10 s")
 		}
 		time.Sleep(time.Second)
 		isolated(1)
-		if logs.count(line) != 2 {
-			t.Fatalf("logged %d times after 10 s, want 2", logs.count(line))
+		if logs.Count(line) != 2 {
+			t.Fatalf("logged %d times after 10 s, want 2", logs.Count(line))
 		}
 	})
 }

@@ -78,8 +78,8 @@ func TestSkipPredicate(t *testing.T) {
 func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	store := storeAt(epochMS)
 	obs := &limittest.Recorder{}
-	var logs logBuffer
-	l := mustNew(t, store, limit.Policy{Limit: 2, Skip: func(limit.Request) bool { panic("skip bug") }}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+	var logs limittest.Log
+	l := mustNew(t, store, limit.Policy{Limit: 2, Skip: func(limit.Request) bool { panic("skip bug") }}, limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
 	var statuses []int
 	for i := 0; i < 3; i++ {
 		statuses = append(statuses, check(l, context.Background(), req("192.0.2.1:1", "/health")).Status)
@@ -90,7 +90,7 @@ func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	if obs.Issues(limit.Issue("hook-panic")) != 3 || store.Calls() != 3 {
 		t.Fatalf("hook-panic (Skip) reported %d times, store called %d times; want 3 and 3", obs.Issues(limit.Issue("hook-panic")), store.Calls())
 	}
-	if n := logs.count("Skip panicked"); n != 1 || !strings.Contains(logs.String(), "skip bug") {
+	if n := logs.Count("Skip panicked"); n != 1 || !strings.Contains(logs.String(), "skip bug") {
 		t.Fatalf("logged %d times, want once with the panic value:\n%s", n, logs.String())
 	}
 }
@@ -124,9 +124,9 @@ type ctxKey struct{}
 // never a 500; the panic is reported and logged once.
 func TestOnLimitedPanicKeepsTheDenial(t *testing.T) {
 	obs := &limittest.Recorder{}
-	var logs logBuffer
+	var logs limittest.Log
 	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 1, OnLimited: func(context.Context, limit.Request, limit.Decision) { panic("hook bug") }},
-		limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+		limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
 	check(l, context.Background(), req("192.0.2.1:1", "/"))
 	for i := 0; i < 3; i++ {
 		resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
@@ -134,8 +134,8 @@ func TestOnLimitedPanicKeepsTheDenial(t *testing.T) {
 			t.Fatalf("denial %d: %d %s", i, resp.Status, resp.Body)
 		}
 	}
-	if obs.Issues(limit.Issue("hook-panic")) != 3 || logs.count("OnLimited panicked") != 1 {
-		t.Fatalf("hook-panic %d times, logged %d times; want 3 and 1", obs.Issues(limit.Issue("hook-panic")), logs.count("OnLimited panicked"))
+	if obs.Issues(limit.Issue("hook-panic")) != 3 || logs.Count("OnLimited panicked") != 1 {
+		t.Fatalf("hook-panic %d times, logged %d times; want 3 and 1", obs.Issues(limit.Issue("hook-panic")), logs.Count("OnLimited panicked"))
 	}
 }
 
@@ -180,16 +180,16 @@ func TestOnStoreErrorPanicKeepsTheFailureMode(t *testing.T) {
 	}{{limit.FailOpen, 0}, {limit.FailClosed, 503}} {
 		t.Run(tc.mode.String(), func(t *testing.T) {
 			obs := &limittest.Recorder{}
-			var logs logBuffer
+			var logs limittest.Log
 			l := mustNew(t, errStore, limit.Policy{FailureMode: tc.mode, OnStoreError: func(context.Context, limit.Request, error) { panic("hook bug") }},
-				limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+				limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
 			for i := 0; i < 2; i++ {
 				if resp := check(l, context.Background(), req("192.0.2.1:1", "/")); resp.Status != tc.status {
 					t.Fatalf("status %d, want %d", resp.Status, tc.status)
 				}
 			}
-			if obs.Issues(limit.Issue("hook-panic")) != 2 || obs.StoreErrors() != 2 || logs.count("OnStoreError panicked") != 1 {
-				t.Fatalf("hook-panic %d, store errors %d, logged %d; want 2, 2, 1", obs.Issues(limit.Issue("hook-panic")), obs.StoreErrors(), logs.count("OnStoreError panicked"))
+			if obs.Issues(limit.Issue("hook-panic")) != 2 || obs.StoreErrors() != 2 || logs.Count("OnStoreError panicked") != 1 {
+				t.Fatalf("hook-panic %d, store errors %d, logged %d; want 2, 2, 1", obs.Issues(limit.Issue("hook-panic")), obs.StoreErrors(), logs.Count("OnStoreError panicked"))
 			}
 		})
 	}
@@ -290,8 +290,8 @@ func TestLimitedResponseFallsBackToTheDefault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obs := &limittest.Recorder{}
-			var logs logBuffer
-			l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 1, LimitedResponse: tc.build}, limit.WithObserver(obs), limit.WithLogger(logs.logger()))
+			var logs limittest.Log
+			l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 1, LimitedResponse: tc.build}, limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
 			check(l, context.Background(), req("192.0.2.1:1", "/"))
 			for i := 0; i < 2; i++ {
 				resp := check(l, context.Background(), req("192.0.2.1:1", "/"))
@@ -300,8 +300,8 @@ func TestLimitedResponseFallsBackToTheDefault(t *testing.T) {
 					t.Fatalf("fallback %d: %d %s %v", i, resp.Status, resp.Body, h)
 				}
 			}
-			if obs.Issues(limit.Issue("limited-response-fallback")) != 2 || logs.count(tc.log) != 1 {
-				t.Fatalf("reported %d times, logged %d times (%q); want 2 and 1:\n%s", obs.Issues(limit.Issue("limited-response-fallback")), logs.count(tc.log), tc.log, logs.String())
+			if obs.Issues(limit.Issue("limited-response-fallback")) != 2 || logs.Count(tc.log) != 1 {
+				t.Fatalf("reported %d times, logged %d times (%q); want 2 and 1:\n%s", obs.Issues(limit.Issue("limited-response-fallback")), logs.Count(tc.log), tc.log, logs.String())
 			}
 		})
 	}

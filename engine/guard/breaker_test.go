@@ -23,8 +23,8 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		flaky := &limittest.FlakyStore{Store: ioStore(nil)}
 		obs := &limittest.Recorder{}
-		var logs logBuffer
-		l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs), guard.WithLogger(logs.logger())), limit.Policy{Limit: 1_000_000}, limit.WithObserver(obs))
+		var logs limittest.Log
+		l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs), guard.WithLogger(logs.Logger())), limit.Policy{Limit: 1_000_000}, limit.WithObserver(obs))
 		ctx := context.Background()
 		if _, err := l.Consume(ctx, "u"); err != nil {
 			t.Fatal(err)
@@ -36,8 +36,8 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		if el := time.Since(start); el != guard.DefaultTimeout+time.Millisecond+guard.SilenceGrace || !d.Allowed || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("first call to a silent store: %v, %+v, %v; want the timeout (+ tick + grace), FailOpen", el, d, err)
 		}
-		if got := obs.Breaker(); len(got) != 1 || !got[0] || logs.count("circuit breaker open") != 1 {
-			t.Fatalf("transitions %v, %d open lines; want one open, logged once", got, logs.count("circuit breaker open"))
+		if got := obs.Breaker(); len(got) != 1 || !got[0] || logs.Count("circuit breaker open") != 1 {
+			t.Fatalf("transitions %v, %d open lines; want one open, logged once", got, logs.Count("circuit breaker open"))
 		}
 		calls := flaky.Calls()
 		for i := range 100 {
@@ -69,16 +69,16 @@ func TestCircuitBreakerSilentStore(t *testing.T) {
 		if flaky.Calls() != calls+1 {
 			t.Fatalf("%d calls during the probe, want 1", flaky.Calls()-calls)
 		}
-		if got := obs.Breaker(); len(got) != 1 || logs.count("circuit breaker") != 1 {
-			t.Fatalf("a failed probe reported %v, %d breaker lines; want no new transition", got, logs.count("circuit breaker"))
+		if got := obs.Breaker(); len(got) != 1 || logs.Count("circuit breaker") != 1 {
+			t.Fatalf("a failed probe reported %v, %d breaker lines; want no new transition", got, logs.Count("circuit breaker"))
 		}
 		flaky.Heal()
 		time.Sleep(250 * time.Millisecond)
 		if _, err := l.Consume(ctx, "back"); err != nil {
 			t.Fatalf("probe after healing: %v", err)
 		}
-		if got := obs.Breaker(); len(got) != 2 || got[1] || logs.count("circuit breaker closed") != 1 {
-			t.Fatalf("transitions %v, %d closed lines; want open then closed, each logged once", got, logs.count("circuit breaker closed"))
+		if got := obs.Breaker(); len(got) != 2 || got[1] || logs.Count("circuit breaker closed") != 1 {
+			t.Fatalf("transitions %v, %d closed lines; want open then closed, each logged once", got, logs.Count("circuit breaker closed"))
 		}
 		for range 5 {
 			if _, err := l.Consume(ctx, "back"); err != nil {

@@ -1,12 +1,8 @@
 package guard_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,26 +55,6 @@ func assertNoAllocs(t *testing.T, _ *limit.Limiter, f func()) {
 		t.Fatalf("%v allocations per call, want 0", a)
 	}
 }
-
-// logBuffer collects log lines, safe for concurrent use.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) count(substr string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), substr)
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // ioStore is the reference store on clock now (bubble time when nil), named
 // "io".
