@@ -155,6 +155,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
 		s.client.Store(newClientRef(c))
+		s.checkEviction(c)
 		return s, nil
 	}
 	if !transient(err) {
@@ -187,6 +188,7 @@ func (s *Store) connectLoop(opt rueidis.ClientOption) {
 		if err == nil {
 			// Published before stopped is closed, so Close sees and closes it.
 			s.client.Store(newClientRef(c))
+			s.checkEviction(c)
 			return
 		}
 		s.lastErr.Store(&errRef{err})

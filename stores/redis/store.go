@@ -61,11 +61,13 @@ var (
 type Store struct {
 	limitstore.Claims // the unnamed Limiters built on this Store
 
-	guard  *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
-	client atomic.Pointer[clientRef]
-	clock  func() time.Time // nil: the server's TIME
-	closed atomic.Bool
-	batch  batcher // group commit
+	guard    *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
+	logger   *slog.Logger
+	eviction atomic.Pointer[string] // maxmemory-policy as read (checkEviction); nil: not read
+	client   atomic.Pointer[clientRef]
+	clock    func() time.Time // nil: the server's TIME
+	closed   atomic.Bool
+	batch    batcher // group commit
 
 	// Set by Dial when the Store owns its client.
 	owned     bool
@@ -99,6 +101,7 @@ type config struct {
 	client    func(*rueidis.ClientOption)
 	guard     []guard.Option
 	unguarded bool
+	logger    *slog.Logger
 }
 
 // WithTimeout bounds each decision's wait for a Redis that answers nothing
@@ -127,14 +130,17 @@ func WithObserver(o guard.Observer) Option {
 	}
 }
 
-// WithLogger sets the logger of the circuit breaker's transitions (one line
-// when it opens, one when it closes). Default: discard. nil is an error.
+// WithLogger sets the logger of the Store's operational messages: the
+// circuit breaker's transitions (one line when it opens, one when it
+// closes) and, once, a maxmemory-policy under which Redis may evict the
+// limiter's keys (see EvictionPolicy). Default: slog.Default(). nil is an
+// error.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) error {
 		if l == nil {
 			return fmt.Errorf("%w: WithLogger(nil)", ErrInvalidOption)
 		}
-		c.guard = append(c.guard, guard.WithLogger(l))
+		c.logger = l
 		return nil
 	}
 }
@@ -156,11 +162,14 @@ func WithoutGuard() Option {
 
 // newStore returns a Store on cfg with its protections, not yet connected.
 func newStore(cfg *config) *Store {
-	s := &Store{clock: cfg.clock}
+	s := &Store{clock: cfg.clock, logger: cfg.logger}
+	if s.logger == nil {
+		s.logger = slog.Default()
+	}
 	if cfg.unguarded {
 		return s
 	}
-	opts := cfg.guard
+	opts := append(cfg.guard[:len(cfg.guard):len(cfg.guard)], guard.WithLogger(s.logger))
 	if cfg.clock != nil {
 		// The deny cache counts down on the process's monotonic clock,
 		// which an injected clock need not follow.
@@ -223,7 +232,8 @@ func buildConfig(opts []Option) (*config, error) {
 // New returns a Store on client, which the caller owns: Close leaves it
 // open. Any rueidis client works (standalone, Sentinel, Cluster); build it
 // with DisableCache: true unless you use client-side caching elsewhere (the
-// Store never reads through the cache). A nil client is an error.
+// Store never reads through the cache). New reads maxmemory-policy from
+// Redis (at most 2 s: see EvictionPolicy). A nil client is an error.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
@@ -234,6 +244,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	}
 	s := newStore(cfg)
 	s.client.Store(newClientRef(client))
+	s.checkEviction(client)
 	return s, nil
 }
 

@@ -1,0 +1,68 @@
+package redisstore
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// evictionCheckTimeout bounds the reading of maxmemory-policy when a Store
+// gets its client.
+const evictionCheckTimeout = 2 * time.Second
+
+// EvictionPolicy returns the maxmemory-policy the Store read from Redis
+// when it got its client ("noeviction", "allkeys-lru", ...; on a Cluster
+// the first node's that evicts, if any), and whether Redis may evict the
+// limiter's keys under it: every allkeys-* and volatile-* policy may (every
+// key the Store writes has a time to live, so the volatile-* policies take
+// them first), and an evicted key hands its identity a fresh quota. ""
+// when the policy could not be read (CONFIG disabled, not connected yet).
+// Safe for concurrent use.
+func (s *Store) EvictionPolicy() (policy string, evicts bool) {
+	if p := s.eviction.Load(); p != nil {
+		return *p, evicting(*p)
+	}
+	return "", false
+}
+
+// evicting reports whether Redis may evict keys with a TTL under policy.
+func evicting(policy string) bool {
+	return strings.HasPrefix(policy, "allkeys-") || strings.HasPrefix(policy, "volatile-")
+}
+
+// checkEviction reads maxmemory-policy from every node of c (one on a
+// standalone or Sentinel client), records the first that evicts (or any
+// other), and logs once when Redis may evict the limiter's state.
+func (s *Store) checkEviction(c rueidis.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
+	defer cancel()
+	nodes := c.Nodes()
+	if len(nodes) == 0 {
+		nodes = map[string]rueidis.Client{"": c}
+	}
+	policy, node := "", ""
+	for addr, n := range nodes {
+		m, err := n.Do(ctx, n.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
+		if err != nil || m["maxmemory-policy"] == "" {
+			continue // CONFIG renamed or refused (managed Redis), or the node is away
+		}
+		if policy == "" || evicting(m["maxmemory-policy"]) {
+			policy, node = m["maxmemory-policy"], addr
+		}
+		if evicting(policy) {
+			break
+		}
+	}
+	if policy == "" {
+		return
+	}
+	s.eviction.Store(&policy)
+	if evicting(policy) {
+		s.logger.Warn("quotagate: Redis may evict rate-limit state (maxmemory-policy "+policy+"): an evicted key gives its client a fresh quota; "+
+			"set maxmemory-policy noeviction (writes then fail when memory is full and the policy's FailureMode decides), or give the limiter a Redis of its own",
+			slog.String("maxmemory_policy", policy), slog.String("node", node))
+	}
+}
