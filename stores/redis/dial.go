@@ -152,6 +152,8 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	}
 	s := newStore(cfg)
 	s.owned = true
+	s.conns = &connSet{}
+	opt.DialCtxFn = s.conns.wrap(opt.DialCtxFn)
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
 		s.client.Store(newClientRef(c))

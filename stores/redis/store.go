@@ -64,10 +64,15 @@ type Store struct {
 	guard    *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
 	logger   *slog.Logger
 	eviction atomic.Pointer[string] // maxmemory-policy as read (checkEviction); nil: not read
-	client   atomic.Pointer[clientRef]
-	clock    func() time.Time // nil: the server's TIME
-	closed   atomic.Bool
-	batch    batcher // group commit
+
+	// A client the Store dialled: its connections, dropped when Redis
+	// answers READONLY or MASTERDOWN (notPrimary); nil for New's client.
+	conns                          *connSet
+	notPrimaryAt, notPrimaryLogged atomic.Int64 // Unix ns of the last drop, of its last log line
+	client                         atomic.Pointer[clientRef]
+	clock                          func() time.Time // nil: the server's TIME
+	closed                         atomic.Bool
+	batch                          batcher // group commit
 
 	// Set by Dial when the Store owns its client.
 	owned     bool
@@ -294,8 +299,18 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 	return res, nil
 }
 
-// script is Take without the protections: one script call.
+// script is Take without the protections: one script call; an answer that
+// the server is not a usable primary makes the Store dial again.
 func (s *Store) script(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := s.scriptCall(ctx, op)
+	if err != nil {
+		s.notPrimary(err)
+	}
+	return res, err
+}
+
+// scriptCall encodes op and makes (or joins) its script call.
+func (s *Store) scriptCall(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
 		return limitstore.Result{}, s.unusable()

@@ -18,7 +18,7 @@ import (
 type Proxy struct {
 	t        testing.TB
 	ln       net.Listener
-	target   string
+	target   atomic.Pointer[string]
 	delay    atomic.Int64 // ns
 	accepted atomic.Int64
 
@@ -36,7 +36,8 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("redisfault: proxy listen: %v", err)
 	}
-	p := &Proxy{t: t, ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{t: t, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.target.Store(&target)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -48,6 +49,11 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // URL is "redis://" + Addr().
 func (p *Proxy) URL() string { return "redis://" + p.Addr() }
+
+// SetTarget sends the connections accepted from now on to target; the
+// connections open keep theirs (an address repointed to a new primary,
+// as DNS or a cloud provider's endpoint does after a failover).
+func (p *Proxy) SetTarget(target string) { p.target.Store(&target) }
 
 // SetDelay sets how long each reply chunk that arrives from now on is held
 // (0: none).
@@ -126,7 +132,7 @@ func (p *Proxy) accept() {
 func (p *Proxy) serve(client net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(client)
-	server, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	server, err := net.DialTimeout("tcp", *p.target.Load(), 5*time.Second)
 	if err != nil {
 		return // the client sees the connection close
 	}
