@@ -94,9 +94,10 @@ type waiter struct {
 	err   error                     // or the flight's or its own error
 }
 
-var waiters = sync.Pool{New: func() any {
+// newWaiter is the New of a Store's waiter pool (batcher.waiters).
+func newWaiter() any {
 	return &waiter{buf: make([]byte, 0, 256), ready: make(chan struct{}, 1)}
-}}
+}
 
 // encode writes op's keys and its argument (little-endian 64-bit integers,
 // see lua/take.lua) into w.buf; now is the caller's clock in Unix ms, 0 for
@@ -138,6 +139,8 @@ type batcher struct {
 	out   int       // script calls out (plain calls and flights)
 	queue []*waiter // in arrival order; non-empty only while calls are out
 	free  []*flight // runners' flights, reused
+
+	waiters sync.Pool // *waiter: each Take's buffers (newWaiter)
 
 	timer  *time.Timer    // the flush timer (armFlush)
 	armed  bool           // timer set and not yet fired
@@ -216,12 +219,12 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limitstore.Op, w
 	}
 	if s.closed.Load() { // Close has drained the queue, or will not see w
 		b.mu.Unlock()
-		waiters.Put(w)
+		s.batch.waiters.Put(w)
 		return limitstore.Result{}, ErrClosed
 	}
 	if err := ctx.Err(); err != nil { // given up already: never queued, never sent
 		b.mu.Unlock()
-		waiters.Put(w)
+		s.batch.waiters.Put(w)
 		return limitstore.Result{}, err
 	}
 	w.dl, w.hasDL = ctx.Deadline()
@@ -245,7 +248,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limitstore.Op, w
 			}
 			w.state, w.ctx = idle, nil
 			b.mu.Unlock()
-			waiters.Put(w)
+			s.batch.waiters.Put(w)
 			return limitstore.Result{}, ctx.Err()
 		case sent: // its flight may still write to w: not pooled
 			w.state = abandoned
@@ -262,7 +265,7 @@ func (s *Store) take(ctx context.Context, c rueidis.Client, op *limitstore.Op, w
 	}
 	r, reply, err := w.r, w.reply, w.err
 	w.state, w.f, w.r, w.reply, w.err = idle, nil, 0, "", nil
-	waiters.Put(w)
+	s.batch.waiters.Put(w)
 	if err != nil {
 		return limitstore.Result{}, err
 	}
@@ -285,7 +288,7 @@ func (s *Store) call(ctx context.Context, c rueidis.Client, op *limitstore.Op, w
 	resp := takeScript.Exec(ctx, c, keys[:w.n], args[:])
 	res, err := decide(op, resp)
 	if resp.NonRedisError() == nil {
-		waiters.Put(w)
+		s.batch.waiters.Put(w)
 	}
 	return res, err
 }

@@ -168,6 +168,7 @@ func WithoutGuard() Option {
 // newStore returns a Store on cfg with its protections, not yet connected.
 func newStore(cfg *config) *Store {
 	s := &Store{clock: cfg.clock, logger: cfg.logger}
+	s.batch.waiters.New = newWaiter
 	if s.logger == nil {
 		s.logger = slog.Default()
 	}
@@ -332,7 +333,7 @@ func (s *Store) scriptCall(ctx context.Context, op *limitstore.Op) (limitstore.R
 			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, %d ms after the Unix epoch: beyond %d ms, the script's arithmetic is not exact there", t.UTC().Format(time.RFC3339Nano), now, int64(maxClockMS))
 		}
 	}
-	w := waiters.Get().(*waiter)
+	w := s.batch.waiters.Get().(*waiter)
 	w.encode(op, now)
 	if !r.batches {
 		return checked(s.call(ctx, r.c, op, w))
