@@ -347,7 +347,7 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// Group commit (issue 13): concurrent Takes share one EVALSHA of the batch
+// Group commit: concurrent Takes share one EVALSHA of the batch
 // script. These tests drive the batching deterministically through the
 // public API: gatedClient holds every EVALSHA until the test lets it go, so
 // the Store's calls stay out and later Takes queue; watchCtx tells when a

@@ -210,7 +210,7 @@ func TestTakeHonoursDeadline(t *testing.T) {
 // TestTakeAllocs is the allocation guard of the Redis decision path on a
 // real server: one allocation per Store.Take (rueidis' reply array; the
 // keys and argument live in a pooled buffer), for each algorithm, an Op of
-// several quotas, a denial and a refund (issue 13 allows 2). Under -race
+// several quotas, a denial and a refund (the requirement allows 2). Under -race
 // sync.Pool drops items at random and the race detector moves values to the
 // heap, so the guard is skipped there.
 func TestTakeAllocs(t *testing.T) {
