@@ -430,7 +430,7 @@ func flood(t *testing.T, d decider, n int) {
 	}
 }
 
-// Issue 12: 200 clients over their limit, then 10 x MaxKeys new identities
+// 200 clients over their limit, then 10 x MaxKeys new identities
 // (each making one call): at least 99% of the 200 are still denied, whatever
 // the algorithm, with a small store and with the default one. The small
 // store is driven through the engine; the default one (2.6 million
@@ -470,11 +470,11 @@ func TestFloodKeepsLimitedClientsLimited(t *testing.T) {
 	}
 }
 
-// C-02: memstore WithMaxKeys(1024); FixedWindow 3 per hour; 200 identities
+// memstore WithMaxKeys(1024); FixedWindow 3 per hour; 200 identities
 // consume 4 each (the 4th denied); then 3 000 other identities consume once:
 // at least 99% of the 200 are still denied (most were re-admitted: eviction
 // picked an arbitrary live entry).
-func TestC02EvictionKeepsLimitedClientsLimited(t *testing.T) {
+func TestEvictionKeepsLimitedClientsLimited(t *testing.T) {
 	s, _ := newStore(t, memstore.WithMaxKeys(1024))
 	d := viaEngine(limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}))
 	lockOut(t, d, 200)
@@ -489,7 +489,7 @@ func TestC02EvictionKeepsLimitedClientsLimited(t *testing.T) {
 	}
 }
 
-// Issue 12: expired entries are reclaimed without waiting for the cap, and
+// Expired entries are reclaimed without waiting for the cap, and
 // without a goroutine: after 100 000 one-off clients whose windows have all
 // ended, Len() returns to (near) zero within a bounded number of further
 // decisions, here all for one identity (the worst case: one shard's traffic
@@ -568,7 +568,7 @@ func measure(t testing.TB) (heap, rss uint64) {
 	return 0, 0
 }
 
-// Issue 12: memory per tracked key at 1 000 000 keys, at most 64 B, and
+// Memory per tracked key at 1 000 000 keys, at most 64 B, and
 // the documented figures (package doc, DefaultMaxKeys): a full store's
 // tables take at most 45 B per entry (DefaultMaxKeys: 11 MiB), and the RSS
 // it adds to a process at most 80 B per entry (DefaultMaxKeys: 20 MiB;
@@ -622,12 +622,12 @@ func TestMemoryPerKey(t *testing.T) {
 	}
 }
 
-// Case C-03 (issue 12) on the memory store: one Name, two policies
+// On the memory store: one Name, two policies
 // (FixedWindow 5 per hour and 5 per second), alternating on one identity.
 // They shared one record: the hour's limiter answered a Retry-After of
 // ~242 years. Each policy now has its own record, so every delay stays
 // within its own window.
-func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
+func TestRegressionOneNameTwoPolicies(t *testing.T) {
 	clock := limittest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	s, err := memstore.New(memstore.WithClock(clock.Now))
 	if err != nil {
@@ -659,7 +659,7 @@ func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
 	}
 }
 
-// Issue 12, item 5, on the memory store: two Limiters built separately from
+// On the memory store: two Limiters built separately from
 // one policy with no Name shared one allowance without saying so. New now
 // refuses the second while the first is alive on the store; one Name on
 // both shares on purpose.
