@@ -83,7 +83,7 @@ func benchDecisions(b *testing.B, maxKeys, prefill int, newDecide func(*memstore
 	b.ReportMetric(float64(s.Len()), "keys")
 }
 
-// BenchmarkC01FullStoreCost is case C-01: engine + memory store, every
+// BenchmarkFullStoreCost: engine + memory store, every
 // decision for an identity never seen before, default policy (sliding
 // window, 100 per minute). below-cap: MaxKeys far above what the flood
 // holds, so the tables only grow; at-cap: default MaxKeys, so every decision
@@ -91,7 +91,7 @@ func benchDecisions(b *testing.B, maxKeys, prefill int, newDecide func(*memstore
 // twice as many, to fill every shard), untimed, so that they start with
 // tables of one size. The at-cap figure must
 // stay within 2x of the below-cap one.
-func BenchmarkC01FullStoreCost(b *testing.B) {
+func BenchmarkFullStoreCost(b *testing.B) {
 	consume := func(s *memstore.Store) func(int) {
 		l := limittest.MustNew(s, limit.Policy{})
 		id := make([]byte, 0, 32)
@@ -110,7 +110,7 @@ func BenchmarkC01FullStoreCost(b *testing.B) {
 // decides for one key again and again (its table in cache); new-key for a
 // key never seen before each time, below the cap (MaxKeys far above what the
 // flood holds) and at it (default MaxKeys), after untimed new keys as in
-// BenchmarkC01FullStoreCost.
+// BenchmarkFullStoreCost.
 func BenchmarkTake(b *testing.B) {
 	take := func(fresh bool) func(*memstore.Store) func(int) {
 		return func(s *memstore.Store) func(int) {

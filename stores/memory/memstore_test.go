@@ -1,8 +1,16 @@
 package memstore_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -233,4 +241,446 @@ func TestKeysOfOneShardStayBounded(t *testing.T) {
 	if n := s.Len(); n != 4 {
 		t.Errorf("WithMaxKeys(256): %d entries held after 5000 keys of one shard, want its share, 4", n)
 	}
+}
+
+// op returns an Op of cost 1 over quotas, one per key.
+func op(q limitstore.Quota, keys ...string) limitstore.Op {
+	o := limitstore.Op{Cost: 1, N: len(keys)}
+	for i, k := range keys {
+		o.Quotas[i] = q
+		o.Quotas[i].Key = []byte(k)
+	}
+	return o
+}
+
+func take(t *testing.T, s *memstore.Store, o limitstore.Op) limitstore.Result {
+	t.Helper()
+	res, err := s.Take(context.Background(), &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// The quotas of one Op are decided together, all or nothing, also under
+// contention: with quotas of 10 and 5 on one identity, 100 concurrent
+// requests admit exactly 5, and the 10-quota holds exactly those 5. Keys
+// with different hash tags (which the engine never sends) lock both shards.
+func TestQuotasOfOneOpAreAtomic(t *testing.T) {
+	for name, keys := range map[string][2]string{
+		"one-tag":  {"qg:{id}:a:f:r:x", "qg:{id}:b:f:r:x"},
+		"two-tags": {"qg:{a}:a:f:r:x", "qg:{b}:b:f:r:x"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, _ := newStore(t)
+			both := op(limitstore.Quota{Algorithm: limit.FixedWindow, WindowMS: 60_000}, keys[0], keys[1])
+			both.Quotas[0].Limit, both.Quotas[1].Limit = 10, 5
+			var allowed atomic.Int64
+			var wg sync.WaitGroup
+			for range 100 {
+				wg.Go(func() {
+					if take(t, s, both).Allowed {
+						allowed.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			if allowed.Load() != 5 {
+				t.Fatalf("%d admitted, want 5", allowed.Load())
+			}
+			first := op(limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 60_000}, keys[0])
+			if r := take(t, s, first); !r.Allowed || r.Quotas[0].Remaining != 4 {
+				t.Fatalf("the 10-quota after 5 admissions: %+v, want allowed with 4 left", r.Quotas[0])
+			}
+		})
+	}
+}
+
+// A refund never creates an entry and never extends one's expiry.
+func TestRefundNeverCreatesOrExtends(t *testing.T) {
+	s, clock := newStore(t)
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 2, WindowMS: 10_000}
+	refund := op(q, "qg:{r}:b:f:r:x")
+	refund.Refund = true
+	take(t, s, refund)
+	if n := s.Len(); n != 0 {
+		t.Fatalf("a refund of a key never written created %d entries", n)
+	}
+	charge := op(q, "qg:{r}:b:f:r:x")
+	res := take(t, s, charge)
+	exp := res.NowMS + res.Quotas[0].TTLMS
+	take(t, s, charge) // quota used up
+	clock.Advance(5 * time.Second)
+	refund.Quotas[0].Window = res.Quotas[0].Window
+	if r := take(t, s, refund); r.Quotas[0].Remaining != 1 {
+		t.Fatalf("after a refund of 1: %+v, want 1 left", r.Quotas[0])
+	}
+	if r := take(t, s, charge); !r.Allowed {
+		t.Fatalf("the refunded unit was not given back: %+v", r)
+	}
+	// The entry dies when it was going to, refund or not: still held 1 ms
+	// before its expiry, reclaimed at it by the next decision in its shard
+	// (this refund, which creates nothing).
+	clock.Advance(time.Duration(exp-1-clock.Now().UnixMilli()) * time.Millisecond)
+	take(t, s, refund)
+	before := evictionsOf(s)
+	if n := s.Len(); n != 1 || before.Expired != 0 {
+		t.Fatalf("1 ms before its expiry: Len %d, Evictions %+v; want the entry held", n, before)
+	}
+	clock.Advance(time.Millisecond)
+	take(t, s, refund)
+	if ev := evictionsOf(s); s.Len() != 0 || ev.Expired != 1 {
+		t.Fatalf("at its expiry: Len %d, Evictions %+v; want it reclaimed, not extended by the refunds", s.Len(), ev)
+	}
+}
+
+// At the cap, making room for a new quota never evicts another quota of the
+// same Op: with 4 entries per shard (MaxKeys 256) and Ops of 4 quotas on one
+// hash tag, each Op's 4 entries replace the previous Op's 4.
+func TestEvictionSparesTheOpsOtherQuotas(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxKeys(256))
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
+	for i := range 50 {
+		id := string(rune('a' + i%26))
+		four := op(q, "qg:{t}:1:"+id, "qg:{t}:2:"+id, "qg:{t}:3:"+id, "qg:{t}:4:"+id)
+		four.Cost = 0 // keep every quota whole: nothing ranks the new ones worse
+		if !take(t, s, four).Allowed {
+			t.Fatalf("Op %d denied", i)
+		}
+		four.Cost = 1
+		if r := take(t, s, four); !r.Allowed {
+			t.Fatalf("Op %d: one of its quotas was evicted while it was written: %+v", i, r)
+		}
+		if r := take(t, s, four); r.Allowed {
+			t.Fatalf("Op %d: a quota of 1 admitted twice: an entry of the Op was lost", i)
+		}
+	}
+}
+
+var algorithms = []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket}
+
+// decider decides one call of cost 1 for an identity.
+type decider func(t *testing.T, id []byte) bool
+
+// viaEngine decides through a Limiter (Consume).
+func viaEngine(l *limit.Limiter) decider {
+	return func(t *testing.T, id []byte) bool {
+		d, err := l.Consume(context.Background(), string(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Allowed
+	}
+}
+
+// viaStore decides with Take on s directly, for a 3-per-hour quota of alg,
+// one key per identity (the identity is its hash tag, as the engine's keys
+// have one per identity): the store's path is the engine's, at a fraction
+// of the cost under -race.
+func viaStore(s *memstore.Store, alg limit.Algorithm) decider {
+	key := make([]byte, 0, 64)
+	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: alg, Limit: 3, Burst: 3, WindowMS: 3_600_000}}}
+	return func(t *testing.T, id []byte) bool {
+		key = append(append(append(key[:0], "qg:{"...), id...), "}:3p3600:r:k"...)
+		op.Quotas[0].Key = key
+		res, err := s.Take(context.Background(), &op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Allowed
+	}
+}
+
+// lockOut makes each of victims identities use up a 3-per-hour quota (the
+// 4th call is denied) and fails the test if it is not.
+func lockOut(t *testing.T, d decider, victims int) {
+	t.Helper()
+	for v := range victims {
+		for i := range 4 {
+			if got := d(t, victimID(v)); got != (i < 3) {
+				t.Fatalf("victim %d, call %d: allowed %v", v, i+1, got)
+			}
+		}
+	}
+}
+
+func victimID(v int) []byte { return strconv.AppendInt([]byte("victim-"), int64(v), 10) }
+
+// stillDenied counts the victims denied on one more call.
+func stillDenied(t *testing.T, d decider, victims int) int {
+	t.Helper()
+	n := 0
+	for v := range victims {
+		if !d(t, victimID(v)) {
+			n++
+		}
+	}
+	return n
+}
+
+// flood makes n identities never seen before call once each.
+func flood(t *testing.T, d decider, n int) {
+	t.Helper()
+	id := make([]byte, 0, 32)
+	for i := range n {
+		id = strconv.AppendInt(append(id[:0], "flood-"...), int64(i), 10)
+		if !d(t, id) {
+			t.Fatalf("flood identity %d denied", i)
+		}
+	}
+}
+
+// 200 clients over their limit, then 10 x MaxKeys new identities
+// (each making one call): at least 99% of the 200 are still denied, whatever
+// the algorithm, with a small store and with the default one. The small
+// store is driven through the engine; the default one (2.6 million
+// decisions) through Take directly, which -race slows ten times less.
+func TestFloodKeepsLimitedClientsLimited(t *testing.T) {
+	const victims = 200
+	for _, alg := range algorithms {
+		for _, maxKeys := range []int{1024, memstore.DefaultMaxKeys} {
+			t.Run(fmt.Sprintf("%v/MaxKeys=%d", alg, maxKeys), func(t *testing.T) {
+				t.Parallel()
+				// a clock that stands still (the flood takes no time) and
+				// takes no lock, which -race makes costly
+				s, err := memstore.New(memstore.WithMaxKeys(maxKeys), memstore.WithClock(func() time.Time { return epoch }))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d := viaStore(s, alg)
+				if maxKeys == 1024 {
+					d = viaEngine(limittest.MustNew(s, limit.Policy{Algorithm: alg, Limit: 3, Window: time.Hour}))
+				}
+				lockOut(t, d, victims)
+				flood(t, d, 10*maxKeys)
+				if n := s.Len(); n != maxKeys {
+					t.Errorf("Len %d after the flood, want the cap %d", n, maxKeys)
+				}
+				ev := evictionsOf(s)
+				if want := uint64(10*maxKeys + victims - maxKeys); ev.Live+ev.Expired != want {
+					t.Errorf("Evictions %+v, want %d in all", ev, want)
+				}
+				denied := stillDenied(t, d, victims)
+				if denied*100 < victims*99 {
+					t.Fatalf("%d of %d locked-out clients still denied after the flood, want >= 99%%", denied, victims)
+				}
+				t.Logf("%d of %d still denied; evictions %+v", denied, victims, ev)
+			})
+		}
+	}
+}
+
+// memstore WithMaxKeys(1024); FixedWindow 3 per hour; 200 identities
+// consume 4 each (the 4th denied); then 3 000 other identities consume once:
+// at least 99% of the 200 are still denied (most were re-admitted: eviction
+// picked an arbitrary live entry).
+func TestEvictionKeepsLimitedClientsLimited(t *testing.T) {
+	s, _ := newStore(t, memstore.WithMaxKeys(1024))
+	d := viaEngine(limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 3, Window: time.Hour}))
+	lockOut(t, d, 200)
+	flood(t, d, 3000)
+	denied := stillDenied(t, d, 200)
+	if denied < 198 {
+		t.Fatalf("%d of 200 locked-out clients still denied, want >= 198", denied)
+	}
+	t.Logf("%d of 200 still denied", denied)
+	if ev := evictionsOf(s); ev.Live == 0 {
+		t.Fatalf("Evictions %+v: the flood into a full store evicted nothing live", ev)
+	}
+}
+
+// Expired entries are reclaimed without waiting for the cap, and
+// without a goroutine: after 100 000 one-off clients whose windows have all
+// ended, Len() returns to (near) zero within a bounded number of further
+// decisions, here all for one identity (the worst case: one shard's traffic
+// must sweep all 64).
+func TestSweepReclaimsExpiredEntries(t *testing.T) {
+	const clients = 100_000
+	s, clock := newStore(t, memstore.WithMaxKeys(1<<20))
+	l := limittest.MustNew(s, limit.Policy{Algorithm: limit.FixedWindow, Limit: 10, Window: time.Second})
+	d := viaEngine(l)
+	flood(t, d, clients)
+	if n := s.Len(); n < clients*9/10 {
+		t.Fatalf("Len %d right after %d clients: entries were dropped while live", n, clients)
+	}
+	clock.Advance(3 * time.Second) // every window and its 1 s grace are over
+	// The documented bound: entries/2 + 4 096 decisions.
+	const bound = clients/2 + 4096
+	ops := 0
+	for ; s.Len() > 1; ops++ {
+		if ops == bound {
+			t.Fatalf("Len %d after %d further decisions for one identity, want <= 1", s.Len(), ops)
+		}
+		clock.Advance(time.Millisecond)
+		d(t, []byte("regular"))
+	}
+	t.Logf("%d expired entries reclaimed in %d decisions (bound %d)", clients, ops, bound)
+	if ev := evictionsOf(s); ev.Expired < clients-1 || ev.Live != 0 {
+		t.Fatalf("Evictions %+v, want %d expired, 0 live", ev, clients)
+	}
+}
+
+// memoryChildEnv makes the test binary run TestMemoryPerKey's measurement
+// itself, in a fresh process.
+const memoryChildEnv = "MEMSTORE_MEMORY_CHILD"
+
+// fill makes a store of MaxKeys maxKeys hold n keys (distinct identities of
+// a sliding-window quota, each with one request) and returns it.
+func fill(t testing.TB, maxKeys, n int) *memstore.Store {
+	s, err := memstore.New(memstore.WithMaxKeys(maxKeys), memstore.WithClock(func() time.Time { return epoch }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
+	key := make([]byte, 0, 64)
+	for i := range n {
+		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
+		o.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
+		if _, err := s.Take(context.Background(), &o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// measure returns the live heap (runtime.MemStats.HeapAlloc after a GC)
+// and the resident set size (VmRSS), in bytes.
+func measure(t testing.TB) (heap, rss uint64) {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ms.HeapAlloc, kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0, 0
+}
+
+// Memory per tracked key at 1 000 000 keys, at most 64 B, and
+// the documented figures (package doc, DefaultMaxKeys): a full store's
+// tables take at most 45 B per entry (DefaultMaxKeys: 11 MiB), and the RSS
+// it adds to a process at most 80 B per entry (DefaultMaxKeys: 20 MiB;
+// measured 52 to 67; not checked under -race, whose shadow memory counts in
+// the RSS). Measured in a fresh
+// process each (this test runs its own binary again): the live heap after a
+// GC (runtime.ReadMemStats) and the resident set size (VmRSS), before and
+// after filling a store, divided by the entries held. The RSS includes what
+// the runtime still keeps of the smaller tables left behind while growing.
+func TestMemoryPerKey(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("SKIPPED: reads the RSS from /proc/self/status (Linux only)")
+	}
+	if maxKeys, err := strconv.Atoi(os.Getenv(memoryChildEnv)); err == nil {
+		heap0, rss0 := measure(t)
+		s := fill(t, maxKeys, max(maxKeys, 2*memstore.DefaultMaxKeys))
+		heap1, rss1 := measure(t)
+		fmt.Printf("MEMORY held=%d heap=%d rss=%d\n", s.Len(), heap1-heap0, rss1-rss0)
+		runtime.KeepAlive(s)
+		return
+	}
+	for _, maxKeys := range []int{1_000_000, memstore.DefaultMaxKeys} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryPerKey$", "-test.count=1")
+		cmd.Env = append(os.Environ(), memoryChildEnv+"="+strconv.Itoa(maxKeys))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("measuring process: %v\n%s", err, out)
+		}
+		var held, heap, rss float64
+		i := bytes.Index(out, []byte("MEMORY "))
+		if i < 0 {
+			t.Fatalf("no figures from the measuring process:\n%s", out)
+		}
+		if _, err := fmt.Sscanf(string(out[i:]), "MEMORY held=%g heap=%g rss=%g", &held, &heap, &rss); err != nil {
+			t.Fatalf("%v in %q", err, out[i:])
+		}
+		t.Logf("MaxKeys %d, full: %.0f entries; heap %.1f B per entry (%.1f MiB), RSS %.1f B per entry (%.1f MiB)",
+			maxKeys, held, heap/held, heap/(1<<20), rss/held, rss/(1<<20))
+		if held < float64(maxKeys)*99/100 {
+			t.Errorf("MaxKeys %d: only %.0f entries held", maxKeys, held)
+		}
+		if heap/held > 45 {
+			t.Errorf("MaxKeys %d: heap %.1f B per entry, documented <= 45 B", maxKeys, heap/held)
+		}
+		switch {
+		case raceEnabled:
+			t.Logf("RSS not checked under -race: the race detector's shadow memory counts in it")
+		case rss/held > 80:
+			t.Errorf("MaxKeys %d: RSS %.1f B per entry, documented <= 80 B", maxKeys, rss/held)
+		}
+	}
+}
+
+// On the memory store: one Name, two policies
+// (FixedWindow 5 per hour and 5 per second), alternating on one identity.
+// They shared one record: the hour's limiter answered a Retry-After of
+// ~242 years. Each policy now has its own record, so every delay stays
+// within its own window.
+func TestRegressionOneNameTwoPolicies(t *testing.T) {
+	clock := limittest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	s, err := memstore.New(memstore.WithClock(clock.Now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Hour})
+	sec := limittest.MustNew(s, limit.Policy{Name: "x", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Second})
+	ctx := context.Background()
+	admitted := map[*limit.Limiter]int{}
+	for i := 0; i < 10; i++ {
+		for _, l := range []*limit.Limiter{hour, sec} {
+			d, err := l.Consume(ctx, "id")
+			if err != nil || d.RetryAfter > time.Hour || d.ResetAfter > time.Hour || d.RetryAfter < 0 || d.ResetAfter < 0 {
+				t.Fatalf("call %d: %+v, %v: want every delay within the hour", i, d, err)
+			}
+			if d.Allowed {
+				admitted[l]++
+			}
+		}
+		clock.Advance(time.Second)
+	}
+	// The hour admits 5 of 10; the second admits all 10 (one call per
+	// window of its own): neither counts the other's calls.
+	if admitted[hour] != 5 || admitted[sec] != 10 {
+		t.Fatalf("admitted %d (hour) and %d (second), want 5 and 10", admitted[hour], admitted[sec])
+	}
+	if n := s.Len(); n != 2 {
+		t.Fatalf("%d records, want one per policy", n)
+	}
+}
+
+// On the memory store: two Limiters built separately from
+// one policy with no Name shared one allowance without saying so. New now
+// refuses the second while the first is alive on the store; one Name on
+// both shares on purpose.
+func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
+	s, err := memstore.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}
+	a := limittest.MustNew(s, p)
+	if _, err := limit.New(s, p); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("second unnamed Limiter with the same numbers: %v, want ErrInvalidPolicy", err)
+	}
+	p.Name = "shared"
+	b1, b2 := limittest.MustNew(s, p), limittest.MustNew(s, p)
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		[]*limit.Limiter{b1, b2}[i%2].Consume(ctx, "u")
+	}
+	if d, _ := b2.Consume(ctx, "u"); d.Allowed {
+		t.Fatal("one Name on both: the 6th call was admitted, want the one allowance of 5")
+	}
+	runtime.KeepAlive(a)
 }

@@ -188,15 +188,15 @@ func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
 	}
 }
 
-// C-01: engine + memory store at the default MaxKeys, 1 000 000 decisions
+// Engine + memory store at the default MaxKeys, 1 000 000 decisions
 // for distinct identities, the clock advancing 0.25 ms per decision: the
 // cost per decision at the cap stayed far above the cost below it (a whole
-// shard swept per insertion). BenchmarkC01FullStoreCost measures it; this
+// shard swept per insertion). BenchmarkFullStoreCost measures it; this
 // test pins the structure that keeps it flat: once full, a shard's table is
 // never reallocated or resized, it stays at its cap, and the sweep and
 // eviction keep the store at exactly MaxKeys. It drives Take directly (the
 // engine's part does not change at the cap), 1 000 000 times.
-func TestC01FullStoreStaysFlat(t *testing.T) {
+func TestFullStoreStaysFlat(t *testing.T) {
 	clock := epochUS
 	s, err := New(WithClock(func() time.Time { return time.UnixMilli(0).Add(time.Duration(clock) * time.Microsecond) }))
 	if err != nil {

@@ -69,7 +69,7 @@ func TestBatchedExactCount(t *testing.T) {
 // TestBatchedCheckAllocs is the allocation guard of the batched path: 64
 // goroutines deciding through Limiter.Check on a real server (so calls are
 // shared) allocate at most 2 times per decision in the whole process
-// (issue 13; measured ~0.1-0.3: a call's reply is shared by its decisions,
+// (measured ~0.1-0.3: a call's reply is shared by its decisions,
 // and a runner starts once per load burst). Skipped under -race, which
 // changes allocation counts and drops pooled waiters at random.
 func TestBatchedCheckAllocs(t *testing.T) {

@@ -35,10 +35,10 @@ func TestConformance(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) { conformance.RunStore(t, conformanceStores(be)) })
 }
 
-// C-13: TokenBucket 3 per second, 7 per minute and 3 000 per second,
+// TokenBucket 3 per second, 7 per minute and 3 000 per second,
 // accepted, with their own q= and w=, exact at a steady rate over 1 000
 // windows on a fake clock (WithClock), on every backend: miniredis, and
 // the real standalone server and Cluster when configured.
-func TestRegressionC13TokenBucketSteadyRateNoDrift(t *testing.T) {
+func TestRegressionTokenBucketSteadyRateNoDrift(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) { conformance.SteadyRate(t, conformanceStores(be)) })
 }

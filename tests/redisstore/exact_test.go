@@ -270,14 +270,14 @@ func maxWait(q *limitstore.Quota) int64 {
 	return q.WindowMS + (q.WindowMS+q.Limit-1)/q.Limit
 }
 
-// C-11: 10 per minute, a client uses its 10, then the server clock steps
+// 10 per minute, a client uses its 10, then the server clock steps
 // back 1 h (a failover to a replica whose clock is behind). Retry-After is
 // at most the policy's own maximum plus 1 s (it was 1 h 0 m 6 s), the client
 // is admitted when it says, and nothing is admitted early. On miniredis the
 // store reads the server's own TIME (set back with SetTime); on the real
 // servers the clock is injected (WithClock); the memory store runs the same
 // steps.
-func TestCaseC11BackwardServerClockStep(t *testing.T) {
+func TestBackwardServerClockStep(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			q := limitstore.Quota{Algorithm: alg, Limit: 10, WindowMS: 60_000, Burst: 10, PhaseMS: 12_345}

@@ -347,7 +347,7 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-// Group commit (issue 13): concurrent Takes share one EVALSHA of the batch
+// Group commit: concurrent Takes share one EVALSHA of the batch
 // script. These tests drive the batching deterministically through the
 // public API: gatedClient holds every EVALSHA until the test lets it go, so
 // the Store's calls stay out and later Takes queue; watchCtx tells when a
@@ -507,6 +507,28 @@ func (r *gatedRun) start(ctx context.Context, op *limitstore.Op) (ch chan outcom
 		r.t.Fatal("a Take neither reached Redis nor queued within 10 s")
 	}
 	return nil, false
+}
+
+// startOrFail is start for a Take that may fail before it is queued (it
+// then returns at once, never asking its context).
+func (r *gatedRun) startOrFail(op *limitstore.Op) chan outcome {
+	r.t.Helper()
+	wc := newWatchCtx(context.Background())
+	ch, done := make(chan outcome, 1), make(chan struct{})
+	go func() {
+		res, err := r.s.Take(wc, op)
+		ch <- outcome{res, err}
+		close(done)
+	}()
+	select {
+	case <-r.g.arrived:
+		r.t.Fatal("a Take reached Redis while the calls were held; want it queued")
+	case <-wc.asked:
+	case <-done:
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("a Take neither failed nor queued within 10 s")
+	}
+	return ch
 }
 
 // release lets the held calls and every later call go.

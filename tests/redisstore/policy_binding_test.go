@@ -14,13 +14,13 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// Case C-03 (issue 12) on Redis: one Name, two policies (FixedWindow 5 per
-// hour and 5 per second), alternating on one identity. They shared one
+// On Redis: one Name, two policies (FixedWindow 5 per hour and 5 per
+// second), alternating on one identity. They shared one
 // key: the hour's limiter answered a Retry-After of ~242 years and the key
 // got a TTL of ~205 000 years. Each policy now has its own key (the key
 // carries the policy's state signature), so every delay stays within the
 // hour and every TTL within its own policy's bound (a window plus 1 s).
-func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
+func TestRegressionOneNameTwoPolicies(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		s := newStore(t, be)
 		prefix := testPrefix(t)
@@ -53,8 +53,8 @@ func TestRegressionC03OneNameTwoPolicies(t *testing.T) {
 	})
 }
 
-// Issue 12, item 5, on Redis: two Limiters built separately from one policy
-// with no Name shared one allowance without saying so. New now refuses the
+// On Redis: two Limiters built separately from one policy with no Name
+// shared one allowance without saying so. New now refuses the
 // second while the first is alive on the store; one Name on both shares on
 // purpose, in one key.
 func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
@@ -84,7 +84,7 @@ func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
 
 // Every policy on the boundary of what limit.New accepts writes keys whose
 // TTL is within its own bound (a window plus 1 s, two windows, twice the
-// refill time): no key outlives its policy, none lacks a TTL (issue 16: in-range
+// refill time): no key outlives its policy, none lacks a TTL (in-range
 // TTLs on both stores; the memory store's are checked through
 // conformance.RunStore's numbers).
 func TestBoundaryPoliciesKeepTTLsInRange(t *testing.T) {

@@ -3,8 +3,12 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,7 +210,7 @@ func TestTakeHonoursDeadline(t *testing.T) {
 // TestTakeAllocs is the allocation guard of the Redis decision path on a
 // real server: one allocation per Store.Take (rueidis' reply array; the
 // keys and argument live in a pooled buffer), for each algorithm, an Op of
-// several quotas, a denial and a refund (issue 13 allows 2). Under -race
+// several quotas, a denial and a refund (the requirement allows 2). Under -race
 // sync.Pool drops items at random and the race detector moves values to the
 // heap, so the guard is skipped there.
 func TestTakeAllocs(t *testing.T) {
@@ -357,5 +361,90 @@ func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 	}
 	if res, err := s.Take(ctxT(t), op); err != nil || !res.Allowed || res.NowMS != 1 {
 		t.Errorf("clock at 1 ms: %+v, %v; want admitted at 1", res, err)
+	}
+}
+
+// TestRegressionWithClockBeyondExactTimes: a caller's clock (WithClock)
+// whose reading the script's doubles cannot hold exactly. Since the batch
+// reply carries no clock per Op (the Go side takes the reading each Op
+// sent), an Op of a flight was decided by the engine at the exact reading
+// and by the script at the reading rounded to a double: at 2^53 + 3 ms the
+// same Ops got other Results in a flight than one by one (NowMS 2^53 + 3
+// against 2^53 + 4, other windows) and some failed ErrBadReply ("the
+// script decided true, the engine false") where one by one admitted them.
+// Such a reading now fails the Take with an error naming the clock, before
+// anything is sent, in a flight and alone alike; the largest reading
+// allowed, 2^52 ms, decides exactly and the same in both.
+func TestRegressionWithClockBeyondExactTimes(t *testing.T) {
+	forOneServer(t, func(t *testing.T, be *backend) {
+		for _, at := range []int64{1 << 52, 1<<52 + 1, 1<<53 + 3, math.MaxInt64 / 2} {
+			t.Run(fmt.Sprint(at), func(t *testing.T) { testClockBeyondExactTimes(t, be, at) })
+		}
+	})
+}
+
+func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
+	prefix := testPrefix(t)
+	client := be.newClient(t)
+	t.Cleanup(func() { deleteKeys(t, client, prefix) })
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli()) // the fillers' and the warm-up's
+	opt := WithClock(func() time.Time { return time.UnixMilli(clock.Load()) })
+	g := newGated(client)
+	batched, err := New(g, opt, WithoutGuard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := New(client, opt, WithoutGuard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
+	if _, err := alone.Take(ctxT(t), &warm); err != nil {
+		t.Fatal(err)
+	}
+	// Two Ops per algorithm on one key of limit 1 (the second denied), on
+	// windows of 4 ms: a reading rounded to a double lands in another one.
+	pa, pb := prefix+":a", prefix+":b"
+	ops := func(p string) []limitstore.Op {
+		var out []limitstore.Op
+		for _, alg := range algorithms {
+			q := limitstore.Quota{Algorithm: alg, Limit: 1, WindowMS: 4}
+			if alg == limit.TokenBucket {
+				q.Burst = 1
+			}
+			op := oneQuota(fmt.Sprintf("%s:{k}:%v", p, alg), q, 1)
+			out = append(out, op, op)
+		}
+		return out
+	}
+	opsA, opsB := ops(pa), ops(pb)
+
+	r := startGated(t, batched, g, prefix+":fill")
+	clock.Store(at)
+	chs := make([]chan outcome, len(opsA))
+	for i := range opsA {
+		chs[i] = r.startOrFail(&opsA[i])
+	}
+	r.releaseAll()
+	beyond := at > 1<<52
+	for i := range opsA {
+		a := r.wait(chs[i])
+		res, err := alone.Take(ctxT(t), &opsB[i])
+		if beyond {
+			for _, e := range []error{a.err, err} {
+				if e == nil || !strings.Contains(e.Error(), "WithClock's clock read") {
+					t.Errorf("Op %d at %d ms: batched %+v, %v; one by one %+v, %v; want both failing on the clock", i, at, a.res, a.err, res, err)
+					break
+				}
+			}
+			continue
+		}
+		if a.err != nil || err != nil || !reflect.DeepEqual(a.res, res) || res.NowMS != at {
+			t.Errorf("Op %d at %d ms: batched %+v, %v\none by one %+v, %v; want the same Result at %d", i, at, a.res, a.err, res, err, at)
+		}
+	}
+	if keys := append(scanKeys(t, client, pa), scanKeys(t, client, pb)...); beyond && len(keys) != 0 {
+		t.Errorf("at %d ms: keys %q written", at, keys)
 	}
 }
