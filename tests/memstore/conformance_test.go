@@ -23,6 +23,6 @@ func TestConformance(t *testing.T) { conformance.RunStore(t, conformanceStore) }
 // C-13: TokenBucket 3 per second, 7 per minute and 3 000 per second,
 // accepted, with their own q= and w=, exact at a steady rate over 1 000
 // windows on a fake clock.
-func TestRegressionC13TokenBucketSteadyRateNoDrift(t *testing.T) {
+func TestRegressionTokenBucketSteadyRateNoDrift(t *testing.T) {
 	conformance.SteadyRate(t, conformanceStore)
 }
