@@ -30,12 +30,12 @@ func TestDemoUnknownFramework(t *testing.T) {
 	}
 }
 
-// Case C-12 (issue 16): once a client's global 100 per minute is spent,
-// every example answered a preflight, an unknown method and an unknown path
-// its own way (echo and net/http: 429, chi, gin and fiber: 404/405, counting
-// nothing). Now one rule holds on all five: requests no route serves count
+// Once a client's global 100 per minute was spent, every example used to
+// answer a preflight, an unknown method and an unknown path its own way
+// (echo and net/http: 429, chi, gin and fiber: 404/405, counting nothing).
+// Now one rule holds on all five: requests no route serves count
 // in the global bucket and are limited, preflights are not.
-func TestRegressionC12SameAnswersOnEveryExample(t *testing.T) {
+func TestUnmatchedRequestsSameAnswerOnEveryExample(t *testing.T) {
 	t.Chdir("..")
 	for _, fw := range frameworks {
 		t.Run(fw, func(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 // limitstore.Op.Apply does not reproduce from the states in it. It needs a real
 // Redis (QUOTAGATE_REDIS_URL, which `make test` sets): the decoder is
 // unexported, and this module's tests use no test server library, so that
-// an application's module graph carries none (docs/DESIGN.md, "Module
-// graphs (issue 16)"). The rest of the store's tests, on miniredis and on
+// an application's module graph carries none (README.md, "Module
+// graphs"). The rest of the store's tests, on miniredis and on
 // real servers, are in the tests module (tests/redisstore).
 func TestDecideRejectsBadReplies(t *testing.T) {
 	url := os.Getenv("QUOTAGATE_REDIS_URL")

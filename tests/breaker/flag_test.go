@@ -1,5 +1,5 @@
 // Package breaker_test holds regressions found by trying to break the
-// stacked-mount refunds and counting by status (issue 15) over real sockets.
+// stacked-mount refunds and counting by status over real sockets.
 package breaker_test
 
 import (

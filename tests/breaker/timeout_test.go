@@ -20,7 +20,8 @@ import (
 // after (and concurrently with) the outer mount's Finish reading it: a
 // data race on a map, which the race detector reports and which at the
 // wrong instant is the runtime's fatal "concurrent map read and map write"
-// (no recover). Before issue 15 the engine never wrote to r.Header.
+// (no recover). Before counting by status the engine never wrote to
+// r.Header.
 func TestLimitedFlagWriteRacesATimeoutHandlerBetweenMounts(t *testing.T) {
 	if !raceEnabled {
 		t.Skip("!!! SKIPPED: this repro needs the race detector (go test -race): without it the race is silent")

@@ -62,7 +62,7 @@ func charges(t *testing.T, srv *redisfault.Server) int64 {
 	return n
 }
 
-// Issue 13's deny cache across two replicas (two limiters, each on its own
+// The deny cache across two replicas (two limiters, each on its own
 // rueidis client, one real Redis on server time): an identity exhausted
 // through replica A is then denied by A from its cache, with Remaining 0 and
 // a Retry-After counting down, without a script call; replica B's own
@@ -135,7 +135,7 @@ func TestDenyCacheAcrossReplicas(t *testing.T) {
 	t.Logf("Retry-After %v from Redis; 50 denials from A's cache without a script call; B exact; admitted at T", denial.RetryAfter)
 }
 
-// What a timed-out call did in Redis (issue 14): its command was on the wire
+// What a timed-out call did in Redis: its command was on the wire
 // to a frozen server, which runs it when it resumes, so it is charged
 // although the failure mode decided (here FailClosed refused it: its client
 // paid for nothing). The circuit breaker bounds that to the calls in flight
@@ -238,11 +238,11 @@ func freezeAndCount(t *testing.T, srv *redisfault.Server, lim *limit.Limiter, lo
 	return ran - 1
 }
 
-// Case C-09: limit.New on a Redis store at a closed port with a local store
-// but without FailLocal used to fail open silently (4 of Limit 2 admitted).
+// limit.New on a Redis store at a closed port with a local store but
+// without FailLocal used to fail open silently (4 of Limit 2 admitted).
 // New refuses it, naming WithLocalStore and FailLocal; with FailLocal the
 // local store limits: exactly 2 of 4.
-func TestRegressionC09LocalStoreIgnored(t *testing.T) {
+func TestLocalStoreWithoutFailLocalIsRefused(t *testing.T) {
 	closed := "redis://127.0.0.1:" + strconv.Itoa(redisfault.FreePort(t))
 	store, err := redisstore.NewFromURL(closed)
 	if err != nil {

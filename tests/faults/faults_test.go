@@ -2,8 +2,8 @@
 // that measures the store, the circuit breaker, the local deny cache) in
 // front of a real redis-server of the test's own and then breaks the
 // server: slowed (a delaying proxy, DEBUG SLEEP), frozen (SIGSTOP/SIGCONT),
-// killed and restarted. Latency targets are issue 14's; each is checked as
-// a bound with a margin for a loaded machine (two shared cores, -race), and
+// killed and restarted. Each latency target is checked as a bound with a
+// margin for a loaded machine (two shared cores, -race), and
 // the measured figures are logged.
 //
 // The tests run one after the other (no t.Parallel): their figures are

@@ -15,7 +15,7 @@ import (
 )
 
 // Margins for a loaded machine (two shared cores, other test processes,
-// -race), added to issue 14's targets where a latency is bounded.
+// -race), added to the targets where a latency is bounded.
 func latencyMargin() time.Duration {
 	if limittest.RaceEnabled {
 		return 60 * time.Millisecond
@@ -23,7 +23,7 @@ func latencyMargin() time.Duration {
 	return 25 * time.Millisecond
 }
 
-// fastBound is issue 14's "answered at once" bound: 5 ms. Under -race on
+// fastBound is the "answered at once" bound: 5 ms. Under -race on
 // two shared cores next to other test processes, an HTTP round trip alone
 // can take longer; the bound is then 20 ms, still a fifth of the store
 // timeout, so a request that waited for the store cannot pass it.
@@ -34,14 +34,14 @@ func fastBound() time.Duration {
 	return 5 * time.Millisecond
 }
 
-// Case C-10 (issue 14, "Redis frozen"): an HTTP server limiting every
+// Redis frozen: an HTTP server limiting every
 // request through a Redis store (the engine's net/http handler, which the
 // chi and net/http adapters use), 200 requests a second, redis-server
-// SIGSTOPped for 5 s. Issue 14's targets: after the breaker opens, >= 95% of
+// SIGSTOPped for 5 s. The targets: after the breaker opens, >= 95% of
 // requests answer within 5 ms; no request during the fault waits more than
 // the store timeout + 10 ms; at most 1 new connection per second to the hung
 // server; limiting (a decision by Redis) resumes within 1 s of SIGCONT.
-func TestRegressionC10FrozenRedis(t *testing.T) {
+func TestFrozenRedisCostsOneTimeout(t *testing.T) {
 	const (
 		rate   = 200
 		warm   = time.Second

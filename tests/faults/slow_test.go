@@ -12,8 +12,8 @@ import (
 	"github.com/quotagate/quotagate/tests/redisfault"
 )
 
-// Issue 14: "Redis slow (replies delayed 90 ms, under the 100 ms timeout):
-// 128-142 of 200 requests admitted where the limit is 100". The cause,
+// Redis slow (replies delayed 90 ms, under the 100 ms timeout): 128-142 of
+// 200 requests used to be admitted where the limit is 100. The cause,
 // reproduced here with the delaying proxy: a burst's commands reached the
 // wire 4-14 ms after the calls started (the client's pipeline writer waited
 // for CPU behind the burst's goroutines), so replies Redis sent 90 ms after

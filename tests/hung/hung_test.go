@@ -26,7 +26,7 @@ const (
 	rate      = 200                    // requests per second offered during the test
 	freeze    = 5 * time.Second        // how long the server stays SIGSTOPped
 	storeWait = 100 * time.Millisecond // the Redis store's default timeout (redisstore.WithTimeout)
-	// maxConnsPerSecond is issue 14's target: new connections to the hung
+	// maxConnsPerSecond is the target: new connections to the hung
 	// server per second per process.
 	maxConnsPerSecond = 1
 	// resumeMargin is added to ReconnectInterval for scheduling on a

@@ -20,7 +20,7 @@ func conformanceStore(t testing.TB, clock func() time.Time) limitstore.Store {
 
 func TestConformance(t *testing.T) { conformance.RunStore(t, conformanceStore) }
 
-// C-13: TokenBucket 3 per second, 7 per minute and 3 000 per second,
+// TokenBucket 3 per second, 7 per minute and 3 000 per second,
 // accepted, with their own q= and w=, exact at a steady rate over 1 000
 // windows on a fake clock.
 func TestRegressionTokenBucketSteadyRateNoDrift(t *testing.T) {
