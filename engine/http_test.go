@@ -201,3 +201,31 @@ func reportCPU(b *testing.B, start time.Duration) {
 		b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
 	}
 }
+
+// With the RateLimit fields on every response, an allowed request through
+// CheckHTTP allocates once: the value slices of its fields and the text of
+// their numbers share one object. So do limited responses.
+func TestCheckHTTPRateLimitFieldsAllocateOnce(t *testing.T) {
+	if limittest.RaceEnabled {
+		t.Skip("allocation counts are not exact under -race")
+	}
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	for name, p := range map[string]limit.Policy{
+		"always-ietf":       {Disclosure: limit.DiscloseAlways},
+		"always-triplet":    {Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet},
+		"always-all-styles": {Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"named":             {Name: "api", Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"denied":            {Limit: 1},
+		"denied-all-styles": {Limit: 1, Disclosure: limit.DiscloseOnLimit, HeaderStyle: all},
+	} {
+		l, _ := benchLimiter(t, p)
+		r := httptest.NewRequest("GET", "/v1/notes/1", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		w := limittest.NewSink()
+		serve := func() { clear(w.H); l.CheckHTTP(w, r, limit.Request{}) }
+		serve() // the store entry, the pool (and a quota of 1 exhausted)
+		if a := testing.AllocsPerRun(1000, serve); a > 1 {
+			t.Errorf("%s: %v allocations per request, want at most 1", name, a)
+		}
+	}
+}
