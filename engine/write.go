@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math/bits"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -64,7 +65,7 @@ var _ headerWriter = http.Header(nil)
 func (r *response) writeTo(w ResponseWriter) {
 	var t text
 	if n := r.textLen(); n > 0 {
-		t.b = make([]byte, 0, n)
+		t.buf = make([]byte, n)
 	}
 	r.writeFields(&fieldSink{w: w}, &t)
 	if r.status != 0 {
@@ -87,9 +88,10 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 			size += decimalLen(n)
 		}
 	}
-	sink := fieldSink{h: w.Header()}
+	h := w.Header()
+	sink := fieldSink{h: h, empty: len(h) == 0}
 	var t text
-	sink.free, t.b = newBlock(slots, size)
+	sink.vals, t.buf = newBlock(slots, size)
 	r.writeFields(&sink, &t)
 	if r.status == 0 {
 		return
@@ -105,13 +107,16 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 // returns constant strings for 0-99): they take no text.
 const smallInts = 100
 
-// text renders the numbers of one response's fields into b, whose
-// capacity the response's textLen gave, and returns each value as a string
-// of b's bytes: b is this response's own and each byte is written once,
-// before the string that holds it exists, so the strings never change. (A
-// b too small would only make append move on to a new array.)
+// text renders the numbers of one response's fields into buf, whose size
+// the response's textLen gave, and returns each value as a string of buf's
+// bytes: buf is this response's own and each byte is written once, before
+// the string that holds it exists, so the strings never change. (Were buf
+// too small, room would move on to a larger copy; the strings cut from the
+// old one keep it.) buf is not re-sliced and n is an int, so that rendering
+// writes no pointer (no write barrier while the GC runs).
 type text struct {
-	b []byte
+	buf []byte
+	n   int // the bytes of buf rendered
 }
 
 // value returns the value of f, rendering its numbers from r.
@@ -120,10 +125,10 @@ func (t *text) value(r *response, f *field) string {
 	case valConst:
 		return f.value
 	case valItem:
-		start := len(t.b)
-		t.b = append(t.b, f.value...)
+		start := t.n
+		t.appendString(f.value)
 		t.appendInt(r.remaining)
-		t.b = append(t.b, ";t="...)
+		t.appendString(";t=")
 		t.appendInt(r.reset)
 		return t.cut(start)
 	}
@@ -135,34 +140,50 @@ func (t *text) number(n int64) string {
 	if 0 <= n && n < smallInts {
 		return strconv.FormatInt(n, 10) // a constant: no allocation
 	}
-	start := len(t.b)
+	start := t.n
 	t.appendInt(n)
 	return t.cut(start)
 }
 
-// appendInt appends n in decimal. It writes the digits in place, right to
-// left, into the room b has (strconv.AppendInt renders into a buffer of
-// its own and copies).
-func (t *text) appendInt(n int64) {
-	start, size := len(t.b), decimalLen(n)
-	if n < 0 || cap(t.b)-start < size {
-		t.b = strconv.AppendInt(t.b, n, 10)
-		return
+// room makes sure that buf has size bytes after n: when it has not, buf
+// moves on to a larger copy (a value being rendered keeps its start).
+func (t *text) room(size int) {
+	if len(t.buf)-t.n < size {
+		b := make([]byte, max(2*len(t.buf), t.n+size))
+		copy(b, t.buf[:t.n])
+		t.buf = b
 	}
-	t.b = t.b[:start+size]
-	d := t.b[start:]
+}
+
+func (t *text) appendString(s string) {
+	t.room(len(s))
+	t.n += copy(t.buf[t.n:], s)
+}
+
+// appendInt appends n in decimal, writing the digits in place from right
+// to left (strconv.AppendInt renders into a buffer of its own and copies).
+func (t *text) appendInt(n int64) {
+	size := decimalLen(n)
+	t.room(size)
+	d := t.buf[t.n : t.n+size]
+	t.n += size
+	u := uint64(n)
+	if n < 0 {
+		d[0] = '-'
+		u = -u
+	}
 	i := len(d)
-	for n >= 100 {
-		q := n / 100
-		j := (n - q*100) * 2
+	for u >= 100 {
+		q := u / 100
+		j := (u - q*100) * 2
 		i -= 2
 		d[i], d[i+1] = digitPairs[j], digitPairs[j+1]
-		n = q
+		u = q
 	}
-	if n >= 10 {
-		d[i-2], d[i-1] = digitPairs[n*2], digitPairs[n*2+1]
+	if u >= 10 {
+		d[i-2], d[i-1] = digitPairs[u*2], digitPairs[u*2+1]
 	} else {
-		d[i-1] = byte('0' + n)
+		d[i-1] = byte('0' + u)
 	}
 }
 
@@ -180,7 +201,7 @@ const digitPairs = "00010203040506070809" +
 
 // cut returns the bytes rendered since start as a string.
 func (t *text) cut(start int) string {
-	return unsafe.String(&t.b[start], len(t.b)-start)
+	return unsafe.String(&t.buf[start], t.n-start)
 }
 
 // textLen is how many bytes of text r's field values render: what text
@@ -203,20 +224,23 @@ func (r *response) textLen() int {
 
 // decimalLen is the length of n in decimal.
 func decimalLen(n int64) int {
-	size := 1
+	u, sign := uint64(n), 0
 	if n < 0 {
-		size++ // the sign; -n overflows for math.MinInt64, n/10 does not
-		n = -(n / 10)
-		if n == 0 {
-			return size
-		}
-		size++
+		u, sign = -u, 1
 	}
-	for ; n >= 10; n /= 10 {
-		size++
+	// log10 from log2 (1233/4096 ~ log10(2)), then one comparison; 0 is
+	// counted as 1 (and as pow10 is even past 1, u|1 compares as u).
+	u |= 1
+	l := bits.Len64(u) * 1233 >> 12
+	if u >= pow10[l] {
+		l++
 	}
-	return size
+	return sign + l
 }
+
+// pow10[i] is 10 to the power i.
+var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
 
 // The blocks of newBlock: value slots and text in one object, each in a
 // size class of its own (64 to 448 bytes), so that the object is about as
@@ -259,7 +283,7 @@ type (
 )
 
 // newBlock allocates the value slots of n header fields and a text buffer
-// (length 0) of at least size bytes, in one object when they fit one of the
+// of at least size bytes, in one object when they fit one of the
 // blocks and in two when they do not. Each slot becomes one field's 1-value
 // slice (fieldSink.slot), so that net/http's header map gets its []string
 // values without an allocation each, and the numbers' strings (text) point
@@ -268,31 +292,31 @@ func newBlock(n, size int) (slots []string, text []byte) {
 	switch {
 	case n <= 2 && size <= 32:
 		b := new(block2x32)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 2 && size <= 48:
 		b := new(block2x48)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 2 && size <= 64:
 		b := new(block2x64)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 4 && size <= 16:
 		b := new(block4x16)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 4 && size <= 64:
 		b := new(block4x64)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 8 && size <= 80:
 		b := new(block8x80)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 16 && size <= 96:
 		b := new(block16x96)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	case n <= 16 && size <= 192:
 		b := new(block16x192)
-		return b.vals[:n], b.text[:0]
+		return b.vals[:n], b.text[:]
 	}
 	if size > 0 {
-		text = make([]byte, 0, size)
+		text = make([]byte, size)
 	}
 	return make([]string, n), text
 }
@@ -337,6 +361,7 @@ func (r *response) writeFields(h *fieldSink, t *text) {
 			h.Add(f.name, t.value(r, f))
 		}
 	}
+	h.empty = false // LimitedResponse.Header may name the fields just written
 	for name, vs := range r.header {
 		name = textproto.CanonicalMIMEHeaderKey(name)
 		for i, v := range vs {
@@ -399,14 +424,23 @@ func closerToExhaustion(h *fieldSink, remName, resetName string, cur, curReset i
 type fieldSink struct {
 	w headerWriter
 	h http.Header
-	// free are the unused value slots of h's fields (newBlock): a field
-	// that h lacks gets the 1-value slice of the next one.
-	free []string
+	// vals are the value slots of h's fields (newBlock), used up to next:
+	// a field that h lacks gets the 1-value slice of the next one.
+	vals []string
+	next int
+	// empty reports that h held no field when writeFields began: as the
+	// engine's fields have distinct names, none of them is there to read
+	// or to add to, and the map lookups are saved (the limiter is often
+	// the first to write into a response).
+	empty bool
 }
 
 func (s *fieldSink) Get(name string) string {
 	if s.w != nil {
 		return s.w.Get(name)
+	}
+	if s.empty {
+		return ""
 	}
 	if v := s.h[name]; len(v) > 0 {
 		return v[0]
@@ -427,9 +461,11 @@ func (s *fieldSink) Add(name, value string) {
 		s.w.Add(name, value)
 		return
 	}
-	if old := s.h[name]; len(old) > 0 {
-		s.h[name] = append(old, value)
-		return
+	if !s.empty {
+		if old := s.h[name]; len(old) > 0 {
+			s.h[name] = append(old, value)
+			return
+		}
 	}
 	s.h[name] = s.slot(value)
 }
@@ -439,10 +475,12 @@ func (s *fieldSink) Add(name, value string) {
 // later, by another mount or by the handler, copies it instead of writing
 // into the next field's slot.
 func (s *fieldSink) slot(value string) []string {
-	if len(s.free) == 0 {
+	i := s.next
+	if i >= len(s.vals) {
 		return []string{value}
 	}
-	v := s.free[0:1:1]
-	v[0], s.free = value, s.free[1:]
+	s.next++
+	v := s.vals[i : i+1 : i+1]
+	v[0] = value
 	return v
 }
