@@ -138,3 +138,94 @@ func TestCheckHTTPAllowedDoesNotAllocate(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkCheckHTTP measures CheckHTTP with the header writing into a
+// net/http header map (a reused limittest.Sink, cleared per request), at
+// each disclosure and header style, and two mounts merging on one request.
+func BenchmarkCheckHTTP(b *testing.B) {
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	cases := []struct {
+		name string
+		p    []limit.Policy
+		deny bool
+	}{
+		{"allowed/default-disclosure", []limit.Policy{{}}, false},
+		{"allowed/always-ietf", []limit.Policy{{Disclosure: limit.DiscloseAlways}}, false},
+		{"allowed/always-triplet", []limit.Policy{{Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet}}, false},
+		{"allowed/always-all-styles", []limit.Policy{{Disclosure: limit.DiscloseAlways, HeaderStyle: all}}, false},
+		{"allowed/always-ietf-2-mounts", []limit.Policy{{Disclosure: limit.DiscloseAlways, Name: "global"}, {Disclosure: limit.DiscloseAlways, Name: "route"}}, false},
+		{"denied/default-disclosure", []limit.Policy{{Limit: 1}}, true},
+		{"denied/on-limit-all-styles", []limit.Policy{{Limit: 1, Disclosure: limit.DiscloseOnLimit, HeaderStyle: all}}, true},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			ls := make([]*limit.Limiter, len(tc.p))
+			for i, p := range tc.p {
+				ls[i], _ = benchLimiter(b, p)
+			}
+			r := httptest.NewRequest("GET", "/v1/notes/1", nil)
+			r.RemoteAddr = "192.0.2.1:4711"
+			w := limittest.NewSink()
+			serve := func() bool {
+				clear(w.H)
+				for _, l := range ls {
+					if !l.CheckHTTP(w, r, limit.Request{}).Allowed {
+						return false
+					}
+				}
+				return true
+			}
+			serve() // create the keys (and exhaust a quota of 1)
+			b.ReportAllocs()
+			cpu := processCPU()
+			for b.Loop() {
+				if serve() == tc.deny {
+					b.Fatalf("Allowed = %v", !tc.deny)
+				}
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
+// processCPU is the CPU time the process has used (every thread: the
+// garbage collector's work included); 0 where it is not known
+// (http_cpu_unix_test.go knows it on Unix).
+var processCPU = func() time.Duration { return 0 }
+
+// reportCPU reports the process CPU time per op since start (processCPU) as
+// cpu-ns/op: on shared, busy cores it varies less than ns/op (wall time),
+// which counts the time other processes ran.
+func reportCPU(b *testing.B, start time.Duration) {
+	if b.N > 0 && start > 0 {
+		b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// With the RateLimit fields on every response, an allowed request through
+// CheckHTTP allocates once: the value slices of its fields and the text of
+// their numbers share one object. So do limited responses.
+func TestCheckHTTPRateLimitFieldsAllocateOnce(t *testing.T) {
+	if limittest.RaceEnabled {
+		t.Skip("allocation counts are not exact under -race")
+	}
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	for name, p := range map[string]limit.Policy{
+		"always-ietf":       {Disclosure: limit.DiscloseAlways},
+		"always-triplet":    {Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet},
+		"always-all-styles": {Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"named":             {Name: "api", Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"denied":            {Limit: 1},
+		"denied-all-styles": {Limit: 1, Disclosure: limit.DiscloseOnLimit, HeaderStyle: all},
+	} {
+		l, _ := benchLimiter(t, p)
+		r := httptest.NewRequest("GET", "/v1/notes/1", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		w := limittest.NewSink()
+		serve := func() { clear(w.H); l.CheckHTTP(w, r, limit.Request{}) }
+		serve() // the store entry, the pool (and a quota of 1 exhausted)
+		if a := testing.AllocsPerRun(1000, serve); a > 1 {
+			t.Errorf("%s: %v allocations per request, want at most 1", name, a)
+		}
+	}
+}

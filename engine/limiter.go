@@ -179,7 +179,7 @@ func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decisi
 }
 
 // check is the decision of one HTTP request, straight through; it fills
-// resp in place (no copy of the ~500-byte response).
+// resp in place (no copy of the ~900-byte response).
 func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	if l.skipped(r) {
 		resp.Decision = Decision{Allowed: true, Policy: &l.policy}

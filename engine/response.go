@@ -137,11 +137,27 @@ func problemBody(typ, title string, status int) []byte {
 	return append(b, '}')
 }
 
-// field is one response header line.
+// field is one response header line. Its value is value itself, or for the
+// numbers of the Decision (kind other than valConst) rendered when the
+// response is written, so that every number of a response shares one string
+// (write.go).
 type field struct {
 	name  string
-	value string
+	value string // the value; for valItem the quota's member prefix
+	kind  valueKind
 }
+
+// valueKind says where the value of a field comes from.
+type valueKind uint8
+
+const (
+	valConst     valueKind = iota // field.value
+	valRemaining                  // response.remaining in decimal
+	valReset                      // response.reset: delta seconds
+	valEpoch                      // response.epoch: Unix epoch seconds
+	valRetry                      // response.retry: Retry-After's delay-seconds
+	valItem                       // field.value + remaining + ";t=" + reset: a RateLimit member
+)
 
 // maxFields bounds the header lines of one response: IETF (2), Triplet (4),
 // Legacy (3), Retry-After, Cache-Control and Content-Type.
@@ -166,13 +182,33 @@ type response struct {
 	header http.Header
 	fields [maxFields]field
 	n      int
+	// The numbers that fields of a kind other than valConst render.
+	remaining, reset, epoch, retry int64
 }
 
-func (r *response) add(name, value string) {
+// add adds a field whose value is value.
+func (r *response) add(name, value string) { r.addKind(name, value, valConst) }
+
+// addKind adds a field whose value kind says how to render from value and
+// the response's numbers.
+func (r *response) addKind(name, value string, kind valueKind) {
 	if r.n < maxFields {
-		r.fields[r.n] = field{name, value}
+		r.fields[r.n] = field{name, value, kind}
 		r.n++
 	}
+}
+
+// number is the number a field of kind k renders (not valConst or valItem).
+func (r *response) number(k valueKind) int64 {
+	switch k {
+	case valRemaining:
+		return r.remaining
+	case valReset:
+		return r.reset
+	case valEpoch:
+		return r.epoch
+	}
+	return r.retry
 }
 
 // drop removes every field called name, keeping the order of the rest.
@@ -220,7 +256,7 @@ func newResponder(p *Policy) responder {
 
 // setHeaders is the rendered header parts of one quotaSet.
 type setHeaders struct {
-	quoted     [limitstore.MaxQuotas]string // each quota's name as an RFC 9651 sf-string: "100p60"
+	member     [limitstore.MaxQuotas]string // each quota's RateLimit member up to r's value: "100p60";r=
 	limitText  [limitstore.MaxQuotas]string // each quota's Limit in decimal
 	ietfPolicy string                       // every quota: "2p10";q=2;w=10, "5p60";q=5;w=60
 	triplet    string                       // every quota, the -06 form: 2;w=10, 5;w=60
@@ -243,10 +279,11 @@ func newSetHeaders(p *Policy, named, set *quotaSet) setHeaders {
 		case p.Name != "":
 			name = p.Name + "/" + name
 		}
-		h.quoted[i] = quoteSF(name)
+		quoted := quoteSF(name)
+		h.member[i] = quoted + ";r="
 		h.limitText[i] = strconv.FormatInt(q.limit, 10)
 		w := strconv.FormatInt(ceilDiv(q.windowMS, 1000), 10)
-		ietf = append(ietf, h.quoted[i]+";q="+h.limitText[i]+";w="+w)
+		ietf = append(ietf, quoted+";q="+h.limitText[i]+";w="+w)
 		triplet = append(triplet, h.limitText[i]+";w="+w)
 	}
 	h.ietfPolicy, h.triplet = strings.Join(ietf, ", "), strings.Join(triplet, ", ")
@@ -298,7 +335,8 @@ func (r *responder) fill(resp *response) {
 		r.rateLimitFields(resp, retry, d.RetryAfter.Milliseconds())
 	}
 	if r.level >= 1 {
-		resp.add(hRetryAfter, strconv.FormatInt(retry, 10))
+		resp.retry = retry
+		resp.addKind(hRetryAfter, "", valRetry)
 		resp.add(hContentType, problemJSON)
 	} else {
 		resp.body = nil
@@ -310,23 +348,19 @@ func (r *responder) fill(resp *response) {
 // delta seconds until quota frees (on a limited response the Retry-After
 // value, so that Retry-After is never earlier than t); deltaMS is the exact
 // delay t was rounded up from, which the Legacy epoch form adds to the
-// store's clock.
+// store's clock. The fields' numbers are rendered when the response is
+// written (write.go): here they are only recorded.
 func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 	d := &resp.Decision
 	if resp.set == nil || d.quota >= resp.set.n {
 		return
 	}
 	h := &resp.set.hdr
-	var buf [64]byte
+	resp.remaining, resp.reset = d.Remaining, t
 	limit := h.limitText[d.quota]
 	if r.style&HeadersIETF != 0 {
 		resp.add(hRateLimitPolicy, h.ietfPolicy)
-		b := append(buf[:0], h.quoted[d.quota]...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, d.Remaining, 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, t, 10)
-		resp.add(hRateLimit, string(b))
+		resp.addKind(hRateLimit, h.member[d.quota], valItem)
 	}
 	if r.style&HeadersTriplet != 0 {
 		// With IETF selected too, RateLimit-Policy carries the -10 form
@@ -336,16 +370,17 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 			resp.add(hRateLimitPolicy, h.triplet)
 		}
 		resp.add(hRateLimitLimit, limit)
-		resp.add(hRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
-		resp.add(hRateLimitReset, strconv.FormatInt(t, 10))
+		resp.addKind(hRateLimitRemaining, "", valRemaining)
+		resp.addKind(hRateLimitReset, "", valReset)
 	}
 	if r.style&HeadersLegacy != 0 {
 		resp.add(hXRateLimitLimit, limit)
-		resp.add(hXRateLimitRemaining, strconv.FormatInt(d.Remaining, 10))
+		resp.addKind(hXRateLimitRemaining, "", valRemaining)
 		// Unix epoch seconds of the instant the delay ends, rounded up: the
 		// store's clock reading plus the exact delay.
 		nowMS := d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds()
-		resp.add(hXRateLimitReset, strconv.FormatInt(ceilDiv(nowMS+deltaMS, 1000), 10))
+		resp.epoch = ceilDiv(nowMS+deltaMS, 1000)
+		resp.addKind(hXRateLimitReset, "", valEpoch)
 	}
 }
 

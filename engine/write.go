@@ -1,10 +1,12 @@
 package limit
 
 import (
+	"math/bits"
 	"net/http"
 	"net/textproto"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // This file writes a response (response.go) into a framework's response:
@@ -58,30 +60,265 @@ type headerWriter interface {
 var _ headerWriter = http.Header(nil)
 
 // writeTo writes r into w: the header fields, and for a limited request the
-// status and body.
+// status and body. The numbers of the response share one allocation (none
+// when every one is below 100).
 func (r *response) writeTo(w ResponseWriter) {
-	r.writeFields(w)
+	var t text
+	if n := r.textLen(); n > 0 {
+		t.buf = make([]byte, n)
+	}
+	r.writeFields(&fieldSink{w: w}, &t)
 	if r.status != 0 {
 		w.Send(r.status, r.body)
 	}
 }
 
 // writeHTTP writes r into a net/http response. It allocates nothing when
-// there is nothing to write (an allowed request at the default disclosure).
+// there is nothing to write (an allowed request at the default disclosure),
+// and otherwise, for the fields of one mount, one object (newBlock): the
+// value slices of the fields it adds and the text of their numbers.
 func (r *response) writeHTTP(w http.ResponseWriter) {
 	if r.n == 0 && r.status == 0 {
 		return
 	}
+	size, slots := r.textLen(), r.n+len(r.header)
+	if r.status != 0 {
+		slots++
+		if n := int64(len(r.body)); n >= smallInts {
+			size += decimalLen(n)
+		}
+	}
 	h := w.Header()
-	r.writeFields(canonicalHeader(h))
+	sink := fieldSink{h: h, empty: len(h) == 0}
+	var t text
+	sink.vals, t.buf = newBlock(slots, size)
+	r.writeFields(&sink, &t)
 	if r.status == 0 {
 		return
 	}
-	h.Set(hContentLength, strconv.Itoa(len(r.body)))
+	sink.Set(hContentLength, t.number(int64(len(r.body))))
 	w.WriteHeader(r.status)
 	if len(r.body) > 0 {
 		_, _ = w.Write(r.body)
 	}
+}
+
+// smallInts bounds the numbers that strconv renders without allocating (it
+// returns constant strings for 0-99): they take no text.
+const smallInts = 100
+
+// text renders the numbers of one response's fields into buf, whose size
+// the response's textLen gave, and returns each value as a string of buf's
+// bytes: buf is this response's own and each byte is written once, before
+// the string that holds it exists, so the strings never change. (Were buf
+// too small, room would move on to a larger copy; the strings cut from the
+// old one keep it.) buf is not re-sliced and n is an int, so that rendering
+// writes no pointer (no write barrier while the GC runs).
+type text struct {
+	buf []byte
+	n   int // the bytes of buf rendered
+}
+
+// value returns the value of f, rendering its numbers from r.
+func (t *text) value(r *response, f *field) string {
+	switch f.kind {
+	case valConst:
+		return f.value
+	case valItem:
+		start := t.n
+		t.appendString(f.value)
+		t.appendInt(r.remaining)
+		t.appendString(";t=")
+		t.appendInt(r.reset)
+		return t.cut(start)
+	}
+	return t.number(r.number(f.kind))
+}
+
+// number returns n in decimal.
+func (t *text) number(n int64) string {
+	if 0 <= n && n < smallInts {
+		return strconv.FormatInt(n, 10) // a constant: no allocation
+	}
+	start := t.n
+	t.appendInt(n)
+	return t.cut(start)
+}
+
+// room makes sure that buf has size bytes after n: when it has not, buf
+// moves on to a larger copy (a value being rendered keeps its start).
+func (t *text) room(size int) {
+	if len(t.buf)-t.n < size {
+		b := make([]byte, max(2*len(t.buf), t.n+size))
+		copy(b, t.buf[:t.n])
+		t.buf = b
+	}
+}
+
+func (t *text) appendString(s string) {
+	t.room(len(s))
+	t.n += copy(t.buf[t.n:], s)
+}
+
+// appendInt appends n in decimal, writing the digits in place from right
+// to left (strconv.AppendInt renders into a buffer of its own and copies).
+func (t *text) appendInt(n int64) {
+	size := decimalLen(n)
+	t.room(size)
+	d := t.buf[t.n : t.n+size]
+	t.n += size
+	u := uint64(n)
+	if n < 0 {
+		d[0] = '-'
+		u = -u
+	}
+	i := len(d)
+	for u >= 100 {
+		q := u / 100
+		j := (u - q*100) * 2
+		i -= 2
+		d[i], d[i+1] = digitPairs[j], digitPairs[j+1]
+		u = q
+	}
+	if u >= 10 {
+		d[i-2], d[i-1] = digitPairs[u*2], digitPairs[u*2+1]
+	} else {
+		d[i-1] = byte('0' + u)
+	}
+}
+
+// digitPairs holds 00 to 99, two bytes each.
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
+
+// cut returns the bytes rendered since start as a string.
+func (t *text) cut(start int) string {
+	return unsafe.String(&t.buf[start], t.n-start)
+}
+
+// textLen is how many bytes of text r's field values render: what text
+// needs.
+func (r *response) textLen() int {
+	size := 0
+	for i := range r.fields[:r.n] {
+		switch f := &r.fields[i]; f.kind {
+		case valConst:
+		case valItem:
+			size += len(f.value) + decimalLen(r.remaining) + len(";t=") + decimalLen(r.reset)
+		default:
+			if n := r.number(f.kind); n < 0 || n >= smallInts {
+				size += decimalLen(n)
+			}
+		}
+	}
+	return size
+}
+
+// decimalLen is the length of n in decimal.
+func decimalLen(n int64) int {
+	u, sign := uint64(n), 0
+	if n < 0 {
+		u, sign = -u, 1
+	}
+	// log10 from log2 (1233/4096 ~ log10(2)), then one comparison; 0 is
+	// counted as 1 (and as pow10 is even past 1, u|1 compares as u).
+	u |= 1
+	l := bits.Len64(u) * 1233 >> 12
+	if u >= pow10[l] {
+		l++
+	}
+	return sign + l
+}
+
+// pow10[i] is 10 to the power i.
+var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10,
+	1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+// The blocks of newBlock: value slots and text in one object, each in a
+// size class of its own (64 to 448 bytes), so that the object is about as
+// small as the fields of the response: IETF alone on an allowed response
+// has 2 fields and 20 to 40 bytes of text, the default limited response 4
+// fields and none, every style on a limited one 13 fields.
+type (
+	block2x32 struct {
+		vals [2]string
+		text [32]byte
+	}
+	block2x48 struct {
+		vals [2]string
+		text [48]byte
+	}
+	block2x64 struct {
+		vals [2]string
+		text [64]byte
+	}
+	block4x16 struct {
+		vals [4]string
+		text [16]byte
+	}
+	block4x64 struct {
+		vals [4]string
+		text [64]byte
+	}
+	block8x80 struct {
+		vals [8]string
+		text [80]byte
+	}
+	block16x96 struct {
+		vals [16]string
+		text [96]byte
+	}
+	block16x192 struct {
+		vals [16]string
+		text [192]byte
+	}
+)
+
+// newBlock allocates the value slots of n header fields and a text buffer
+// of at least size bytes, in one object when they fit one of the
+// blocks and in two when they do not. Each slot becomes one field's 1-value
+// slice (fieldSink.slot), so that net/http's header map gets its []string
+// values without an allocation each, and the numbers' strings (text) point
+// into the same object.
+func newBlock(n, size int) (slots []string, text []byte) {
+	switch {
+	case n <= 2 && size <= 32:
+		b := new(block2x32)
+		return b.vals[:n], b.text[:]
+	case n <= 2 && size <= 48:
+		b := new(block2x48)
+		return b.vals[:n], b.text[:]
+	case n <= 2 && size <= 64:
+		b := new(block2x64)
+		return b.vals[:n], b.text[:]
+	case n <= 4 && size <= 16:
+		b := new(block4x16)
+		return b.vals[:n], b.text[:]
+	case n <= 4 && size <= 64:
+		b := new(block4x64)
+		return b.vals[:n], b.text[:]
+	case n <= 8 && size <= 80:
+		b := new(block8x80)
+		return b.vals[:n], b.text[:]
+	case n <= 16 && size <= 96:
+		b := new(block16x96)
+		return b.vals[:n], b.text[:]
+	case n <= 16 && size <= 192:
+		b := new(block16x192)
+		return b.vals[:n], b.text[:]
+	}
+	if size > 0 {
+		text = make([]byte, size)
+	}
+	return make([]string, n), text
 }
 
 // writeFields applies the header fields to h, following the rules that let
@@ -97,31 +334,34 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 //     up to -06 ask ("the quota that is closer to reach its limit");
 //   - Retry-After, Cache-Control and Content-Type are set;
 //   - LimitedResponse.Header fields, if any, are set last.
-func (r *response) writeFields(h headerWriter) {
+//
+// t renders the values' numbers.
+func (r *response) writeFields(h *fieldSink, t *text) {
 	fs := r.fields[:r.n]
 	for i := 0; i < len(fs); i++ {
-		f := fs[i]
+		f := &fs[i]
 		switch f.name {
 		case hRateLimitLimit, hXRateLimitLimit:
 			if i+2 < len(fs) {
-				rem, reset := fs[i+1], fs[i+2]
-				if closerToExhaustion(h, rem, reset) {
-					h.Set(f.name, f.value)
-					h.Set(rem.name, rem.value)
-					h.Set(reset.name, reset.value)
+				rem, reset := &fs[i+1], &fs[i+2]
+				if closerToExhaustion(h, rem.name, reset.name, r.number(rem.kind), r.number(reset.kind)) {
+					h.Set(f.name, t.value(r, f))
+					h.Set(rem.name, t.value(r, rem))
+					h.Set(reset.name, t.value(r, reset))
 				}
 				i += 2
 				continue
 			}
-			h.Set(f.name, f.value)
+			h.Set(f.name, t.value(r, f))
 		case hRetryAfter, hCacheControl, hContentType:
-			h.Set(f.name, f.value)
+			h.Set(f.name, t.value(r, f))
 		case hRateLimitPolicy:
-			addPolicyMember(h, f.value)
+			addPolicyMember(h, t.value(r, f))
 		default:
-			h.Add(f.name, f.value)
+			h.Add(f.name, t.value(r, f))
 		}
 	}
+	h.empty = false // LimitedResponse.Header may name the fields just written
 	for name, vs := range r.header {
 		name = textproto.CanonicalMIMEHeaderKey(name)
 		for i, v := range vs {
@@ -139,7 +379,7 @@ func (r *response) writeFields(h headerWriter) {
 // integer: 100;w=60), so when two limiters with different header styles meet
 // on one request the -10 form wins: a -10 member replaces -06 members already
 // present, and a -06 member is dropped when -10 members are.
-func addPolicyMember(h headerWriter, v string) {
+func addPolicyMember(h *fieldSink, v string) {
 	ietf := strings.HasPrefix(v, `"`)
 	switch old := h.Get(hRateLimitPolicy); {
 	case old == "":
@@ -151,14 +391,14 @@ func addPolicyMember(h headerWriter, v string) {
 	}
 }
 
-// closerToExhaustion reports whether the Remaining/Reset pair rem, reset
-// should replace the values h already holds for those fields: when h holds
-// none (or values that are not integers), or rem is lower, or rem is equal
-// and reset later.
-func closerToExhaustion(h headerWriter, rem, reset field) bool {
+// closerToExhaustion reports whether the Remaining/Reset pair cur, curReset
+// should replace the values h already holds for the fields remName and
+// resetName: when h holds none (or values that are not integers), or cur is
+// lower, or cur is equal and curReset later.
+func closerToExhaustion(h *fieldSink, remName, resetName string, cur, curReset int64) bool {
 	// An absent field is answered before ParseInt, whose error allocates:
 	// the first (often the only) mount on a request writes for free.
-	oldText := h.Get(rem.name)
+	oldText := h.Get(remName)
 	if oldText == "" {
 		return true
 	}
@@ -166,29 +406,81 @@ func closerToExhaustion(h headerWriter, rem, reset field) bool {
 	if err != nil {
 		return true
 	}
-	cur, _ := strconv.ParseInt(rem.value, 10, 64)
 	if cur != old {
 		return cur < old
 	}
-	oldReset, err := strconv.ParseInt(h.Get(reset.name), 10, 64)
+	oldReset, err := strconv.ParseInt(h.Get(resetName), 10, 64)
 	if err != nil {
 		return true
 	}
-	curReset, _ := strconv.ParseInt(reset.value, 10, 64)
 	return curReset > oldReset
 }
 
-// canonicalHeader writes to an http.Header without canonicalising names: the
-// engine's field names are canonical constants already (LimitedResponse
-// names are canonicalised by writeFields), which saves a
+// fieldSink is where writeFields writes: an adapter's ResponseWriter (w),
+// or else a net/http header map (h), whose names it does not canonicalise:
+// the engine's field names are canonical constants already
+// (LimitedResponse names are canonicalised by writeFields), which saves a
 // CanonicalMIMEHeaderKey per field on every response.
-type canonicalHeader http.Header
+type fieldSink struct {
+	w headerWriter
+	h http.Header
+	// vals are the value slots of h's fields (newBlock), used up to next:
+	// a field that h lacks gets the 1-value slice of the next one.
+	vals []string
+	next int
+	// empty reports that h held no field when writeFields began: as the
+	// engine's fields have distinct names, none of them is there to read
+	// or to add to, and the map lookups are saved (the limiter is often
+	// the first to write into a response).
+	empty bool
+}
 
-func (h canonicalHeader) Get(name string) string {
-	if v := h[name]; len(v) > 0 {
+func (s *fieldSink) Get(name string) string {
+	if s.w != nil {
+		return s.w.Get(name)
+	}
+	if s.empty {
+		return ""
+	}
+	if v := s.h[name]; len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
-func (h canonicalHeader) Set(name, value string) { h[name] = []string{value} }
-func (h canonicalHeader) Add(name, value string) { h[name] = append(h[name], value) }
+
+func (s *fieldSink) Set(name, value string) {
+	if s.w != nil {
+		s.w.Set(name, value)
+		return
+	}
+	s.h[name] = s.slot(value)
+}
+
+func (s *fieldSink) Add(name, value string) {
+	if s.w != nil {
+		s.w.Add(name, value)
+		return
+	}
+	if !s.empty {
+		if old := s.h[name]; len(old) > 0 {
+			s.h[name] = append(old, value)
+			return
+		}
+	}
+	s.h[name] = s.slot(value)
+}
+
+// slot returns a 1-value slice holding value: the next free slot, whose
+// capacity is 1 (a full slice expression), so that an Add to the field
+// later, by another mount or by the handler, copies it instead of writing
+// into the next field's slot.
+func (s *fieldSink) slot(value string) []string {
+	i := s.next
+	if i >= len(s.vals) {
+		return []string{value}
+	}
+	s.next++
+	v := s.vals[i : i+1 : i+1]
+	v[0] = value
+	return v
+}

@@ -1,6 +1,9 @@
 package limit_test
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,5 +89,128 @@ func TestTwoLimitersMergeHeaders(t *testing.T) {
 	}
 	if got := h.Values("Ratelimit-Policy"); !slices.Equal(got, []string{"5;w=10", "5;w=60"}) {
 		t.Fatalf("Triplet RateLimit-Policy list %q", got)
+	}
+}
+
+// The net/http path (CheckHTTP) writes the same header fields as the
+// ResponseWriter path (Check) in every configuration: each style and
+// disclosure, allowed and limited, two mounts in either order (the merge
+// rules), numbers below and above 100, a name too long for the one-object
+// value blocks and a LimitedResponse with more fields than any block holds.
+func TestCheckHTTPWritesWhatCheckWrites(t *testing.T) {
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	many := http.Header{}
+	for i := range 20 {
+		many.Add("X-Extra-"+strconv.Itoa(i), "v"+strconv.Itoa(i))
+	}
+	many.Add("X-Extra-0", "second")
+	long := strings.Repeat(`long "name" \ `, 10)
+	body := []byte(strings.Repeat("x", 150))
+	pols := map[string]limit.Policy{
+		"ietf":    {Name: "ietf", Limit: 3, Window: time.Minute, Disclosure: limit.DiscloseAlways},
+		"triplet": {Name: "triplet", Limit: 150, Window: 2 * time.Hour, Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet},
+		"legacy":  {Name: "legacy", Limit: 2, Window: 10 * time.Second, Disclosure: limit.DiscloseOnLimit, HeaderStyle: limit.HeadersLegacy},
+		"all":     {Name: "all", Limit: 1000, Window: 400 * time.Second, Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"long":    {Name: long, Limit: 1 << 29, Window: time.Hour, Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"quotas":  {Quotas: []limit.Rate{{Limit: 2, Window: time.Second}, {Limit: 500, Window: time.Hour}}, Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		"default": {Limit: 2, Window: 200 * time.Second},
+		"none":    {Limit: 1, Window: time.Minute, Disclosure: limit.DiscloseNone},
+		"response": {Limit: 1, Window: time.Minute, Disclosure: limit.DiscloseOnLimit, HeaderStyle: all, LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
+			return &limit.LimitedResponse{Header: many, Body: body}
+		}},
+	}
+	var names []string
+	for name := range pols {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var stacks [][]string
+	for _, a := range names {
+		stacks = append(stacks, []string{a})
+		for _, b := range names {
+			if a != b {
+				stacks = append(stacks, []string{a, b})
+			}
+		}
+	}
+	for _, st := range stacks {
+		viaCheck, viaHTTP := storeAt(epochMS), storeAt(epochMS)
+		var lc, lh []*limit.Limiter
+		for _, name := range st {
+			lc = append(lc, mustNew(t, viaCheck, pols[name]))
+			lh = append(lh, mustNew(t, viaHTTP, pols[name]))
+		}
+		for i := range 4 { // allowed, then limited by the small quotas
+			// Both chains stop at the first mount that limits, as an
+			// adapter's does.
+			r := req("192.0.2.9:1", "/x")
+			cw := limittest.NewWriter()
+			for _, l := range lc {
+				if !l.Check(context.Background(), r, cw).Allowed {
+					break
+				}
+			}
+			hr := httptest.NewRequest("GET", "/x", nil)
+			hr.RemoteAddr = r.Peer
+			w := httptest.NewRecorder()
+			for _, l := range lh {
+				if !l.CheckHTTP(w, hr, limit.Request{Route: "/x"}).Allowed {
+					break
+				}
+			}
+			got := w.Header().Clone()
+			got.Del("Content-Length")
+			if !headersEqual(got, cw.Header) {
+				t.Fatalf("%v request %d:\nCheckHTTP %v\nCheck     %v", st, i, got, cw.Header)
+			}
+		}
+	}
+}
+
+// headersEqual reports whether a and b hold the same fields and values.
+func headersEqual(a, b http.Header) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if !slices.Equal(v, b[k]) {
+			return false
+		}
+	}
+	return true
+}
+
+// The values CheckHTTP puts in a header map share one object, but each
+// field's slice is its own: an Add to one field (a later mount, the
+// handler), a Set, or a write through one field's slice changes no other.
+func TestCheckHTTPFieldValuesDoNotAlias(t *testing.T) {
+	all := limit.HeadersIETF | limit.HeadersTriplet | limit.HeadersLegacy
+	for _, p := range []limit.Policy{
+		{Limit: 500, Window: time.Hour, Disclosure: limit.DiscloseAlways, HeaderStyle: all},
+		{Limit: 500, Window: time.Hour, Disclosure: limit.DiscloseAlways},
+		{Limit: 1, Window: time.Hour, Disclosure: limit.DiscloseOnLimit, HeaderStyle: all},
+	} {
+		l := mustNew(t, storeAt(epochMS), p)
+		r := httptest.NewRequest("GET", "/x", nil)
+		var w *httptest.ResponseRecorder
+		for range 2 { // the second exhausts the quota of 1
+			w = httptest.NewRecorder()
+			l.CheckHTTP(w, r, limit.Request{})
+		}
+		h := w.Header()
+		want := h.Clone()
+		for name := range want {
+			h.Add(name, "added")
+			h[name][0] = "overwritten"
+			for other, v := range want {
+				if other != name && !slices.Equal(h[other], v) {
+					t.Fatalf("%s changed by an Add to %s: %q, want %q", other, name, h[other], v)
+				}
+			}
+			h[name] = append(h[name][:0], want[name]...)
+			if h.Set(name, want[name][0]); len(h[name]) != 1 {
+				t.Fatalf("%s after Set: %q", name, h[name])
+			}
+		}
 	}
 }
