@@ -160,47 +160,20 @@ func (t *text) appendString(s string) {
 	t.n += copy(t.buf[t.n:], s)
 }
 
-// appendInt appends n in decimal, writing the digits in place from right
-// to left (strconv.AppendInt renders into a buffer of its own and copies).
+// appendInt appends n in decimal, in place (room makes the space first, so
+// strconv never moves the buffer under the strings already cut from it).
 func (t *text) appendInt(n int64) {
 	size := decimalLen(n)
 	t.room(size)
-	d := t.buf[t.n : t.n+size]
+	strconv.AppendInt(t.buf[t.n:t.n], n, 10)
 	t.n += size
-	u := uint64(n)
-	if n < 0 {
-		d[0] = '-'
-		u = -u
-	}
-	i := len(d)
-	for u >= 100 {
-		q := u / 100
-		j := (u - q*100) * 2
-		i -= 2
-		d[i], d[i+1] = digitPairs[j], digitPairs[j+1]
-		u = q
-	}
-	if u >= 10 {
-		d[i-2], d[i-1] = digitPairs[u*2], digitPairs[u*2+1]
-	} else {
-		d[i-1] = byte('0' + u)
-	}
 }
-
-// digitPairs holds 00 to 99, two bytes each.
-const digitPairs = "00010203040506070809" +
-	"10111213141516171819" +
-	"20212223242526272829" +
-	"30313233343536373839" +
-	"40414243444546474849" +
-	"50515253545556575859" +
-	"60616263646566676869" +
-	"70717273747576777879" +
-	"80818283848586878889" +
-	"90919293949596979899"
 
 // cut returns the bytes rendered since start as a string.
 func (t *text) cut(start int) string {
+	if start == t.n {
+		return ""
+	}
 	return unsafe.String(&t.buf[start], t.n-start)
 }
 
