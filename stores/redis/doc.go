@@ -38,22 +38,28 @@
 //
 // # The scripts, by hand
 //
-// The Lua is in two files, sent as they are: lua/take.lua decides one Op,
-// lua/batch.lua a flight of Ops (group commit). The head of each file
-// documents its KEYS, ARGV and reply. redis-cli --eval FILE KEYS , ARGS
-// cannot run them: it takes the arguments from the command line, and a
+// The Lua is in three files: lua/prelude.lua holds what both scripts share
+// (the codec, the stored value's layout, the algorithm), lua/take.lua
+// decides one Op, lua/batch.lua a flight of Ops (group commit). The store
+// sends each script as the prelude followed by its file (scripts.go), so
+// load them joined, as the store does: cat the two files into
+// redis-cli -x, which takes the last argument from stdin, byte for byte, so
+// the SHA-1 it prints is the store's. The head of each file documents its
+// KEYS, ARGV and reply. redis-cli --eval FILE KEYS , ARGS cannot run them:
+// it takes one file and the arguments from the command line, and a
 // command-line argument cannot hold a NUL byte, which every packed integer
 // of ARGV has. take.lua's ARGV[1] is 8-byte little-endian integers: now in
 // Unix ms (0: the server's TIME), cost, then per quota the algorithm (0
 // sliding window, 1 fixed window, 2 token bucket), limit, window ms, and
-// phase ms or burst. So load the script and send the call on redis-cli's
-// stdin, where "\xHH" inside double quotes is a byte; x8 writes integers
-// so. From the repository's root, a fixed window of 10 per minute, phase
-// 0, cost 1, on the server's clock:
+// phase ms or burst. So send the call on redis-cli's stdin, where "\xHH"
+// inside double quotes is a byte; x8 writes integers so. From the
+// repository's root, a fixed window of 10 per minute, phase 0, cost 1, on
+// the server's clock:
 //
 //	x8() { for v; do for s in 0 8 16 24 32 40 48 56; do
 //	  printf '\\x%02x' $(( (v >> s) & 255 )); done; done; }
-//	sha=$(redis-cli SCRIPT LOAD "$(cat stores/redis/lua/take.lua)")
+//	cd stores/redis
+//	sha=$(cat lua/prelude.lua lua/take.lua | redis-cli -x SCRIPT LOAD)
 //	printf 'EVALSHA %s 1 {demo}k "%s"\n' "$sha" "$(x8 0 1 1 10 60000 0)" |
 //	  redis-cli | od -An -v -t d8 -w8
 //
@@ -66,12 +72,13 @@
 // ARGV[2] on (a window Op's without its phase). Two Ops as above, on
 // {demo}a and {demo}b (the reply's layout is in batch.lua's head):
 //
-//	sha=$(redis-cli SCRIPT LOAD "$(cat stores/redis/lua/batch.lua)")
+//	sha=$(cat lua/prelude.lua lua/batch.lua | redis-cli -x SCRIPT LOAD)
 //	heads='\x01\x02\x01\x00\x00\x00\x00\x01\x02\x02\x00\x00\x00\x00'
 //	printf 'EVALSHA %s 2 {demo}a {demo}b "%s" "%s"\n' "$sha" "$heads" \
 //	  "$(x8 0 1 1 10 60000)" | redis-cli --no-raw
 //
-// TestScriptsByHand runs both files with EVAL and arguments packed so.
+// A Lua error names a line of the joined text: the prelude's lines first.
+// TestScriptsByHand runs both scripts with EVAL and arguments packed so.
 //
 // # Clients
 //

@@ -7,11 +7,15 @@ import (
 )
 
 // The store's two scripts are plain Lua files beside this one, embedded as
-// they are: the file is the script Redis runs, byte for byte, so a
-// maintainer can read it, load it with redis-cli and run it by hand (see
-// the package doc). Each file's head documents its KEYS, ARGV and reply;
-// store.go and batch.go encode the arguments and decode the replies.
+// they are, each after the prelude both share: the text sent is the files
+// joined, byte for byte, so a maintainer can read them, load them with
+// redis-cli and run them by hand (see the package doc). Each file's head
+// documents its KEYS, ARGV and reply; store.go and batch.go encode the
+// arguments and decode the replies.
 //
+//   - lua/prelude.lua holds what both share: the codec, the stored value's
+//     layout and the algorithm (limitstore.Op.Apply's steps, as functions
+//     for the general path, marked copies inline on the straight path).
 //   - lua/take.lua decides one Op (up to limitstore.MaxQuotas quotas of any
 //     algorithm, or a refund): one EVALSHA per decision.
 //   - lua/batch.lua decides a flight of Ops one after the other, each as
@@ -19,18 +23,25 @@ import (
 //
 // Both pack their integers with the struct library of the server's Lua
 // (Redis, Valkey) and fall back to plain Lua where there is none
-// (miniredis): the script detects it once at its top, so one text serves
+// (miniredis): the prelude detects it once at its top, so one text serves
 // every server.
 
-// takeSource is lua/take.lua: the script of one decision.
-//
-//go:embed lua/take.lua
-var takeSource string
+//go:embed lua/prelude.lua
+var preludeSource string
 
-// batchSource is lua/batch.lua: the script of a flight of several Ops.
-//
+//go:embed lua/take.lua
+var takeBody string
+
 //go:embed lua/batch.lua
-var batchSource string
+var batchBody string
+
+// takeSource is the script of one decision: lua/prelude.lua, then
+// lua/take.lua. batchSource is the script of a flight of several Ops:
+// lua/prelude.lua, then lua/batch.lua. Joined once, at init.
+var (
+	takeSource  = preludeSource + takeBody
+	batchSource = preludeSource + batchBody
+)
 
 // takeScript and batchScript are created once: rueidis sends EVALSHA and
 // falls back to EVAL (which also loads the script) on NOSCRIPT, per node.

@@ -6,11 +6,15 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
+	"flag"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,14 +24,19 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// scriptFiles are the store's scripts by file, as the store sends them.
+// scriptFiles are the store's scripts by file, as the store sends them:
+// lua/prelude.lua, then the file.
 var scriptFiles = map[string]struct {
-	source string       // the embedded text
+	body   string       // the embedded text of the file
+	source string       // the script sent: the prelude, then the file
 	script *rueidis.Lua // the object store.go and batch.go call
 }{
-	"take.lua":  {takeSource, takeScript},
-	"batch.lua": {batchSource, batchScript},
+	"take.lua":  {takeBody, takeSource, takeScript},
+	"batch.lua": {batchBody, batchSource, batchScript},
 }
+
+// preludeFile is the file every script begins with.
+const preludeFile = "prelude.lua"
 
 // readScript is the file lua/name as it is on disk.
 func readScript(t *testing.T, name string) string {
@@ -37,6 +46,13 @@ func readScript(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// readSource is the script of lua/name as a maintainer joins it by hand
+// (cat lua/prelude.lua lua/name): the prelude, then the file.
+func readSource(t *testing.T, name string) string {
+	t.Helper()
+	return readScript(t, preludeFile) + readScript(t, name)
 }
 
 // recorder is a rueidis.Client that records the commands sent through Do
@@ -53,52 +69,251 @@ func (r *recorder) Do(_ context.Context, cmd rueidis.Completed) rueidis.RedisRes
 	return rueidis.RedisResult{}
 }
 
-// TestScriptFilesAreTheScriptsSent: every file in lua/ is a script the
-// store sends, as it is: the SHA-1 of the file on disk is the one the
-// store's rueidis.Lua sends with EVALSHA (and EVAL, on NOSCRIPT, sends the
-// text whose SHA-1 that is). The codec both files begin with is the same.
+// TestScriptFilesAreTheScriptsSent: every file in lua/ is the prelude or a
+// script the store sends after it, as it is: the SHA-1 of the prelude and
+// the file on disk, joined, is the one the store's rueidis.Lua sends with
+// EVALSHA (and EVAL, on NOSCRIPT, sends the text whose SHA-1 that is).
 func TestScriptFilesAreTheScriptsSent(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("lua", "*.lua"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != len(scriptFiles) {
-		t.Errorf("lua/ holds %v; the store sends %d scripts", files, len(scriptFiles))
+	if len(files) != len(scriptFiles)+1 {
+		t.Errorf("lua/ holds %v; the store sends %d scripts after %s", files, len(scriptFiles), preludeFile)
+	}
+	if preludeSource != readScript(t, preludeFile) {
+		t.Errorf("%s: the embedded text differs from the file", preludeFile)
 	}
 	for _, f := range files {
 		name := filepath.Base(f)
+		if name == preludeFile {
+			continue
+		}
 		s, ok := scriptFiles[name]
 		if !ok {
 			t.Errorf("%s: not a script the store sends", f)
 			continue
 		}
-		src := readScript(t, name)
-		sum := sha1.Sum([]byte(src))
-		want := hex.EncodeToString(sum[:])
-		if s.source != src {
+		if s.body != readScript(t, name) {
 			t.Errorf("%s: the embedded text differs from the file", name)
 		}
+		src := readSource(t, name)
+		if s.source != src {
+			t.Errorf("%s: the script sent is not %s and the file, joined", name, preludeFile)
+		}
+		sum := sha1.Sum([]byte(src))
+		want := hex.EncodeToString(sum[:])
 		rec := &recorder{}
 		s.script.Exec(context.Background(), rec, nil, nil)
 		if len(rec.sent) != 1 || len(rec.sent[0]) < 2 || rec.sent[0][0] != "EVALSHA" {
 			t.Fatalf("%s: the script object sent %q, want one EVALSHA", name, rec.sent)
 		}
 		if got := rec.sent[0][1]; got != want {
-			t.Errorf("%s: the store sends EVALSHA %s, the file's SHA-1 is %s", name, got, want)
+			t.Errorf("%s: the store sends EVALSHA %s, the files' SHA-1 is %s", name, got, want)
 		}
 	}
-	codec := func(src string) string {
-		const begin, end = "\n-- codec: begin", "\n-- codec: end\n"
-		i, j := strings.Index(src, begin), strings.Index(src, end)
-		if i < 0 || j < i {
-			return ""
+}
+
+var update = flag.Bool("update", false, "TestInlineCopies: rewrite the inline copies in lua/ from prelude.lua's function bodies")
+
+// inlineMark matches the lines that open and close a step's body
+// (prelude.lua) or an inline copy of it (the other files).
+var inlineMark = regexp.MustCompile(`^([ \t]*)-- inline: (\w+) (begin|end)$`)
+
+// inlineBlock is one marked block: the lines between its marks, each
+// without the opening mark's indentation (blocks inside it, marks and all,
+// included), and where it stands.
+type inlineBlock struct {
+	name       string
+	indent     string
+	begin, end int // the marks' line indexes
+	body       []string
+}
+
+// inlineBlocks are the marked blocks of a file's lines, outer ones before
+// the blocks inside them; a mark without its pair is an error.
+func inlineBlocks(lines []string) ([]inlineBlock, error) {
+	var out []inlineBlock
+	var open []int // indexes in out of the blocks not closed yet
+	for i, l := range lines {
+		m := inlineMark.FindStringSubmatch(l)
+		if m == nil {
+			continue
 		}
-		return src[i : j+len(end)]
+		if m[3] == "begin" {
+			open = append(open, len(out))
+			out = append(out, inlineBlock{name: m[2], indent: m[1], begin: i})
+			continue
+		}
+		if len(open) == 0 {
+			return nil, fmt.Errorf("line %d: %q closes no block", i+1, l)
+		}
+		b := &out[open[len(open)-1]]
+		open = open[:len(open)-1]
+		if m[2] != b.name || m[1] != b.indent {
+			return nil, fmt.Errorf("line %d: %q closes block %s of line %d", i+1, l, b.name, b.begin+1)
+		}
+		b.end = i
+		for _, x := range lines[b.begin+1 : i] {
+			// Normalised: the block's indentation off, so that a copy may
+			// stand at any depth; blank lines are blank.
+			x = strings.TrimRight(x, " \t")
+			if x != "" && !strings.HasPrefix(x, b.indent) {
+				return nil, fmt.Errorf("line %d: indented less than block %s", b.begin+1, b.name)
+			}
+			b.body = append(b.body, strings.TrimPrefix(x, b.indent))
+		}
 	}
-	take, batch := codec(takeSource), codec(batchSource)
-	if take == "" || take != batch {
-		t.Errorf("the codec blocks of take.lua and batch.lua differ (or are not marked): %d and %d bytes", len(take), len(batch))
+	if len(open) > 0 {
+		b := out[open[len(open)-1]]
+		return nil, fmt.Errorf("line %d: block %s is not closed", b.begin+1, b.name)
 	}
+	return out, nil
+}
+
+// TestInlineCopies: the straight paths of take.lua and batch.lua run
+// prelude.lua's steps inline (a function call per step costs Redis more
+// than the step: see prelude.lua's head). Every marked block of one name
+// is the same, line by line but for the indentation, wherever it stands:
+// a step's copies are the body of the function of its name in prelude.lua,
+// between the marks there; a block prelude.lua does not mark (the straight
+// path, the same in both scripts, steps and all) is take.lua's copy. Every
+// step prelude.lua marks is copied at least once, every other block at
+// least twice. With -update, the copies are rewritten from the originals.
+func TestInlineCopies(t *testing.T) {
+	pre := strings.Split(readScript(t, preludeFile), "\n")
+	steps, err := inlineBlocks(pre)
+	if err != nil {
+		t.Fatalf("%s: %v", preludeFile, err)
+	}
+	original := map[string][]string{} // name -> the body its copies must be
+	from := map[string]string{}       // name -> where that body is
+	for _, s := range steps {
+		if _, dup := original[s.name]; dup {
+			t.Errorf("%s: step %s marked twice", preludeFile, s.name)
+		}
+		original[s.name], from[s.name] = s.body, preludeFile
+		// The function wrapper: the nearest function header above the
+		// body is the step's own.
+		fn := ""
+		for i := s.begin - 1; i >= 0; i-- {
+			if f := strings.TrimSpace(pre[i]); strings.HasPrefix(f, "local function ") {
+				fn = f
+				break
+			}
+		}
+		if !strings.HasPrefix(fn, "local function "+s.name+"(") {
+			t.Errorf("%s: step %s is not the body of function %s (it follows %q)", preludeFile, s.name, s.name, fn)
+		}
+	}
+	// take.lua first: its blocks are the originals of those prelude.lua
+	// does not mark.
+	names := []string{"take.lua", "batch.lua"}
+	if !slices.Equal(slices.Sorted(maps.Keys(scriptFiles)), slices.Sorted(slices.Values(names))) {
+		t.Fatalf("TestInlineCopies reads %v; the store sends %v", names, slices.Collect(maps.Keys(scriptFiles)))
+	}
+	copies := map[string]int{}
+	texts := map[string][]string{}
+	for _, name := range names {
+		lines := strings.Split(readScript(t, name), "\n")
+		blocks, err := inlineBlocks(lines)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for _, b := range blocks {
+			copies[b.name]++
+			if _, ok := original[b.name]; !ok {
+				original[b.name], from[b.name] = b.body, name
+				continue
+			}
+			if !slices.Equal(b.body, original[b.name]) && !*update {
+				t.Errorf("%s:%d: the inline copy of %s differs from the one in %s (go test -run TestInlineCopies -update rewrites it):\n%s",
+					name, b.begin+1, b.name, from[b.name], firstDiff(b.body, original[b.name]))
+			}
+		}
+		texts[name] = lines
+	}
+	for _, s := range steps {
+		if copies[s.name] == 0 {
+			t.Errorf("%s: step %s is inlined nowhere: drop its marks, or copy it", preludeFile, s.name)
+		}
+	}
+	for n, c := range copies {
+		if from[n] != preludeFile && c < 2 {
+			t.Errorf("%s: block %s stands once only, and prelude.lua does not mark it", from[n], n)
+		}
+	}
+	if !*update {
+		return
+	}
+	// Rewrite one copy at a time, the steps first (also inside the other
+	// blocks), then the other blocks from take.lua's, as it now stands.
+	for _, stepsOnly := range []bool{true, false} {
+		for _, name := range names {
+			lines := texts[name]
+			for changed := true; changed; {
+				changed = false
+				blocks, err := inlineBlocks(lines)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				for _, b := range blocks {
+					want := original[b.name]
+					if stepsOnly != (from[b.name] == preludeFile) || slices.Equal(b.body, want) {
+						continue
+					}
+					var out []string
+					out = append(out, lines[:b.begin+1]...)
+					for _, l := range want {
+						if l != "" {
+							l = b.indent + l
+						}
+						out = append(out, l)
+					}
+					lines = append(out, lines[b.end:]...)
+					changed = true
+					break
+				}
+				if !changed && stepsOnly && name == "take.lua" {
+					// take.lua's other blocks are originals: refresh them.
+					blocks, _ := inlineBlocks(lines)
+					for _, b := range blocks {
+						if from[b.name] == name {
+							original[b.name] = b.body
+						}
+					}
+				}
+			}
+			texts[name] = lines
+		}
+	}
+	for _, name := range names {
+		fixed := strings.Join(texts[name], "\n")
+		if fixed == readScript(t, name) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join("lua", name), []byte(fixed), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: inline copies rewritten; run the tests again (the scripts are embedded)", name)
+	}
+}
+
+// firstDiff shows where a copy first departs from the original.
+func firstDiff(copy, body []string) string {
+	for i := 0; i < max(len(copy), len(body)); i++ {
+		var c, b string
+		if i < len(copy) {
+			c = copy[i]
+		}
+		if i < len(body) {
+			b = body[i]
+		}
+		if c != b || i >= len(copy) || i >= len(body) {
+			return fmt.Sprintf("  line %d of the block:\n  copy:     %q\n  original: %q", i+1, c, b)
+		}
+	}
+	return ""
 }
 
 // TestNoLuaInGo: the Lua lives in lua/*.lua only: no Go file of the
@@ -135,7 +350,7 @@ func i8(vs ...int64) string {
 }
 
 // TestScriptsByHand runs each file as the package doc shows, through a real
-// Redis: EVAL with the file's text, its keys, and ARGV packed by hand
+// Redis: EVAL with the prelude's and the file's text, its keys, and ARGV packed by hand
 // (not by the store's encoder), and decodes the replies with the store's
 // decoders: a quota of Limit admits Limit calls and denies the next; the
 // batch script decides a flight as the same Ops one by one.
@@ -158,7 +373,7 @@ func TestScriptsByHand(t *testing.T) {
 		}
 	})
 	eval := func(file string, keys []string, args ...string) (string, error) {
-		return c.Do(ctx, c.B().Eval().Script(readScript(t, file)).Numkeys(int64(len(keys))).
+		return c.Do(ctx, c.B().Eval().Script(readSource(t, file)).Numkeys(int64(len(keys))).
 			Key(keys...).Arg(args...).Build()).ToString()
 	}
 	const now = 1_764_457_000_123 // a caller's clock (WithClock): no window rolls mid-test

@@ -1,10 +1,11 @@
 -- batch.lua: a flight of several Ops of quotagate's Redis store
 -- (redisstore), decided one after the other in one call (group commit).
 --
--- Each Op is decided exactly as take.lua decides it (the same blocks, in
--- the same order: keep the two files in step), in the Ops' order, and an
--- Op reads what the Ops before it in the flight wrote, as it would one call
--- later. So the decisions are those of the same Ops sent one by one.
+-- The store sends it after prelude.lua (scripts.go). Each Op is decided
+-- exactly as take.lua decides it (prelude.lua's steps), in the Ops' order,
+-- and an Op reads what the Ops before it in the flight wrote, as it would
+-- one call later. So the decisions are those of the same Ops sent one by
+-- one.
 --
 -- KEYS     the flight's keys, each once, in order of first use
 -- ARGV[2..] the flight's distinct arguments (take.lua's ARGV[1]), each once,
@@ -45,17 +46,19 @@
 -- written, and then the whole call fails (every Op of the flight gets the
 -- error).
 --
--- Shape: the straight path (one quota, no refund) runs inline in the reply
--- loop, in a repeat ... until true block whose break ends an Op that
--- failed: a function call per Op, and copying the kept argument in and out
--- of it, would cost Redis about 1k instructions per Op. The argument it
--- decoded last stays in the loop's locals now, cost, alg, lim, w and x0
--- (the phase apart), kai its index, with its clock reading: an Op with that
--- argument neither decodes it nor reads the clock again, nor checks it for
--- a refund. The general path (several quotas, a refund) is the function
--- one; it reads the clock of its own argument, so the next Op decodes its
--- argument again. The server's TIME is read once, for the first Op on the
--- server clock, and shared (tnow).
+-- Shape: the straight path (one quota, no refund) runs in the reply loop,
+-- in a repeat ... until true block whose break ends an Op that failed,
+-- with prelude.lua's steps inline (marked copies, as in take.lua); the
+-- argument it decoded last stays in the loop's locals now, cost, alg, lim,
+-- w and x0 (the phase apart), kai its index, with its clock reading: an Op
+-- with that argument neither decodes it nor reads the clock again, nor
+-- checks it for a refund (a function holding the whole Op, copying the
+-- kept argument in and out of it, would cost Redis about 1k instructions
+-- per Op). The general path (several quotas, a refund) is the function
+-- one, which calls prelude.lua's general (library is made by the first
+-- such Op of the flight); it reads the clock of its own argument, so the
+-- next Op decodes its argument again. The server's TIME is read once,
+-- for the first Op on the server clock, and shared (tnow).
 --
 -- Every C function call and global lookup costs Redis hundreds of
 -- instructions: the script reads an Op's head with one string.byte, keeps
@@ -66,96 +69,37 @@
 -- server's clock, on the keys {demo}a and {demo}b; both heads name ARGV[2],
 -- the window Ops' argument without its phase:
 --
---   sha=$(redis-cli SCRIPT LOAD "$(cat stores/redis/lua/batch.lua)")
+--   sha=$(cat stores/redis/lua/prelude.lua stores/redis/lua/batch.lua |
+--     redis-cli -x SCRIPT LOAD)
 --   heads='\x01\x02\x01\x00\x00\x00\x00\x01\x02\x02\x00\x00\x00\x00'
 --   printf 'EVALSHA %s 2 {demo}a {demo}b "%s" "%s"\n' "$sha" "$heads" \
 --     "$(x8 0 1 1 10 60000)" | redis-cli --no-raw
 
--- codec: begin (identical in take.lua and batch.lua)
---
--- Binary packing through the struct library of the server's Lua (Redis,
--- Valkey) is what makes the script cheap: six decimal arguments and a
--- decimal value parsed with string.match cost Redis several microseconds
--- more per call. Where the Lua has no struct library (miniredis), the same
--- bytes are packed and unpacked by the plain Lua below.
-local struct = rawget(_G, 'struct')
-local call, floor, byte = redis.call, math.floor, string.byte
-local sunpack, spack
-if struct then
-  sunpack, spack = struct.unpack, struct.pack
-else
-  -- No struct library: struct.unpack and struct.pack of the formats used
-  -- here ('<' and k times 'i8': little-endian 64-bit integers, signed) in
-  -- plain Lua. The top byte carries the sign (a value written by something
-  -- else may be negative): exact below 2^53 in magnitude, as struct's.
-  sunpack = function(fmt, s, p)
-    p = p or 1
-    local k = (#fmt - 1) / 2
-    local out = {}
-    for j = 1, k do
-      local v = string.byte(s, p + 7)
-      if v > 127 then
-        v = v - 256
-      end
-      for b = p + 6, p, -1 do
-        v = v * 256 + string.byte(s, b)
-      end
-      out[j] = v
-      p = p + 8
-    end
-    out[k + 1] = p
-    return unpack(out)
-  end
-  spack = function(fmt, ...)
-    local parts = {}
-    for j, v in ipairs({...}) do
-      local bytes = {}
-      for b = 1, 8 do
-        local r = v % 256
-        bytes[b] = string.char(r)
-        v = (v - r) / 256
-      end
-      parts[j] = table.concat(bytes)
-    end
-    return table.concat(parts)
-  end
-end
--- codec: end
-
--- servertime: the current Op's now is the server's TIME (writes use PXAT,
--- else PX); tnow: TIME's reading, once per flight.
-local servertime, tnow
 local rpcall = redis.pcall
-local A, K = ARGV, KEYS
+local A = ARGV
+-- clock and general: prelude.lua's library, made by the first Op on the
+-- general path.
+local clock, general
 local h = A[1]
 local got = call('MGET', unpack(K))
 local Z = string.rep('\0', 40)
 
 -----------------------------------------------------------------------------
 -- The general path: the Op whose head is at h[at], of n quotas, its
--- argument ARGV[ai]; several quotas (a first pass decides, a second
--- writes), or a refund (one pass). Returns whether it admitted the Op and
--- the values read (40 bytes per quota), or nil and an error message (a key
--- of another type).
+-- argument ARGV[ai]; several quotas, or a refund (prelude.lua's general).
+-- Returns whether it admitted the Op and the values read (40 bytes per
+-- quota), or nil and an error message (a key of another type).
 -----------------------------------------------------------------------------
 local function one(n, ai, at)
-  local a, p0 = A[ai], 1
-  local refund = #a > 16 + 32 * n
-
-  local now, cost, pos
-  now, cost, pos = sunpack('<i8i8', a, p0)
-
-  -- The clock: the server's TIME, once per flight, when the Op sent none.
-  -- It sets servertime: the straight path's kept argument (whose clock it
-  -- was) is decoded again after this Op (kai = nil in the reply loop).
-  servertime = now == 0
-  if servertime then
-    if not tnow then
-      local t = call('TIME')
-      tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
-    end
-    now = tnow
+  if not general then
+    clock, general = library(call, floor, byte, sunpack, spack, K)
   end
+  local a = A[ai]
+  -- The clock: it sets servertime, so the straight path's kept argument
+  -- (whose clock it was) is decoded again after this Op (kai = nil in the
+  -- reply loop).
+  local now, cost = sunpack('<i8i8', a)
+  now, servertime, tnow = clock(now, tnow)
 
   -- The values, one per quota, from got; a key with no string value read
   -- again with GET under redis.pcall: a key of another type fails this Op
@@ -174,225 +118,7 @@ local function one(n, ai, at)
     end
   end
 
-  -- read: the states as first read (3 per quota), for the refund's test of
-  -- what changed; all: whether every quota admits.
-  local read = {}
-  local all = true
-  local passes = 1
-  if n > 1 and not refund then
-    passes = 2
-  end
-  for pass = 1, passes do
-    local p = pos
-    for i = 1, n do
-      local alg, lim, w, x, cw
-      alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
-      if refund then
-        cw, p = sunpack('<i8', a, p)
-      end
-      local ki = byte(h, at + 1 + i)
-      local k = K[ki]
-      local v = vals[i]
-
-      -- The state read, as in take.lua.
-      local sa, sb, sc, ex, px
-      if v and #v == 40 then
-        sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-        if ex <= now or ex - now > 34359738368 then
-          sa, sb, sc, ex = 0, 0, 0, 0
-        end
-      else
-        sa, sb, sc, ex, px = 0, 0, 0, 0, 0
-      end
-
-      if pass == 1 then
-        read[3 * i], read[3 * i + 1], read[3 * i + 2] = sa, sb, sc
-      end
-      local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
-      if alg == 2 then
-        -- Token bucket: Quota.tatOffset.
-        local tau = x * w
-        local off, norm = 0, false
-        if sa >= now then
-          off = (sa - now) * lim + sb
-          if off > tau then
-            off, norm = tau, true
-          end
-        end
-
-        if refund then
-          -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
-          -- charge, whose TAT (rounded up) is cw.
-          if off > 0 then
-            local c = cost
-            if c > x then
-              c = x
-            end
-            local g = c * w
-            local d = cw - now
-            if d <= 0 then
-              g = 0
-            elseif d * lim < g then
-              g = d * lim
-            end
-            off = off - g
-            if off < 0 then
-              off = 0
-            end
-            norm = true
-          end
-        else
-          ok = cost <= x and off + cost * w <= tau
-          if pass == 1 then
-            all = all and ok
-          end
-          if pass == passes and all then
-            off, norm = off + cost * w, true
-          end
-        end
-        if norm and pass == passes then
-          -- Quota.gcra.
-          local r = (off) % lim
-          local q = ((off) - r) / lim
-          if r < 0 then
-            q, r = q - 1, r + lim
-          elseif r >= lim then
-            q, r = q + 1, r - lim
-          end
-          na, nb, nc = now + q, r, 0
-          ttl = q
-          if r > 0 then
-            ttl = q + 1
-          end
-          if ttl < 1 then
-            ttl = 1
-          end
-          slack = tau
-          bound = 2 * tau / lim + 2
-        end
-      else
-        if refund then
-          -- Quota.refund: only the charge's window, never below zero.
-          if cw == sa then
-            sb = sb - cost
-            if sb < 0 then
-              sb = 0
-            end
-          elseif alg == 0 and cw == sa - 1 then
-            sc = sc - cost
-            if sc < 0 then
-              sc = 0
-            end
-          end
-          na, nb, nc = sa, sb, sc
-        end
-
-        -- Quota.windowView.
-        local rem = (now - x) % w
-        local idx = ((now - x) - rem) / w
-        if rem < 0 then
-          idx, rem = idx - 1, rem + w
-        elseif rem >= w then
-          idx, rem = idx + 1, rem - w
-        end
-        local start, at = idx * w + x, now
-        local wa, norm = sa, false
-        if wa > idx then
-          local s2 = wa * w + x
-          if s2 - now <= 1000 then
-            idx, start, at = wa, s2, s2
-          else
-            wa, norm = idx, true
-          end
-        end
-        local curr, prev = 0, 0
-        if wa == idx then
-          curr, prev = sb, sc
-        elseif wa == idx - 1 then
-          prev = sb
-        end
-        if alg == 1 then
-          prev = 0
-        end
-
-        if refund then
-          if norm then
-            na, nb, nc = idx, curr, prev
-          end
-        else
-          -- The admission test of Quota.fixed and Quota.sliding.
-          if alg == 1 then
-            ok = cost <= lim - curr
-          else
-            ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
-          end
-
-          if pass == 1 then
-            all = all and ok
-          end
-          if pass == passes and (all or norm) then
-            if all then
-              curr = curr + cost
-            end
-            -- The new state and its ttl.
-            na, nb, nc = idx, curr, prev
-            if alg == 1 then
-              ttl = start + w - now + 1000
-              bound = w + 2000
-            else
-              ttl = (w - (at - start)) + w + (at - now)
-              bound = 2 * w + 1000
-            end
-          end
-        end
-      end
-      if pass == passes then
-        if refund then
-          -- Only a live state changes; it keeps its expiry and the key its
-          -- deadline.
-          if ex > now and (na ~= read[3 * i] or nb ~= read[3 * i + 1] or nc ~= read[3 * i + 2]) then
-            local val
-            val = spack('<i8i8i8i8i8', na, nb, nc, ex, px)
-            call('SETRANGE', k, '0', val)
-            got[ki] = val
-          end
-        elseif ttl > 0 then
-          -- The write, as in take.lua; got follows it.
-          local e = now + ttl
-          local pe = px
-          if e > px or px - now > bound then
-            pe = e
-            if slack > 0 then
-              local sr = (slack) % lim
-              local s = ((slack) - sr) / lim
-              if sr < 0 then
-                s, sr = s - 1, sr + lim
-              elseif sr >= lim then
-                s, sr = s + 1, sr - lim
-              end
-              if sr > 0 then
-                s = s + 1
-              end
-              pe = e + s
-            end
-          end
-
-          local val
-          val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
-          if pe == px then
-            call('SETRANGE', k, '0', val)
-          elseif servertime then
-            call('SET', k, val, 'PXAT', pe)
-          else
-            call('SET', k, val, 'PX', pe - now)
-          end
-          got[ki] = val
-        end
-      end
-    end
-  end
-  local ok = all
-
+  local ok = general(a, n, now, servertime, cost, vals, h, at, got)
   local parts = {}
   for i = 1, n do
     local v = vals[i]
@@ -402,7 +128,7 @@ local function one(n, ai, at)
       parts[i] = Z
     end
   end
-  return all, table.concat(parts)
+  return ok, table.concat(parts)
 end
 
 -----------------------------------------------------------------------------
@@ -428,20 +154,21 @@ while p <= e do
   if n == 1 and (ai == kai or #A[ai] <= 48) then
     -------------------------------------------------------------------------
     -- The straight path: one quota, no refund (an argument of 40 or 48
-    -- bytes), inline; break ends an Op that failed.
+    -- bytes); break ends an Op that failed.
     -------------------------------------------------------------------------
     repeat
       if ai ~= kai then
         -- A window Op's argument comes without its phase (40 bytes: the
         -- Ops of a policy share it), the phase in the Op's head.
-        local a, p0 = A[ai], 1
+        local a = A[ai]
         if #a == 40 then
-          now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a, p0)
+          now, cost, alg, lim, w = sunpack('<i8i8i8i8i8', a)
           x0 = 0
         else
-          now, cost, alg, lim, w, x0 = sunpack('<i8i8i8i8i8i8', a, p0)
+          now, cost, alg, lim, w, x0 = sunpack('<i8i8i8i8i8i8', a)
         end
-        -- The clock, once per flight, as in take.lua.
+        -- The clock, once per flight.
+        -- inline: clock begin
         servertime = now == 0
         if servertime then
           if not tnow then
@@ -450,6 +177,7 @@ while p <= e do
           end
           now = tnow
         end
+        -- inline: clock end
         kai = ai
       end
       local x = x0 + q0 + 256 * (q1 + 256 * (q2 + 256 * q3))
@@ -470,8 +198,15 @@ while p <= e do
         got[ki] = v
       end
 
-      -- The state read, as in take.lua.
+      -- The decision; got follows the write, unless only the count was
+      -- written (again unset: no later Op reads the key).
+      local val
+      -- inline: straight begin
+      -- The state read, the new state (na, nb, nc), its ttl, the key's bound
+      -- and slack; then the write, if any (val: the 40 bytes written, nil for
+      -- the count alone).
       local sa, sb, sc, ex, px
+      -- inline: state begin
       if v and #v == 40 then
         sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
         if ex <= now or ex - now > 34359738368 then
@@ -480,10 +215,10 @@ while p <= e do
       else
         sa, sb, sc, ex, px = 0, 0, 0, 0, 0
       end
-
+      -- inline: state end
       local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
       if alg == 2 then
-        -- Token bucket: Quota.tatOffset.
+        -- inline: bucketview begin
         local tau = x * w
         local off, norm = 0, false
         if sa >= now then
@@ -492,15 +227,17 @@ while p <= e do
             off, norm = tau, true
           end
         end
-
+        -- inline: bucketview end
+        -- inline: bucketadmits begin
         ok = cost <= x and off + cost * w <= tau
+        -- inline: bucketadmits end
         if ok then
           off = off + cost * w
         end
         if ok or norm then
-          -- Quota.gcra.
-          local r = (off) % lim
-          local q = ((off) - r) / lim
+          -- inline: gcra begin
+          local r = off % lim
+          local q = (off - r) / lim
           if r < 0 then
             q, r = q - 1, r + lim
           elseif r >= lim then
@@ -516,40 +253,10 @@ while p <= e do
           end
           slack = tau
           bound = 2 * tau / lim + 2
-
-          -- The write, as in take.lua; got follows it.
-          local e = now + ttl
-          local pe = px
-          if e > px or px - now > bound then
-            pe = e
-            if slack > 0 then
-              local sr = (slack) % lim
-              local s = ((slack) - sr) / lim
-              if sr < 0 then
-                s, sr = s - 1, sr + lim
-              elseif sr >= lim then
-                s, sr = s + 1, sr - lim
-              end
-              if sr > 0 then
-                s = s + 1
-              end
-              pe = e + s
-            end
-          end
-
-          local val
-          val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
-          if pe == px then
-            call('SETRANGE', k, '0', val)
-          elseif servertime then
-            call('SET', k, val, 'PXAT', pe)
-          else
-            call('SET', k, val, 'PX', pe - now)
-          end
-          got[ki] = val
+          -- inline: gcra end
         end
       else
-        -- Window algorithms: Quota.windowView.
+        -- inline: windowview begin
         local rem = (now - x) % w
         local idx = ((now - x) - rem) / w
         if rem < 0 then
@@ -576,20 +283,20 @@ while p <= e do
         if alg == 1 then
           prev = 0
         end
-
-        -- The admission test of Quota.fixed and Quota.sliding.
+        -- inline: windowview end
+        -- inline: windowadmits begin
         if alg == 1 then
           ok = cost <= lim - curr
         else
           ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
         end
-
+        -- inline: windowadmits end
         if ok then
           curr = curr + cost
         end
         if ok or norm then
-          -- The new state and its ttl.
           na, nb, nc = idx, curr, prev
+          -- inline: windowttl begin
           if alg == 1 then
             ttl = start + w - now + 1000
             bound = w + 2000
@@ -597,46 +304,48 @@ while p <= e do
             ttl = (w - (at - start)) + w + (at - now)
             bound = 2 * w + 1000
           end
-
-          -- The write, as in take.lua.
-          local e = now + ttl
-          local pe = px
-          if e > px or px - now > bound then
-            pe = e
-            if slack > 0 then
-              local sr = (slack) % lim
-              local s = ((slack) - sr) / lim
-              if sr < 0 then
-                s, sr = s - 1, sr + lim
-              elseif sr >= lim then
-                s, sr = s + 1, sr - lim
-              end
-              if sr > 0 then
-                s = s + 1
-              end
-              pe = e + s
+          -- inline: windowttl end
+        end
+      end
+      if ttl > 0 then
+        -- inline: deadline begin
+        local e = now + ttl
+        local pe = px
+        if e > px or px - now > bound then
+          pe = e
+          if slack > 0 then
+            local sr = slack % lim
+            local s = (slack - sr) / lim
+            if sr < 0 then
+              s, sr = s - 1, sr + lim
+            elseif sr >= lim then
+              s, sr = s + 1, sr - lim
             end
-          end
-
-          if not again and pe == px and e == ex and na == sa and nc == sc then
-            -- Only the count changed and no later Op reads the key: its 8
-            -- bytes alone, got left as it was.
-            local val
-            val = spack('<i8', nb)
-            call('SETRANGE', k, '8', val)
-          else
-            local val
-            val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
-            if pe == px then
-              call('SETRANGE', k, '0', val)
-            elseif servertime then
-              call('SET', k, val, 'PXAT', pe)
-            else
-              call('SET', k, val, 'PX', pe - now)
+            if sr > 0 then
+              s = s + 1
             end
-            got[ki] = val
+            pe = e + s
           end
         end
+        -- inline: deadline end
+        -- inline: write begin
+        if not again and na == sa and nc == sc and e == ex and pe == px then
+          call('SETRANGE', k, '8', spack('<i8', nb))
+        else
+          val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+          if pe == px then
+            call('SETRANGE', k, '0', val)
+          elseif servertime then
+            call('SET', k, val, 'PXAT', pe)
+          else
+            call('SET', k, val, 'PX', pe - now)
+          end
+        end
+        -- inline: write end
+      end
+      -- inline: straight end
+      if val then
+        got[ki] = val
       end
 
       rok, rv = ok, Z
