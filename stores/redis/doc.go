@@ -45,16 +45,22 @@
 // load them joined, as the store does: cat the two files into
 // redis-cli -x, which takes the last argument from stdin, byte for byte, so
 // the SHA-1 it prints is the store's. The head of each file documents its
-// KEYS, ARGV and reply. redis-cli --eval FILE KEYS , ARGS cannot run them:
-// it takes one file and the arguments from the command line, and a
-// command-line argument cannot hold a NUL byte, which every packed integer
-// of ARGV has. take.lua's ARGV[1] is 8-byte little-endian integers: now in
-// Unix ms (0: the server's TIME), cost, then per quota the algorithm (0
-// sliding window, 1 fixed window, 2 token bucket), limit, window ms, and
-// phase ms or burst. So send the call on redis-cli's stdin, where "\xHH"
-// inside double quotes is a byte; x8 writes integers so. From the
-// repository's root, a fixed window of 10 per minute, phase 0, cost 1, on
-// the server's clock:
+// KEYS, ARGV and reply. take.lua also takes the integers of its ARGV[1] as
+// decimal arguments, one each, so the joined file runs with redis-cli
+// --eval (a fixed window of 10 per minute, phase 0, cost 1, on the server's
+// clock; the reply's bytes are printed as they are when stdout is not a
+// terminal):
+//
+//	cat stores/redis/lua/prelude.lua stores/redis/lua/take.lua > /tmp/take.lua
+//	redis-cli --eval /tmp/take.lua '{demo}k' , 0 1 1 10 60000 0 | od -An -v -t d8 -w8
+//
+// batch.lua's heads are bytes, which a command-line argument cannot hold
+// (a NUL byte ends it), and so is the store's own packed ARGV[1]: send
+// those on redis-cli's stdin, where "\xHH" inside double quotes is a byte.
+// take.lua's packed ARGV[1] is 8-byte little-endian integers: now in Unix
+// ms (0: the server's TIME), cost, then per quota the algorithm (0 sliding
+// window, 1 fixed window, 2 token bucket), limit, window ms, and phase ms
+// or burst; x8 writes integers so. The same call as above, packed:
 //
 //	x8() { for v; do for s in 0 8 16 24 32 40 48 56; do
 //	  printf '\\x%02x' $(( (v >> s) & 255 )); done; done; }

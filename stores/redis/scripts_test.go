@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -355,7 +356,7 @@ func i8(vs ...int64) string {
 // decoders: a quota of Limit admits Limit calls and denies the next; the
 // batch script decides a flight as the same Ops one by one.
 func TestScriptsByHand(t *testing.T) {
-	c := scriptRedis(t)
+	c, addr := scriptRedis(t)
 	ctx := context.Background()
 	tag := make([]byte, 6)
 	if _, err := rand.Read(tag); err != nil {
@@ -404,6 +405,53 @@ func TestScriptsByHand(t *testing.T) {
 				if want := i <= 3; res.Allowed != want || res.NowMS != now {
 					t.Errorf("%s call %d: allowed %v at %d, want %v at %d", alg, i, res.Allowed, res.NowMS, want, int64(now))
 				}
+			}
+		}
+	})
+
+	// The integers as decimal arguments, as redis-cli --eval passes them:
+	// the same decisions as the packed argument, and through redis-cli
+	// itself when it is on PATH.
+	t.Run("take.lua/decimal_arguments", func(t *testing.T) {
+		k := key("decimal")
+		q := limitstore.Quota{Key: []byte(k), Algorithm: limit.FixedWindow, Limit: 3, WindowMS: 60_000}
+		op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
+		for i := 1; i <= 4; i++ {
+			reply, err := eval("take.lua", []string{k}, strconv.Itoa(now), "1", "1", "3", "60000", "0")
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			res, err := decideReply(&op, reply)
+			if err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			if want := i <= 3; res.Allowed != want || res.NowMS != now {
+				t.Errorf("call %d: allowed %v at %d, want %v at %d", i, res.Allowed, res.NowMS, want, int64(now))
+			}
+		}
+		cli, err := exec.LookPath("redis-cli")
+		if err != nil {
+			t.Skip("!!! SKIPPED: redis-cli is not on PATH, so redis-cli --eval was NOT run")
+		}
+		joined := filepath.Join(t.TempDir(), "take.lua")
+		if err := os.WriteFile(joined, []byte(readSource(t, "take.lua")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		k2 := key("redis-cli")
+		for i := 1; i <= 4; i++ {
+			out, err := exec.Command(cli, "-h", host, "-p", port, "--eval", joined, k2, ",", strconv.Itoa(now), "1", "1", "3", "60000", "0").CombinedOutput()
+			if err != nil || strings.Contains(string(out), "ERR") {
+				t.Fatalf("redis-cli --eval, call %d: %v: %s", i, err, out)
+			}
+			// Not on a terminal, redis-cli prints the reply's bytes as
+			// they are: now first, negated when denied.
+			if len(out) < 8 {
+				t.Fatalf("redis-cli --eval, call %d: %q", i, out)
+			}
+			r := int64(binary.LittleEndian.Uint64(out[:8]))
+			if want := i > 3; (r < 0) != want || (r != now && r != -now) {
+				t.Errorf("redis-cli --eval, call %d: clock reading %d, want %d (negated: denied %v)", i, r, int64(now), want)
 			}
 		}
 	})
@@ -512,7 +560,7 @@ func TestScriptsByHand(t *testing.T) {
 // scriptRedis is a client of QUOTAGATE_REDIS_URL or, without it, of a
 // redis-server of the test's own (persistence off, on a free loopback
 // port, stopped at cleanup); the test is skipped when there is neither.
-func scriptRedis(t *testing.T) rueidis.Client {
+func scriptRedis(t *testing.T) (c rueidis.Client, addr string) {
 	t.Helper()
 	var opt rueidis.ClientOption
 	if url := os.Getenv("QUOTAGATE_REDIS_URL"); url != "" {
@@ -530,7 +578,7 @@ func scriptRedis(t *testing.T) rueidis.Client {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := l.Addr().String()
+		addr = l.Addr().String()
 		l.Close()
 		_, port, _ := net.SplitHostPort(addr)
 		cmd := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
@@ -558,5 +606,5 @@ func scriptRedis(t *testing.T) rueidis.Client {
 		t.Fatalf("rueidis.NewClient: %v", err)
 	}
 	t.Cleanup(c.Close)
-	return c
+	return c, opt.InitAddress[0]
 }

@@ -33,12 +33,18 @@
 -- (TIME's aside); the general path makes prelude.lua's library, a small
 -- table, and MGET's for several quotas.
 --
--- By hand (see the package doc for more): redis-cli --eval cannot pass
--- ARGV[1], whose packed integers hold NUL bytes, which a command-line
--- argument cannot; load the script (prelude.lua, then this file) and type
--- ARGV[1] in redis-cli's own "\xHH" escapes, read from stdin. x8 prints its
--- arguments as such escapes, 8 little-endian bytes each. A fixed window of
--- 10 per 60000 ms, phase 0, cost 1, on the server's clock:
+-- By hand: give the integers of ARGV[1] as decimal arguments instead, one
+-- each (more than one argument: the script packs them itself), and run the
+-- joined script with redis-cli --eval. A fixed window of 10 per 60000 ms,
+-- phase 0, cost 1, on the server's clock:
+--
+--   cat stores/redis/lua/prelude.lua stores/redis/lua/take.lua > /tmp/take.lua
+--   redis-cli --eval /tmp/take.lua '{demo}k' , 0 1 1 10 60000 0
+--
+-- prints the reply as redis-cli escapes it. To read its integers, or to
+-- send ARGV[1] packed as the store does, load the script and type ARGV[1]
+-- in redis-cli's own "\xHH" escapes, read from stdin; x8 prints its
+-- arguments as such escapes, 8 little-endian bytes each:
 --
 --   x8() { for v; do for s in 0 8 16 24 32 40 48 56; do
 --     printf '\\x%02x' $(( (v >> s) & 255 )); done; done; }
@@ -51,6 +57,13 @@
 -- (none on the first call); the last line is redis-cli's newline.
 
 local n, a = #K, ARGV[1]
+if #ARGV > 1 then -- by hand: the integers as decimal arguments
+  local packed = {}
+  for i = 1, #ARGV do
+    packed[i] = spack('<i8', tonumber(ARGV[i]))
+  end
+  a = table.concat(packed)
+end
 local refund = #a > 16 + 32 * n
 
 if n == 1 and not refund then
