@@ -54,9 +54,17 @@
 //	cat stores/redis/lua/prelude.lua stores/redis/lua/take.lua > /tmp/take.lua
 //	redis-cli --eval /tmp/take.lua '{demo}k' , 0 1 1 10 60000 0 | od -An -v -t d8 -w8
 //
-// batch.lua's heads are bytes, which a command-line argument cannot hold
-// (a NUL byte ends it), and so is the store's own packed ARGV[1]: send
-// those on redis-cli's stdin, where "\xHH" inside double quotes is a byte.
+// batch.lua takes "ops" as ARGV[1] and then one Op per argument, take.lua's
+// integers in decimal separated by spaces (no refunds), each Op's keys the
+// next KEYS; four Ops of 3 per minute on one key, the fourth denied:
+//
+//	cat stores/redis/lua/prelude.lua stores/redis/lua/batch.lua > /tmp/batch.lua
+//	redis-cli --eval /tmp/batch.lua '{demo}a' '{demo}a' '{demo}a' '{demo}a' , ops \
+//	  '0 1 1 3 60000 0' '0 1 1 3 60000 0' '0 1 1 3 60000 0' '0 1 1 3 60000 0' | od -An -c | head -1
+//
+// What the store sends is packed (bytes that a command-line argument cannot
+// hold: a NUL byte ends it); send that on redis-cli's stdin, where "\xHH"
+// inside double quotes is a byte.
 // take.lua's packed ARGV[1] is 8-byte little-endian integers: now in Unix
 // ms (0: the server's TIME), cost, then per quota the algorithm (0 sliding
 // window, 1 fixed window, 2 token bucket), limit, window ms, and phase ms

@@ -511,6 +511,40 @@ func TestScriptsByHand(t *testing.T) {
 		}
 	})
 
+	// batch.lua by hand: "ops", then one Op per argument in decimal, each
+	// Op's keys the next KEYS; four Ops of 3 per minute on one key: the
+	// fourth denied, through EVAL and through redis-cli --eval.
+	t.Run("batch.lua/decimal_arguments", func(t *testing.T) {
+		op := strconv.Itoa(now) + " 1 1 3 60000 0"
+		check := func(how string, reply []byte) {
+			t.Helper()
+			if len(reply) < 3 || reply[0] != 1 || reply[1] != 3 || reply[2] != 1 {
+				t.Errorf("%s: reply %q, want one Op not admitted: the fourth (3), denied (1)", how, reply)
+			}
+		}
+		k := key("batch-decimal")
+		reply, err := eval("batch.lua", []string{k, k, k, k}, "ops", op, op, op, op)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("EVAL", []byte(reply))
+		cli, err := exec.LookPath("redis-cli")
+		if err != nil {
+			t.Skip("!!! SKIPPED: redis-cli is not on PATH, so redis-cli --eval was NOT run")
+		}
+		joined := filepath.Join(t.TempDir(), "batch.lua")
+		if err := os.WriteFile(joined, []byte(readSource(t, "batch.lua")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		host, port, _ := net.SplitHostPort(addr)
+		k2 := key("batch-redis-cli")
+		out, err := exec.Command(cli, "-h", host, "-p", port, "--eval", joined, k2, k2, k2, k2, ",", "ops", op, op, op, op).CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli --eval: %v: %s", err, out)
+		}
+		check("redis-cli --eval", out)
+	})
+
 	t.Run("batch.lua", func(t *testing.T) {
 		ka, kb := key("batch:a"), key("batch:b")
 		// Four Ops of one fixed window of 2 per 60000 ms (phase 0) on the

@@ -64,7 +64,17 @@
 -- instructions: the script reads an Op's head with one string.byte, keeps
 -- globals in locals, and decodes an argument once per flight where it can.
 --
--- By hand (see the package doc for more), with x8 as in take.lua: two
+-- By hand, with redis-cli --eval: ARGV[1] "ops", then one Op per
+-- argument, take.lua's integers in decimal (no refunds), each Op's keys
+-- the next KEYS. Four Ops of a fixed window of 3 per 60000 ms on one key:
+--
+--   cat stores/redis/lua/prelude.lua stores/redis/lua/batch.lua > /tmp/batch.lua
+--   redis-cli --eval /tmp/batch.lua '{demo}a' '{demo}a' '{demo}a' '{demo}a' , ops \
+--     '0 1 1 3 60000 0' '0 1 1 3 60000 0' '0 1 1 3 60000 0' '0 1 1 3 60000 0' | od -An -c | head -1
+--
+-- (the reply's first bytes: one Op not admitted, the fourth (3), denied
+-- (1)). As the store sends it (see the package doc for more), with x8 as
+-- in take.lua: two
 -- Ops of a fixed window of 10 per 60000 ms, phase 0, cost 1, on the
 -- server's clock, on the keys {demo}a and {demo}b; both heads name ARGV[2],
 -- the window Ops' argument without its phase:
@@ -77,6 +87,32 @@
 
 local rpcall = redis.pcall
 local A = ARGV
+if A[1] == 'ops' then
+  -- By hand (redis-cli --eval): ARGV[1] is "ops", then one argument per Op
+  -- (no refunds), take.lua's integers in decimal separated by spaces; each
+  -- Op takes its quotas' keys from KEYS, in order. The heads and arguments
+  -- are packed here (every Op flagged again, every key at its first index).
+  local heads, args, first, nk = {}, {}, {}, 0
+  for i = 1, #K do
+    first[K[i]] = first[K[i]] or i
+  end
+  for i = 2, #A do
+    local ints = {}
+    for v in string.gmatch(A[i], '%S+') do
+      ints[#ints + 1] = spack('<i8', tonumber(v))
+    end
+    local n = (#ints - 2) / 4
+    local hd = { string.char(128 + n, i) }
+    for _ = 1, n do
+      nk = nk + 1
+      hd[#hd + 1] = string.char(first[K[nk]])
+    end
+    heads[#heads + 1] = table.concat(hd) .. '\0\0\0\0'
+    args[i] = table.concat(ints)
+  end
+  args[1] = table.concat(heads)
+  A = args
+end
 -- clock and general: prelude.lua's library, made by the first Op on the
 -- general path.
 local clock, general
