@@ -62,13 +62,17 @@ type errHolder struct{ err error }
 // that subtracting it from any clock reading cannot overflow.
 const never = -1 << 62
 
-// allow says whether a decision at now calls the store.
-func (b *breaker) allow(now int64) breakerVerdict {
+// allow says whether a decision at now calls the store. A caller that
+// cannot wait for an answer (probe false: its own deadline comes before
+// the timeout) is never made the probe: its deadline, not the store, would
+// decide the probe's outcome, and a stream of such callers would keep the
+// breaker open over a healthy store.
+func (b *breaker) allow(now int64, probe bool) breakerVerdict {
 	switch b.state.Load() {
 	case breakerClosed:
 		return callStore
 	case breakerOpen:
-		if now >= b.retryAt.Load() && b.state.CompareAndSwap(breakerOpen, breakerProbing) {
+		if probe && now >= b.retryAt.Load() && b.state.CompareAndSwap(breakerOpen, breakerProbing) {
 			return callProbe
 		}
 	}

@@ -227,3 +227,108 @@ func TestFrozenStoreCostsOneTimeoutNotOnePerRequest(t *testing.T) {
 // (The scenario's requests come every 5 ms: the first after the probe may
 // start up to 5 ms later.)
 const breakerResume = 250*time.Millisecond + guard.DefaultTimeout + time.Millisecond + guard.SilenceGrace + 5*time.Millisecond
+
+// A caller whose own deadline comes before the timeout (a stale context, a
+// tight budget) is never made the probe: were it, its deadline would end
+// the probe and start another cool-down, and a few such callers would keep
+// the breaker open over a healthy store. Here four of them loop while a
+// caller without a deadline comes every 10 ms on a store that answers in
+// 20 ms: the first one after the cool-down is the probe, and the store
+// decides from then on.
+func TestShortDeadlineCallersNeverHoldTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A healthy store answers after 20 ms: a caller with 2 ms cannot
+		// wait for it.
+		slow := &scriptedStore{Store: ioStore(nil), delay: func(*limitstore.Op) time.Duration { return 20 * time.Millisecond }}
+		flaky := &limittest.FlakyStore{Store: slow}
+		obs := &limittest.Recorder{}
+		l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs), guard.WithoutDenyCache()), limit.Policy{Limit: 1_000_000, FailureMode: limit.FailClosed})
+		ctx := context.Background()
+		flaky.Fail()
+		for range 5 {
+			l.Consume(ctx, "u")
+		}
+		flaky.Heal()
+		if got := obs.Breaker(); len(got) != 1 || !got[0] {
+			t.Fatalf("transitions %v, want the breaker open", got)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					past, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
+					l.Consume(past, "batch")
+					cancel()
+					tight, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
+					l.Consume(tight, "batch")
+					cancel()
+					time.Sleep(time.Millisecond)
+				}
+			})
+		}
+		start := time.Now()
+		for {
+			if _, err := l.Consume(ctx, "normal"); err == nil {
+				break
+			}
+			if time.Since(start) > time.Second {
+				close(stop)
+				wg.Wait()
+				t.Fatal("no call reached the healed store within 1 s: callers with short deadlines held the probe")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(stop)
+		wg.Wait()
+		if took := time.Since(start); took > 300*time.Millisecond {
+			t.Fatalf("the healed store decided again after %v, want the first call after the 250 ms cool-down", took)
+		}
+	})
+}
+
+// panicky panics in Take while its flag is set, else asks Store.
+type panicky struct {
+	limitstore.Store
+	on bool
+}
+
+func (p *panicky) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if p.on {
+		panic("store bug")
+	}
+	return p.Store.Take(ctx, op)
+}
+
+// A store that panics opens the breaker like one that fails: the "opened"
+// event and its log line come once, before "closed".
+func TestPanickingStoreOpensTheBreakerAloud(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &panicky{Store: ioStore(nil), on: true}
+		obs := &limittest.Recorder{}
+		var logs limittest.Log
+		l := mustNew(t, guarded(t, store, guard.WithObserver(obs), guard.WithLogger(logs.Logger())), limit.Policy{Limit: 1_000_000})
+		ctx := context.Background()
+		for range 8 {
+			if _, err := l.Consume(ctx, "u"); err == nil {
+				t.Fatal("a panicking store's call succeeded")
+			}
+		}
+		store.on = false
+		time.Sleep(260 * time.Millisecond)
+		if _, err := l.Consume(ctx, "u"); err != nil {
+			t.Fatal(err)
+		}
+		if got := obs.Breaker(); len(got) != 2 || !got[0] || got[1] {
+			t.Fatalf("transitions %v, want opened then closed", got)
+		}
+		if logs.Count("circuit breaker open") != 1 || logs.Count("circuit breaker closed") != 1 {
+			t.Fatalf("log: %s; want one line when it opened, one when it closed", logs.String())
+		}
+	})
+}

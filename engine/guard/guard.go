@@ -207,13 +207,15 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 		s.obs.StoreEvent(s.name, "deny-cache")
 		return res, nil
 	}
-	verdict := s.breaker.allow(now)
+	by, hasBy := ctx.Deadline()
+	short := hasBy && time.Until(by) < s.timeout
+	verdict := s.breaker.allow(now, !short)
 	if verdict == skipStore {
 		s.obs.StoreEvent(s.name, "breaker-open")
 		return limitstore.Result{}, s.breaker.skipError()
 	}
-	if by, ok := ctx.Deadline(); ok && time.Until(by) < s.timeout {
-		return s.takeBy(ctx, op, by, verdict)
+	if short {
+		return s.takeBy(ctx, op, by)
 	}
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
@@ -259,19 +261,16 @@ func (s *Store) transitionClosed(end int64) {
 // takeBy calls the wrapped store for a caller whose own deadline, by,
 // comes before the wrapper's timeout would: the call ends at by (with
 // context.DeadlineExceeded), and a call cut short there tells the breaker
-// nothing about the store, unless it was the probe (which then waits for
-// the next cool-down). This path allocates a context per call; a request
+// nothing about the store (such a caller is never the probe: see
+// breaker.allow). This path allocates a context per call; a request
 // without such a deadline takes the shared one.
-func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time, verdict breakerVerdict) (limitstore.Result, error) {
+func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time) (limitstore.Result, error) {
 	if !time.Now().Before(by) {
-		if verdict == callProbe {
-			s.breaker.failed(s.now(), false, true, context.DeadlineExceeded)
-		}
 		return limitstore.Result{}, context.DeadlineExceeded
 	}
 	start := s.now()
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
-	res, err := s.call(cctx, op, verdict)
+	res, err := s.call(cctx, op, callStore)
 	cut := cctx.Err() != nil
 	cancel()
 	end := s.now()
@@ -282,10 +281,8 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time, ver
 		s.deny.store(op, &res, start, end)
 		return res, nil
 	}
-	if !cut || verdict == callProbe {
-		if s.breaker.failed(end, false, verdict == callProbe, err) {
-			s.transitionOpened(false, err)
-		}
+	if !cut && s.breaker.failed(end, false, false, err) {
+		s.transitionOpened(false, err)
 	}
 	return res, err
 }
@@ -296,8 +293,8 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time, ver
 func (s *Store) call(ctx context.Context, op *limitstore.Op, verdict breakerVerdict) (limitstore.Result, error) {
 	done := false
 	defer func() {
-		if !done {
-			s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked)
+		if !done && s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked) {
+			s.transitionOpened(false, errPanicked)
 		}
 	}()
 	res, err := s.next.Take(ctx, op)
