@@ -178,6 +178,16 @@ func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name
 // Unwrap returns the wrapped store.
 func (s *Store) Unwrap() limitstore.Store { return s.next }
 
+// Claim passes limit.New's record of an unnamed Limiter to the wrapped
+// store when it keeps limitstore.Claims, so that wrapping a store never
+// drops its check; a wrapped store without Claims is not checked (true).
+func (s *Store) Claim(key string) bool {
+	if c, ok := s.next.(interface{ Claim(string) bool }); ok {
+		return c.Claim(key)
+	}
+	return true
+}
+
 // now reads the wrapper's clock: monotonic nanoseconds since the process
 // started (or a test's fake).
 func (s *Store) now() int64 {

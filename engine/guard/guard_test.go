@@ -2,10 +2,12 @@ package guard_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -35,4 +37,25 @@ func TestTakeAllocationFree(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Wrapping a store that keeps Claims keeps its check: a second unnamed
+// Limiter with the same numbers is refused through the wrapper, and
+// through the bare store too (one record).
+func TestWrapperKeepsTheStoresClaims(t *testing.T) {
+	inner := &struct {
+		*limittest.Store
+		limitstore.Claims
+	}{Store: limittest.NewStore(nil)}
+	g := guarded(t, inner)
+	p := limit.Policy{Limit: 5}
+	mustNew(t, g, p)
+	if _, err := limit.New(g, p); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("second unnamed Limiter through the wrapper: %v, want the refusal", err)
+	}
+	if _, err := limit.New(inner, p); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("second unnamed Limiter on the bare store: %v, want the refusal", err)
+	}
+	mustNew(t, guarded(t, limittest.NewStore(nil)), p) // no Claims inside: not checked
+	mustNew(t, guarded(t, limittest.NewStore(nil)), p)
 }
