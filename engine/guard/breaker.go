@@ -138,6 +138,3 @@ func (b *breaker) skipError() error {
 	}
 	return limitstore.ErrCircuitOpen
 }
-
-// isOpen reports whether the breaker is open or probing.
-func (b *breaker) isOpen() bool { return b.state.Load() != breakerClosed }

@@ -175,9 +175,6 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 // Describe reports the wrapped store's description.
 func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name} }
 
-// Unwrap returns the wrapped store.
-func (s *Store) Unwrap() limitstore.Store { return s.next }
-
 // Claim passes limit.New's record of an unnamed Limiter to the wrapped
 // store when it keeps limitstore.Claims, so that wrapping a store never
 // drops its check; a wrapped store without Claims is not checked (true).

@@ -23,12 +23,11 @@ type Store struct {
 	// Name empty ("custom"). Set it before the store is used.
 	Info limitstore.Info
 
-	now       func() time.Time
-	mu        sync.Mutex
-	m         map[string]*entry
-	keys      []string
-	calls     int
-	deadlines int
+	now   func() time.Time
+	mu    sync.Mutex
+	m     map[string]*entry
+	keys  []string
+	calls int
 }
 
 type entry struct {
@@ -51,15 +50,11 @@ func NewStore(now func() time.Time) *Store {
 }
 
 // Take implements limitstore.Store.
-func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	_, deadline := ctx.Deadline()
+func (s *Store) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	now := s.now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
-	if deadline {
-		s.deadlines++
-	}
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	var es [limitstore.MaxQuotas]*entry
 	var sts [limitstore.MaxQuotas]limitstore.State
@@ -103,14 +98,6 @@ func (s *Store) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.calls
-}
-
-// CallsWithDeadline returns how many Take calls had a context deadline (the
-// engine's store timeout).
-func (s *Store) CallsWithDeadline() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.deadlines
 }
 
 // Keys returns every key written, in the order of their first write.
