@@ -442,14 +442,16 @@ func (h *mdHeader) Values(name string) []string {
 // peerCache remembers the text of recent TCP peer addresses, so that the
 // allowed path does not render the same address for every call. gRPC's
 // peer.Peer carries the connection's net.Addr, the same *net.TCPAddr for
-// every call on a connection: it is the key (by identity), in a small
-// direct-mapped table, lock-free; an entry holds its address, which
-// therefore cannot be reused for another connection while cached.
+// every call on a connection: it is the key (by identity), in a
+// direct-mapped table of 1024 slots, lock-free; an entry holds its
+// address, which therefore cannot be reused for another connection while
+// cached. Connections whose addresses collide in a slot take turns in it,
+// rendering their text again when they find the other's.
 type peerCache struct {
 	slots [peerSlots]atomic.Pointer[peerText]
 }
 
-const peerSlots = 256
+const peerSlots = 1024
 
 type peerText struct {
 	addr *net.TCPAddr

@@ -503,3 +503,23 @@ func TestAllowedUnaryCallAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerAddressesNeverMixUp: more connections than the peer cache has
+// slots, each its own address, two rounds: every peer keeps its own
+// allowance, whichever connection last held its slot.
+func TestPeerAddressesNeverMixUp(t *testing.T) {
+	in := mustNew(t, limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute}))
+	info := &grpc.UnaryServerInfo{FullMethod: "/a.B/C"}
+	ctxs := make([]context.Context, 3000)
+	for i := range ctxs {
+		a := &net.TCPAddr{IP: net.IPv4(10, 0, byte(i>>8), byte(i)), Port: 1000 + i}
+		ctxs[i] = peer.NewContext(context.Background(), &peer.Peer{Addr: a})
+	}
+	for round, want := range []codes.Code{codes.OK, codes.ResourceExhausted} {
+		for i, c := range ctxs {
+			if _, err := in.Unary(c, nil, info, okHandler); status.Code(err) != want {
+				t.Fatalf("round %d, peer %d: %v, want %v", round+1, i, err, want)
+			}
+		}
+	}
+}

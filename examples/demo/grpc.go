@@ -46,9 +46,10 @@ func runGRPC() error {
 	fmt.Println("store: memory, the embedded default (nothing to install)")
 
 	var rows []grpcRow
-	call := func(method, client string, n int, do func(testpb.TestServiceClient, context.Context, *metadata.MD) error, kv ...string) grpcRow {
+	type rpc = func(testpb.TestServiceClient, context.Context, *metadata.MD) error
+	callAt := func(at, method, client string, n int, do rpc, kv ...string) grpcRow {
 		r := grpcRow{method: method, client: client, delay: -1}
-		c, closeConn, err := grpcClient(addr, client)
+		c, closeConn, err := grpcClient(at, client)
 		if err != nil {
 			r.other = append(r.other, err.Error())
 			rows = append(rows, r)
@@ -80,6 +81,9 @@ func runGRPC() error {
 		rows = append(rows, r)
 		return r
 	}
+	call := func(method, client string, n int, do rpc, kv ...string) grpcRow {
+		return callAt(addr, method, client, n, do, kv...)
+	}
 	empty := func(c testpb.TestServiceClient, ctx context.Context, md *metadata.MD) error {
 		_, err := c.EmptyCall(ctx, &testpb.Empty{}, grpc.Header(md))
 		return err
@@ -88,7 +92,7 @@ func runGRPC() error {
 		_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}, grpc.Header(md))
 		return err
 	}
-	search := func(size int32) func(testpb.TestServiceClient, context.Context, *metadata.MD) error {
+	search := func(size int32) rpc {
 		return func(c testpb.TestServiceClient, ctx context.Context, md *metadata.MD) error {
 			_, err := c.CacheableUnaryCall(ctx, &testpb.SimpleRequest{ResponseSize: size}, grpc.Header(md))
 			return err
@@ -159,6 +163,17 @@ func runGRPC() error {
 		return err
 	})
 
+	// The same server with -shadow: every limiter decides and counts, none
+	// limits.
+	fmt.Println("\nthe same server again with -shadow (its log lines, if any, follow):")
+	shadowAddr, _, stopShadow, err := start(grpcServer, "-shadow")
+	if err != nil {
+		return err
+	}
+	defer stopShadow()
+	shadowLogin := callAt(shadowAddr, "-shadow: TestService/UnaryCall", "127.0.0.2", 8, unary)
+	shadowUpload, _, shadowUploadErr := uploadStream(shadowAddr, "127.0.0.2", 25)
+
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "METHOD\tCLIENT\tSENT\tOK\tRESOURCE_EXHAUSTED\tOTHER\tFIRST RETRY DELAY (retry-after)")
 	for _, r := range rows {
@@ -199,6 +214,8 @@ func runGRPC() error {
 	check(exportFree.ok == 5 && exportFree.limited == 2, "StreamingOutputCall: another key gets 5 per 60 s (the default plan)")
 	check(upload == 20 && status.Code(uploadErr) == codes.ResourceExhausted && retryInfo(uploadErr) > 0 && len(uploadTrailer.Get("retry-after")) == 1,
 		"StreamingInputCall: 20 messages received, the 21st ends the stream with ResourceExhausted, RetryInfo and retry-after in the trailer")
+	check(shadowLogin.ok == 8 && shadowUpload == 25 && shadowUploadErr == nil,
+		fmt.Sprintf("-shadow: nothing limited (8 of 8 UnaryCalls OK, %d of 25 messages received)", shadowUpload))
 	check(stacked.ok == 1 && strings.Contains(stackedRL, `"100p60";r=94;`), "stacked interceptors: the 3 limited UnaryCalls charged the global limit nothing (r=94, not 91)")
 	for _, r := range rows {
 		check(len(r.other) == 0, fmt.Sprintf("%s from %s: no code other than OK/ResourceExhausted %v", r.method, r.client, r.other))

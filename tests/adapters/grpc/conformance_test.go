@@ -77,7 +77,7 @@ type step struct {
 	method   string
 	md       []string // metadata key, value pairs
 	advance  time.Duration
-	store    string // "fail", "hang", "ok": switches the flaky store first
+	store    string // "fail", "ok": switches the flaky store first
 	times    int
 	messages int        // upload: messages sent
 	answer   codes.Code // unary: the code the handler answers
@@ -502,8 +502,6 @@ func run(t *testing.T, sc scenario, newStore func(testing.TB, func() time.Time) 
 		switch st.store {
 		case "fail":
 			flaky.Fail()
-		case "hang":
-			flaky.Hang()
 		case "ok":
 			flaky.Heal()
 		}
