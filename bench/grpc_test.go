@@ -35,11 +35,14 @@ func noop(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHan
 // interceptor ("noop"; "noop-control" is a second such server, whose
 // difference from noop is the measurement's noise) and behind grpclimit's
 // (memory store, Shared and PerRoute): the limiter's cost is the
-// difference. Loopback latency drifts
-// with the machine's load, so the contenders run in rotated order, three
-// rounds (noop, shared, per-method; shared, per-method, noop; ...; the
-// repeats are named "#01", "#02"): compare medians; and paired, which
-// alternates the two in every iteration.
+// difference. The "-workers" servers run with grpc.NumStreamWorkers(2):
+// their handler goroutines are long-lived, while by default every call
+// runs on a fresh goroutine, whose stack grows (copied) when the call goes
+// deeper than grpc's own path, as the limiter's decision does. Loopback
+// latency drifts with the machine's load, so the contenders run in rotated
+// order, three rounds (the repeats are named "#01", "#02"): compare
+// medians; and paired, which alternates a no-op call and a limited call
+// of the same server configuration in every iteration.
 func BenchmarkGRPCUnary(b *testing.B) {
 	type contender struct {
 		name   string
@@ -47,10 +50,15 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	}
 	var cs []contender
 	for _, c := range []struct {
-		name  string
-		scope limit.Scope
-		in    bool
-	}{{"noop", limit.Shared, false}, {"noop-control", limit.Shared, false}, {"quotagate-shared", limit.Shared, true}, {"quotagate-per-method", limit.PerRoute, true}} {
+		name    string
+		scope   limit.Scope
+		in      bool
+		workers bool
+	}{
+		{"noop", limit.Shared, false, false}, {"noop-control", limit.Shared, false, false},
+		{"quotagate-shared", limit.Shared, true, false}, {"quotagate-per-method", limit.PerRoute, true, false},
+		{"noop-workers", limit.Shared, false, true}, {"quotagate-shared-workers", limit.Shared, true, true},
+	} {
 		var icpt grpc.UnaryServerInterceptor = noop
 		if c.in {
 			s, err := memstore.New()
@@ -63,7 +71,11 @@ func BenchmarkGRPCUnary(b *testing.B) {
 			}
 			icpt = in.Unary
 		}
-		srv := grpc.NewServer(grpc.UnaryInterceptor(icpt))
+		opts := []grpc.ServerOption{grpc.UnaryInterceptor(icpt)}
+		if c.workers {
+			opts = append(opts, grpc.NumStreamWorkers(2))
+		}
+		srv := grpc.NewServer(opts...)
 		testpb.RegisterTestServiceServer(srv, emptyService{})
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -83,10 +95,11 @@ func BenchmarkGRPCUnary(b *testing.B) {
 	// (their order alternating too) and reports each one's mean and the
 	// overhead: the machine's load drifts alike under both, so this is the
 	// comparison that holds on a busy machine.
-	for _, limited := range cs[1:] {
-		b.Run("paired-noop-vs-"+limited.name, func(b *testing.B) {
+	for _, p := range [][2]int{{0, 1}, {0, 2}, {0, 3}, {4, 5}} {
+		base, limited := cs[p[0]], cs[p[1]]
+		b.Run("paired-"+base.name+"-vs-"+limited.name, func(b *testing.B) {
 			var tNoop, tLimited time.Duration
-			pair := [2]testpb.TestServiceClient{cs[0].client, limited.client}
+			pair := [2]testpb.TestServiceClient{base.client, limited.client}
 			n := 0
 			for b.Loop() {
 				for k := range 2 {
