@@ -428,3 +428,19 @@ func TestSpentPartitionNeverDelaysAnother(t *testing.T) {
 		t.Fatal("the spent partition never waited")
 	}
 }
+
+type idleCloser struct {
+	fixed
+	closed int
+}
+
+func (c *idleCloser) CloseIdleConnections() { c.closed++ }
+
+func TestCloseIdleConnectionsReachesTheBase(t *testing.T) {
+	base := &idleCloser{}
+	c := &http.Client{Transport: limitclient.New(base)}
+	c.CloseIdleConnections()
+	if base.closed != 1 {
+		t.Fatalf("base's CloseIdleConnections called %d times, want 1", base.closed)
+	}
+}
