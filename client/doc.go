@@ -1,10 +1,11 @@
 // Package limitclient is an http.RoundTripper that honours the rate limits
 // servers announce: Retry-After (RFC 9110 10.2.3), the RateLimit and
 // RateLimit-Policy fields of draft-ietf-httpapi-ratelimit-headers (several
-// policies; the r, t, q and w parameters), the draft's earlier
-// RateLimit-Remaining/-Reset triplet, and the legacy X-RateLimit-Remaining/
-// -Reset pair when that is all a server sends. It needs only the standard
-// library and works with any server, quotagate or not:
+// policies; the r, t, q and w parameters), the draft's earlier triplet
+// (RateLimit-Remaining and RateLimit-Reset), and the legacy
+// X-RateLimit-Remaining and X-RateLimit-Reset when that is all a server
+// sends. It needs only the standard library and works with any server,
+// quotagate or not:
 //
 //	client := &http.Client{Transport: limitclient.New(http.DefaultTransport)}
 //

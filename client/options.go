@@ -44,8 +44,9 @@ type Option func(*config) error
 // request carries: a limit reached by one key then never delays another
 // key's requests. fn must be safe for concurrent use; it should return a
 // string it already holds (a header value, a constant) so that it allocates
-// nothing. A panic in fn is recovered and the request uses its host's
-// partition. The partition key is never written into an error or a log line.
+// nothing. The empty string is a partition like any other (every request
+// fn gives no key shares it). A panic in fn is recovered and the request
+// uses its host's partition. The partition key is never written into an error or a log line.
 // nil keeps the default.
 func WithPartition(fn func(req *http.Request) string) Option {
 	return func(c *config) error {
