@@ -444,3 +444,33 @@ func TestCloseIdleConnectionsReachesTheBase(t *testing.T) {
 		t.Fatalf("base's CloseIdleConnections called %d times, want 1", base.closed)
 	}
 }
+
+type trackedBody struct {
+	*strings.Reader
+	closed bool
+}
+
+func (b *trackedBody) Close() error { b.closed = true; return nil }
+
+// A request that never goes out (its context ended while it waited for its
+// partition) has its body closed, as a RoundTripper must.
+func TestBodyClosedWhenTheWaitEnds(t *testing.T) {
+	clk := newFakeClock()
+	s, srv, _ := serve(t, clk, []answer{ok(map[string]string{"RateLimit": `"p";r=0;t=5`})})
+	rt := limitclient.New(srv.Client().Transport, limitclient.WithClock(clk.Now,
+		func(ctx context.Context, d time.Duration) error { return context.Canceled }))
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	resp, err := rt.RoundTrip(req) // spends the partition for 5 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	body := &trackedBody{Reader: strings.NewReader("x")}
+	req, _ = http.NewRequest("PUT", srv.URL, body)
+	if _, err := rt.RoundTrip(req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if !body.closed || s.hits.Load() != 1 {
+		t.Fatalf("body closed %v, %d requests; want closed and 1", body.closed, s.hits.Load())
+	}
+}
