@@ -14,7 +14,7 @@
 // detail (its delay is the Retry-After); a call a per-method limit denies
 // charges the global limit nothing. The flags are the HTTP examples'
 // (-redis, -trusted-proxies: x-forwarded-for metadata from a trusted peer,
-// -disclosure, -headers, -shadow).
+// -disclosure, -headers, -shadow, -otel); there is no GET /metrics.
 //
 // Run: go run ./grpc -addr 127.0.0.1:8080
 package main
@@ -72,6 +72,11 @@ func main() {
 		case <-time.After(5 * time.Second):
 			srv.Stop()
 		}
+	}
+	if env.Flush != nil { // -otel: export the last measurements
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		env.Flush(fctx)
 	}
 }
 
