@@ -26,6 +26,11 @@
 //	strict, _ := grpclimit.New(login, grpclimit.Methods("/auth.v1.Auth/Login"))
 //	grpc.ChainUnaryInterceptor(in.Unary, strict.Unary)
 //
+// grpc answers a method no service registered with Unimplemented before
+// any interceptor runs; behind a grpc.UnknownServiceHandler such calls
+// reach Stream, which passes them as unmatched (limit.Request.Unmatched):
+// they count in the Shared bucket, whatever name the client invented.
+//
 // A stream is decided once, when it opens, at the policy's cost; with the
 // PerMessage option an Interceptor decides every message the server
 // receives on the stream instead (its cost, its price from CostFunc).

@@ -170,7 +170,12 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 
 // Stream is the grpc.StreamServerInterceptor: it decides a stream when it
 // opens (with PerMessage: each message it receives instead), as Unary
-// decides a call, and settles it when handler returns.
+// decides a call, and settles it when handler returns. A call that grpc
+// hands to the server's UnknownServiceHandler (a method no service
+// registered) is unmatched (limit.Request.Unmatched): it counts in the
+// policy's Shared bucket, a PerRoute policy's included, with an empty
+// handler label, so that clients cannot make a bucket or a metrics label
+// per invented method name.
 func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if !in.decides(info.FullMethod) {
 		return handler(srv, ss)
@@ -180,7 +185,11 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	ctx := ss.Context()
 	c := in.get(ctx, info.FullMethod, nil)
-	d := in.lim.Check(ctx, in.request(c), c)
+	r := in.request(c)
+	// grpc runs its UnknownServiceHandler, for a method no service
+	// registered, with a nil service: no route serves the call.
+	r.Unmatched = srv == nil
+	d := in.lim.Check(ctx, r, c)
 	if c.md != nil {
 		_ = ss.SetHeader(c.md)
 	}

@@ -523,3 +523,32 @@ func TestPeerAddressesNeverMixUp(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownMethodsShareTheSharedBucket: behind grpc.UnknownServiceHandler
+// every invented method name counts in one bucket, with no handler label.
+func TestUnknownMethodsShareTheSharedBucket(t *testing.T) {
+	rec := &limittest.Recorder{}
+	l := limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute, Scope: limit.PerRoute}, limit.WithObserver(rec))
+	in := mustNew(t, l)
+	srv := grpc.NewServer(grpc.StreamInterceptor(in.Stream), grpc.UnknownServiceHandler(func(any, grpc.ServerStream) error { return nil }))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	if err := cc.Invoke(ctx(t), "/invented.Svc/A", &testpb.Empty{}, &testpb.Empty{}); status.Code(err) == codes.ResourceExhausted {
+		t.Fatalf("first invented method: %v", err)
+	}
+	if got := rec.Last().Handler; got != "" {
+		t.Errorf("handler label %q, want none", got)
+	}
+	if err := cc.Invoke(ctx(t), "/invented.Svc/B", &testpb.Empty{}, &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("another invented method: %v, want ResourceExhausted from the same Shared bucket", err)
+	}
+}
