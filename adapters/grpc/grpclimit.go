@@ -420,7 +420,7 @@ func (c *call) message() string {
 	}
 	msg := strings.TrimSpace(string(c.body))
 	if len(msg) > maxMessage {
-		msg = msg[:maxMessage]
+		msg = strings.ToValidUTF8(msg[:maxMessage], "")
 	}
 	return msg
 }
