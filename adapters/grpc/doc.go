@@ -40,9 +40,9 @@
 // The identity is the socket peer that gRPC's peer.FromContext reports
 // (the transport's address; a Unix-socket peer has none and draws on the
 // fallback bucket), never a metadata value, unless the Limiter trusts a
-// header: WithTrustedProxies reads the forwarding metadata key
-// ("x-forwarded-for" by default, or "forwarded") only when the peer is a
-// trusted proxy, WithTrustedHeader always. Metadata keys are the HTTP/2
+// header: WithTrustedProxies reads the metadata key x-forwarded-for only
+// when the peer is a trusted proxy, WithTrustedHeader its key
+// (x-forwarded-for, forwarded, x-real-ip...) on every call. Metadata keys are the HTTP/2
 // header fields, so the forwarding header an Envoy or a gRPC gateway sets
 // arrives as metadata under the same name. A key of the application's own
 // (an API key from the metadata, a field of the request message) is a
