@@ -401,10 +401,38 @@ func TestConformance(t *testing.T) {
 	}{{"memory", redistest.Memory}, {"redis", redistest.Standalone}, {"redis-cluster", redistest.Cluster}}
 	for _, row := range rows {
 		t.Run(row.name, func(t *testing.T) {
+			var passed, failed, skipped int
 			for _, sc := range scenarios() {
-				t.Run(sc.name, func(t *testing.T) { run(t, sc, row.new) })
+				var wasSkipped bool
+				ok := t.Run(sc.name, func(t *testing.T) {
+					t.Cleanup(func() { wasSkipped = t.Skipped() })
+					run(t, sc, row.new)
+				})
+				switch {
+				case wasSkipped:
+					skipped++
+				case ok:
+					passed++
+				default:
+					failed++
+				}
 			}
+			writeMatrix(t, row.name, passed, failed, skipped)
 		})
+	}
+}
+
+// writeMatrix writes the row of the matrix `make test` prints
+// ($QUOTAGATE_MATRIX_DIR, as conformance.RunAdapter does), adapter "grpc".
+func writeMatrix(t *testing.T, store string, passed, failed, skipped int) {
+	dir := os.Getenv("QUOTAGATE_MATRIX_DIR")
+	if dir == "" {
+		return
+	}
+	name := fmt.Sprintf("grpc-%s-%d.tsv", store, os.Getpid())
+	line := fmt.Sprintf("grpc\t%s\t%d\t%d\t%d\n", store, passed, failed, skipped)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(line), 0o644); err != nil {
+		t.Logf("cannot write the matrix row: %v", err)
 	}
 }
 
