@@ -154,17 +154,17 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		return handler(ctx, req)
 	}
 	c := in.get(ctx, info.FullMethod, req)
-	d := in.lim.Check(ctx, in.request(c), c)
+	in.check(c, false)
 	if c.md != nil {
 		_ = grpc.SetHeader(ctx, c.md) // an error means no header can be sent any more: nothing to do
 	}
-	if !d.Allowed {
+	if !c.d.Allowed {
 		err := c.denial(true)
 		in.put(c)
 		return nil, err
 	}
 	resp, err := handler(ctx, req)
-	in.finish(ctx, c, &d, err)
+	in.finish(ctx, c, err)
 	return resp, err
 }
 
@@ -185,22 +185,34 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	}
 	ctx := ss.Context()
 	c := in.get(ctx, info.FullMethod, nil)
-	r := in.request(c)
 	// grpc runs its UnknownServiceHandler, for a method no service
 	// registered, with a nil service: no route serves the call.
-	r.Unmatched = srv == nil
-	d := in.lim.Check(ctx, r, c)
+	in.check(c, srv == nil)
 	if c.md != nil {
 		_ = ss.SetHeader(c.md)
 	}
-	if !d.Allowed {
+	if !c.d.Allowed {
 		err := c.denial(true)
 		in.put(c)
 		return err
 	}
 	err := handler(srv, ss)
-	in.finish(ctx, c, &d, err)
+	in.finish(ctx, c, err)
 	return err
+}
+
+// check decides call c with the Limiter (unmatched: no service serves
+// it), writing through c, into c.d. The Decision lives in c and check is
+// never inlined, so that neither it nor the engine's response (about
+// 1 KB in limit.Limiter.Check's frame) stays on the stack under the
+// handler: grpc starts every call on a fresh goroutine, whose stack grows
+// (is copied) when the call goes deeper than it.
+//
+//go:noinline
+func (in *Interceptor) check(c *call, unmatched bool) {
+	r := in.request(c)
+	r.Unmatched = unmatched
+	c.d = in.lim.Check(c.ctx, r, c)
 }
 
 // decides reports whether the Interceptor decides calls to method.
@@ -221,15 +233,15 @@ func (in *Interceptor) decides(method string) bool {
 
 // finish settles an admitted call whose handler returned err, and returns
 // c to the pool: when an interceptor after this one limited the call at its
-// opening, c (the flag of d's charge) is flagged limited, so that Finish
-// gives this charge back.
-func (in *Interceptor) finish(ctx context.Context, c *call, d *limit.Decision, err error) {
+// opening, c (the flag of its Decision's charge) is flagged limited, so
+// that Finish gives this charge back.
+func (in *Interceptor) finish(ctx context.Context, c *call, err error) {
 	if err != nil {
 		if le, ok := errors.AsType[*limitedError](err); ok && le.atOpen {
 			c.SetLimited()
 		}
 	}
-	in.lim.Finish(ctx, d, HTTPStatus(status.Code(err)))
+	in.lim.Finish(ctx, &c.d, HTTPStatus(status.Code(err)))
 	in.put(c)
 }
 
@@ -277,9 +289,9 @@ func (s *meteredStream) RecvMsg(m any) error {
 	}
 	in := s.in
 	c := in.get(s.Context(), s.method, m)
-	d := in.lim.Check(c.ctx, in.request(c), c)
+	in.check(c, false)
 	var err error
-	if !d.Allowed {
+	if !c.d.Allowed {
 		if c.md != nil {
 			s.SetTrailer(c.md)
 		}
@@ -291,10 +303,12 @@ func (s *meteredStream) RecvMsg(m any) error {
 
 // call is one decision's working state, pooled: the Native value, the
 // limit.ResponseWriter that turns the engine's response into metadata and
-// a status, and the call's limited flag (SetLimited, Limited), which the
-// Decision's charge holds until Finish.
+// a status, the Decision (the call's ticket for Finish) and the call's
+// limited flag (SetLimited, Limited), which the Decision's charge holds
+// until Finish.
 type call struct {
 	Call
+	d       limit.Decision
 	md      metadata.MD
 	status  int
 	body    []byte
