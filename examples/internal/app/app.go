@@ -121,6 +121,11 @@ func PlanOf(r limit.Request) (string, error) {
 	return "", nil
 }
 
+// KeyPrefix is the examples' namespace in the store: a service's name, so
+// that other services on the same Redis keep their own allowances (New
+// refuses the default prefix on a shared store).
+const KeyPrefix = "notes-example"
+
 // Build creates the store and the limiters from c (-shadow puts every one
 // in shadow mode). searchCost prices a
 // search request (the framework's typed helper reading ?expensive=1).
@@ -167,7 +172,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 		SkipPaths: []string{"/health", "/metrics"},
-	}, append(trust, limit.WithObserver(obs), limit.WithLogger(logger))...)
+	}, append(trust, limit.WithKeyPrefix(KeyPrefix), limit.WithObserver(obs), limit.WithLogger(logger))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}

@@ -52,10 +52,10 @@ func BenchmarkHandler(b *testing.B) {
 			case "fiber-only":
 				app.Get("/v1/notes/:id", h)
 			case "shared":
-				app.Use(fiberlimit.New(limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
+				app.Use(fiberlimit.New(limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute}, limit.WithKeyPrefix("bench"))))
 				app.Get("/v1/notes/:id", h)
 			case "per-route":
-				l := limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
+				l := limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute}, limit.WithKeyPrefix("bench"))
 				app.Get("/v1/notes/:id", fiberlimit.New(l), h)
 			}
 			serve := serveOnce(app)
@@ -71,7 +71,7 @@ func BenchmarkHandler(b *testing.B) {
 // two copies it must make: the request path and the peer address text.
 func TestHandlerAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
-	l := limittest.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute}, limit.WithKeyPrefix("allocs"))
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
 	serve := serveOnce(app)
