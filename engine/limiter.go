@@ -213,7 +213,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	if !resp.Decision.Allowed && l.policy.Shadow {
 		l.shadow(&resp.Decision, r.Route)
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src})
+	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src, Plan: resp.Decision.Plan})
 	l.resp.fill(resp)
 	if resp.Decision.Allowed {
 		return
@@ -236,7 +236,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	}
 	sc := l.scratch.Get().(*scratch)
 	op, over, quota := l.op(sc, bucket, id, set, cost)
-	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.name, quota: quota}
+	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota}
 	var err error
 	if over {
 		// Never admissible: answered here, without the store (nothing
@@ -295,7 +295,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if !d.Allowed && l.policy.Shadow {
 		l.shadow(&d, "")
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src})
+	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src, Plan: d.Plan})
 	if !d.Allowed && l.policy.OnLimited != nil {
 		l.onLimited(ctx, &r, &d)
 	}
