@@ -68,8 +68,13 @@ func (r *reporter) storeFailure(bucket string, mode FailureMode, err error, logI
 func (r *reporter) issue(bucket string, kind Issue) {
 	r.observer.Issue(bucket, kind)
 	if r.allowIssue(kind) {
-		r.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
-			slog.String("bucket", bucket), slog.String("issue", string(kind)))
+		msg := "quotagate: " + string(kind) + " (this kind is logged at most once per 10 minutes)"
+		if kind == issueRouteUnknown {
+			msg = "quotagate: route-unknown: a PerRoute policy is mounted where the router has not matched a route yet, " +
+				"so every such request counts in its Shared bucket: mount it at route level (the adapter's documentation names the way) " +
+				"(logged at most once per 10 minutes)"
+		}
+		r.logger.Warn(msg, slog.String("bucket", bucket), slog.String("issue", string(kind)))
 	}
 }
 
