@@ -31,7 +31,9 @@
 // client address from a trusted forwarding header, only when one is
 // configured with [WithTrustedHeader] or [WithTrustedProxies] (each states
 // its threat model; without them no header is ever read); the socket peer;
-// else one shared fallback bucket at Limit/10. Addresses are normalised
+// else one shared fallback bucket per policy at max(Cost, Limit/10) (a token
+// bucket divides Burst instead; [WithFallbackDivisor] sets the 10).
+// Addresses are normalised
 // (port and zone dropped, IPv4-mapped IPv6 unmapped, IPv6 grouped by /64) and
 // the source is reported as [Decision].KeySource.
 //
