@@ -86,6 +86,9 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		if sc.TypedCostQuery != "" {
 			p.CostFunc = h.CostFunc(sc.TypedCostQuery)
 		}
+		if sc.TypedPlanHeader != "" {
+			p.Plan = h.PlanFunc(sc.TypedPlanHeader)
+		}
 		if sc.CountOnLimited {
 			inner := p.OnLimited
 			p.OnLimited = func(ctx context.Context, r limit.Request, d limit.Decision) {

@@ -38,6 +38,10 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return echolimit.CostFunc(func(c echo.Context) int64 { n, _ := strconv.ParseInt(c.QueryParam(name), 10, 64); return n })
 }
 
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return echolimit.PlanFunc(func(c echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
+}
+
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true

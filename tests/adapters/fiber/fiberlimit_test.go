@@ -358,6 +358,10 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return fiberlimit.CostFunc(func(c *fiber.Ctx) int64 { return int64(c.QueryInt(name)) })
 }
 
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return fiberlimit.PlanFunc(func(c *fiber.Ctx) (string, error) { return c.Get(name), nil })
+}
+
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	a := fiber.New(fiber.Config{DisableStartupMessage: true})
 	for _, l := range app.Global {
