@@ -52,8 +52,10 @@
 // Limit, or Burst) is answered without the store: 429 with its own problem
 // type and no Retry-After ([Decision].OverCapacity). Every policy [New]
 // accepts gives in-range delays, header values and store TTLs; two Limiters
-// built separately with the same numbers and no Name are refused by a Store
-// that keeps limitstore.Claims rather than left to share one allowance silently.
+// built separately with the same numbers and no Name on one Store value that
+// keeps limitstore.Claims are refused rather than left to share one
+// allowance silently (the check sees one Store value in one process; across
+// processes, a shared store needs a key prefix per service: [WithKeyPrefix]).
 //
 // The engine calls its Store straight, with the caller's context. What
 // protects a store that does I/O (a timeout, a circuit breaker, a local

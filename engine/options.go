@@ -105,8 +105,9 @@ func WithHashKeys(on bool) Option {
 }
 
 // WithLocalStore sets the per-process store that FailLocal policies use while
-// the shared store is failing (normally a memstore). New reports a FailLocal
-// policy without one.
+// the shared store is failing (normally a memstore). New and With refuse a
+// FailLocal policy without one, and with one a policy that is not FailLocal
+// (its local store would go unused: it would fail open).
 func WithLocalStore(s limitstore.Store) Option {
 	return func(c *config) error {
 		if s == nil {
