@@ -291,6 +291,13 @@ func TestMiddlewareAllocations(t *testing.T) {
 	if got := conformance.AllocsPerRequest(t, echoWith(l)); got > 1 {
 		t.Fatalf("%.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
 	}
+	// WithHTTPError adds none on the allowed path (its writer is pooled).
+	e := echo.New()
+	e.Use(echolimit.Middleware(l, echolimit.WithHTTPError()))
+	e.GET("/v1/notes/:id", func(echo.Context) error { return nil })
+	if got := conformance.AllocsPerRequest(t, e); got > 1 {
+		t.Fatalf("WithHTTPError: %.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
+	}
 }
 
 // serveRecorded serves one request from 192.0.2.1 to e in process.
