@@ -205,7 +205,7 @@ type Policy struct {
 	// plan. The Policy's own quotas (Limit/Window/Burst, or Quotas) are the
 	// default plan. Each plan has its own records, and the RateLimit fields
 	// show the plan's numbers. The bucket (and its metrics label) stays the
-	// policy's.
+	// policy's; the plan is DecisionEvent.Plan (the metrics' plan label).
 	Plans map[string][]Rate
 	// Plan names the plan of a request (an API key's tier, say); required
 	// with Plans. "" and DefaultPlan mean the default plan. An error, a
