@@ -83,7 +83,9 @@ func main() {
 // build returns the server with its interceptors, and the policy part of
 // the start-up line.
 func build(c app.Config) (*grpc.Server, string, *app.Env, error) {
-	env, err := app.NewEnv(c)
+	// A service of its own beside the HTTP examples: its own key prefix, so
+	// that on one Redis their allowances stay apart.
+	env, err := app.NewEnv(c, "grpc-example")
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -119,14 +119,20 @@ func APIKey(r limit.Request) (string, error) {
 }
 
 // PlanOf is the export policy's Plan: "pro" for API keys starting with
-// "pro-", else the default plan. A real service would look the key's tier
-// up; returning constant strings allocates nothing.
+// "pro-", else "free", the default plan's name (Policy.DefaultPlan). A real
+// service would look the key's tier up; returning constant strings
+// allocates nothing.
 func PlanOf(r limit.Request) (string, error) {
 	if k, _ := APIKey(r); strings.HasPrefix(k, "pro-") {
 		return "pro", nil
 	}
-	return "", nil
+	return "free", nil
 }
+
+// KeyPrefix is the examples' namespace in the store: a service's name, so
+// that other services on the same Redis keep their own allowances (New
+// refuses the default prefix on a shared store).
+const KeyPrefix = "notes-example"
 
 // Env is what every example server's policies stand on, from the flags: the
 // store (memory, or Redis with the memory store as FailLocal's fallback),
@@ -151,8 +157,9 @@ type Env struct {
 	shadow     bool
 }
 
-// NewEnv creates the store, the observer and the options of c.
-func NewEnv(c Config) (*Env, error) {
+// NewEnv creates the store, the observer and the options of c; prefix is
+// the service's key prefix (limit.WithKeyPrefix).
+func NewEnv(c Config, prefix string) (*Env, error) {
 	trust, err := TrustOptions(c)
 	if err != nil {
 		return nil, err
@@ -196,7 +203,7 @@ func NewEnv(c Config) (*Env, error) {
 		trust = append(trust, limit.WithLocalStore(local))
 		e.RedisStatus = PingRedis(rs, c.Redis)
 	}
-	e.Options = append(trust, limit.WithObserver(obs), limit.WithLogger(logger))
+	e.Options = append(trust, limit.WithKeyPrefix(prefix), limit.WithObserver(obs), limit.WithLogger(logger))
 	e.Flush = flush
 	return e, nil
 }
@@ -212,7 +219,7 @@ func (e *Env) Fill(p limit.Policy) limit.Policy {
 // in shadow mode). searchCost prices a
 // search request (the framework's typed helper reading ?expensive=1).
 func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
-	e, err := NewEnv(c)
+	e, err := NewEnv(c, KeyPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +257,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	export, err := global.With(limit.Policy{
 		Name: "export", Limit: 5, Window: 60 * time.Second, Shadow: c.Shadow,
-		KeyFunc: APIKey, Plan: PlanOf,
+		KeyFunc: APIKey, Plan: PlanOf, DefaultPlan: "free",
 		Plans:      map[string][]limit.Rate{"pro": {{Limit: 20, Window: 60 * time.Second}}},
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	})
