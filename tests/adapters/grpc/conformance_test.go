@@ -485,9 +485,9 @@ func run(t *testing.T, sc scenario, newStore func(testing.TB, func() time.Time) 
 	}
 	limiters := map[string]*limit.Limiter{}
 	for name, p := range sc.policies {
-		opts := sc.options
+		opts := append([]limit.Option{limit.WithKeyPrefix("conformance-grpc")}, sc.options...)
 		if p.FailureMode == limit.FailLocal {
-			opts = append(append([]limit.Option{}, opts...), limit.WithLocalStore(redistest.Memory(t, clock.Now)))
+			opts = append(opts, limit.WithLocalStore(redistest.Memory(t, clock.Now)))
 		}
 		l, err := limit.New(store, p, opts...)
 		if err != nil {
