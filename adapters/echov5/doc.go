@@ -28,8 +28,9 @@
 // included, and a Group's middleware for the unmatched paths under its
 // prefix (echo registers a RouteNotFound catch-all for the group). The
 // middleware tells those requests from served ones by what echo's router
-// reports: an empty c.Path() (no route, or none for the method), or a
-// RouteNotFound route in c.RouteInfo(). It passes them to the engine as
+// reports: an empty c.Path() (no route), the Allow value it keeps for its
+// 405 and OPTIONS answers (echo.ContextKeyHeaderAllow), or a RouteNotFound
+// route in c.RouteInfo(). It passes them to the engine as
 // unmatched (limit.Request.Unmatched): they count in the policy's Shared
 // bucket, a PerRoute policy's included, with an empty handler label. So the
 // global limit belongs on e.Use, where it also limits scanners; put the

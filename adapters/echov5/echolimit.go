@@ -68,11 +68,12 @@ type routes struct {
 }
 
 // unmatched reports whether echo serves no route for c: the path is empty
-// (echo found no route, or none for the request's method: its 404, 405 and
-// automatic OPTIONS answers), or the route echo chose is a RouteNotFound
-// catch-all.
+// (echo found no route), echo's router set the Allow value it sets when
+// it has no route for the request's method (its 405 and automatic OPTIONS
+// answers, which echo's CORS middleware reads the same way), or the route
+// echo chose is a RouteNotFound catch-all.
 func (rt *routeTable) unmatched(c *echo.Context, path string) bool {
-	if path == "" {
+	if path == "" || c.Get(echo.ContextKeyHeaderAllow) != nil {
 		return true
 	}
 	e := c.Echo()
