@@ -47,7 +47,11 @@
 // Limiter with Unmatched after every route (app.Use(fiberlimit.Unmatched(l)))
 // and those requests, which fiber answers 404 or 405, count in its Shared
 // bucket, so that scanners are limited by the global limit too; an app.Use
-// mount in front of the routes sees every request already. Fiber answers a
+// mount in front of the routes sees every request already. Unlike fiber
+// v2, v3 registers a GET route's automatic HEAD route after every other
+// route and mount, so a HEAD request to a GET route passes the Unmatched
+// mount before its route: Unmatched therefore decides after c.Next(), and
+// only when no route served the request (c.Matched() is false). Fiber answers a
 // method outside Config.RequestMethods (e.g. FOO) with 501 before running
 // any handler: no mount sees it, and it costs the server no handler. CORS
 // preflights (OPTIONS with Access-Control-Request-Method) pass unlimited and

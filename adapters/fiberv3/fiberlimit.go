@@ -35,14 +35,18 @@ func New(l *limit.Limiter) fiber.Handler {
 	}
 }
 
-// Unmatched returns a fiber handler for the requests no route matches,
+// Unmatched returns a fiber handler for the requests no route serves,
 // which fiber answers 404 Not Found or 405 Method Not Allowed: mount it with
-// app.Use after every route. A request reaches it only when no route
-// before it answered, so the adapter tells the engine that no route matched
-// (limit.Request.Unmatched): it counts in l's Shared bucket. When allowed it
-// continues with c.Next(), so that fiber answers as usual (404, or 405 when
-// the path has routes for other methods); when limited it returns the
-// engine's response.
+// app.Use after every route. It lets the request go on first (c.Next()):
+// when a route registered after it serves the request (fiber registers its
+// automatic HEAD routes for GET routes after every other route and mount,
+// so every HEAD request to a GET route passes an Unmatched mount first),
+// it does nothing, and the route's own mounts count the request. Otherwise
+// no route matched (c.Matched() is false) and fiber has not answered yet:
+// the adapter tells the engine so (limit.Request.Unmatched), the request
+// counts in l's Shared bucket, and when allowed fiber answers as usual
+// (404, or 405 when the path has routes for other methods); when limited
+// the engine's response replaces fiber's answer (without its Allow field).
 //
 // This is how a global limit mounted at route level (where PerRoute
 // buckets and the metrics' handler label work) also limits scanners:
@@ -54,14 +58,24 @@ func New(l *limit.Limiter) fiber.Handler {
 //
 // A global app.Use(New(l)) in front of the routes sees every request
 // already (unmatched ones included, as requests whose route it cannot see)
-// and needs no Unmatched mount. Routes registered after an Unmatched mount
-// are reached through it, and would count twice with a route-level mount of
-// the same Limiter: register it last. Fiber answers a method outside
+// and needs no Unmatched mount. Fiber answers a method outside
 // Config.RequestMethods (e.g. FOO) with 501 Not Implemented before running
 // any handler, so no mount sees those requests.
 func Unmatched(l *limit.Limiter) fiber.Handler {
 	return func(c fiber.Ctx) error {
-		return serve(l, c, "", true)
+		err := c.Next()
+		if c.Matched() {
+			return err
+		}
+		ctx := c.Context()
+		fc := c.RequestCtx()
+		d := l.Check(ctx, request(c, fc, "", true), (*response)(fc))
+		if !d.Allowed {
+			fc.Response.Header.Del(fiber.HeaderAllow)
+			return nil
+		}
+		l.Finish(ctx, &d, status(fc, err))
+		return err
 	}
 }
 
