@@ -35,6 +35,8 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 )
 
+// The tests module's local requirements resolve through these lines too: a
+// quotagate module added there needs its line here.
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../../../adapters/chi
 	github.com/quotagate/quotagate/adapters/echo => ../../../adapters/echo
@@ -43,8 +45,10 @@ replace (
 	github.com/quotagate/quotagate/adapters/fiberv3 => ../../../adapters/fiberv3
 	github.com/quotagate/quotagate/adapters/gin => ../../../adapters/gin
 	github.com/quotagate/quotagate/adapters/nethttp => ../../../adapters/nethttp
+	github.com/quotagate/quotagate/client => ../../../client
 	github.com/quotagate/quotagate/conformance => ../../../conformance
 	github.com/quotagate/quotagate/engine => ../../../engine
+	github.com/quotagate/quotagate/metrics/otel => ../../../metrics/otel
 	github.com/quotagate/quotagate/metrics/prometheus => ../../../metrics/prometheus
 	github.com/quotagate/quotagate/stores/memory => ../../../stores/memory
 	github.com/quotagate/quotagate/stores/redis => ../../../stores/redis
