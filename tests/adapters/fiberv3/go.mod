@@ -22,6 +22,7 @@ require (
 	github.com/mattn/go-isatty v0.0.22 // indirect
 	github.com/mattn/go-runewidth v0.0.16 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/quotagate/quotagate/client v0.0.0 // indirect
 	github.com/quotagate/quotagate/stores/memory v0.0.0 // indirect
 	github.com/quotagate/quotagate/stores/redis v0.0.0 // indirect
 	github.com/redis/rueidis v1.0.79 // indirect
