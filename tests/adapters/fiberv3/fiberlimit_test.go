@@ -70,7 +70,8 @@ func BenchmarkHandler(b *testing.B) {
 }
 
 // On the allowed path at the default disclosure the handler allocates the
-// two copies it must make: the request path and the peer address text.
+// two copies it must make, as on fiber v2: the request path and the peer
+// address text.
 func TestHandlerAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
 	for _, mount := range []string{"app-use", "route"} {
