@@ -119,14 +119,20 @@ func APIKey(r limit.Request) (string, error) {
 }
 
 // PlanOf is the export policy's Plan: "pro" for API keys starting with
-// "pro-", else the default plan. A real service would look the key's tier
-// up; returning constant strings allocates nothing.
+// "pro-", else "free", the default plan's name (Policy.DefaultPlan). A real
+// service would look the key's tier up; returning constant strings
+// allocates nothing.
 func PlanOf(r limit.Request) (string, error) {
 	if k, _ := APIKey(r); strings.HasPrefix(k, "pro-") {
 		return "pro", nil
 	}
-	return "", nil
+	return "free", nil
 }
+
+// KeyPrefix is the examples' namespace in the store: a service's name, so
+// that other services on the same Redis keep their own allowances (New
+// refuses the default prefix on a shared store).
+const KeyPrefix = "notes-example"
 
 // Build creates the store and the limiters from c (-shadow puts every one
 // in shadow mode). searchCost prices a
@@ -179,7 +185,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 		SkipPaths: []string{"/health", "/metrics"},
-	}, append(trust, limit.WithObserver(obs), limit.WithLogger(logger))...)
+	}, append(trust, limit.WithKeyPrefix(KeyPrefix), limit.WithObserver(obs), limit.WithLogger(logger))...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
@@ -207,7 +213,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	export, err := global.With(limit.Policy{
 		Name: "export", Limit: 5, Window: 60 * time.Second, Shadow: c.Shadow,
-		KeyFunc: APIKey, Plan: PlanOf,
+		KeyFunc: APIKey, Plan: PlanOf, DefaultPlan: "free",
 		Plans:      map[string][]limit.Rate{"pro": {{Limit: 20, Window: 60 * time.Second}}},
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	})
