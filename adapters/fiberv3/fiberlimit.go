@@ -24,7 +24,8 @@ import (
 // of the routes (app.Use, Group.Use, app.Group(prefix, New(l))) no route is
 // matched yet, so it is "": a PerRoute policy falls back to its Shared
 // bucket and reports the route-unknown issue, and the metrics' handler label
-// is empty (see the package documentation).
+// is empty (see the package documentation). Routes mounts l at route
+// level on every route of a group.
 func New(l *limit.Limiter) fiber.Handler {
 	return func(c fiber.Ctx) error {
 		route := ""
@@ -223,3 +224,12 @@ func KeyFunc(f func(c fiber.Ctx) (string, error)) func(limit.Request) (string, e
 // CostFunc adapts a pricing function over fiber.Ctx to Policy.CostFunc:
 // limit.CostFuncOf.
 func CostFunc(f func(c fiber.Ctx) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// PlanFunc adapts a plan function over fiber.Ctx to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework. The result may point into fasthttp's buffers (c.Get): the
+// engine copies it before the call returns.
+func PlanFunc(f func(c fiber.Ctx) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}
