@@ -31,7 +31,7 @@ require (
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
@@ -45,6 +45,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/fiber => ../../../adapters/fiber
 	github.com/quotagate/quotagate/adapters/fiberv3 => ../../../adapters/fiberv3
 	github.com/quotagate/quotagate/adapters/gin => ../../../adapters/gin
+	github.com/quotagate/quotagate/adapters/grpc => ../../../adapters/grpc
 	github.com/quotagate/quotagate/adapters/nethttp => ../../../adapters/nethttp
 	github.com/quotagate/quotagate/client => ../../../client
 	github.com/quotagate/quotagate/conformance => ../../../conformance
