@@ -66,6 +66,14 @@ type Op struct {
 	Cost int64
 	// N is the number of quotas in Quotas, 1..MaxQuotas.
 	N int
+	// WaitMS is how long, in milliseconds, the request may wait for a
+	// reserved slot (Policy.MaxWait, shortened by the request's deadline);
+	// 0: no waiting. A TokenBucket quota that would deny the cost admits
+	// it instead when the slot it would be admitted in begins within
+	// min(WaitMS, Quota.MaxWaitMS) of now: the TAT moves forward by the
+	// cost (the slot is reserved) and QuotaResult.WaitMS says when it
+	// begins. Window quotas and Refunds ignore it.
+	WaitMS int64
 	// Quotas are the quotas the cost is taken from; only the first N count.
 	Quotas [MaxQuotas]Quota
 }
@@ -91,6 +99,13 @@ type Quota struct {
 	// identity spans [n*WindowMS + PhaseMS, (n+1)*WindowMS + PhaseMS).
 	// TokenBucket: 0.
 	PhaseMS int64
+	// MaxWaitMS is, for a TokenBucket, how far beyond a whole bucket
+	// reservations may move the TAT, in milliseconds (the policy's
+	// MaxWait; 0: no reservations). It is part of the key's state
+	// signature, so every Op on one key carries the same: a TAT up to
+	// MaxWaitMS past an empty bucket is reservations, further ahead a
+	// backward clock step (see Quota.tatOffset). Window algorithms: 0.
+	MaxWaitMS int64
 	// Window is read by Refund only, as returned in QuotaResult.Window:
 	// the window index the refunded charge was counted in (window
 	// algorithms), or the TAT just after the charge, Unix ms rounded up
@@ -139,6 +154,9 @@ type QuotaResult struct {
 	// write it. For a Refund it is > 0 when the State changed; the store
 	// then keeps the key's existing expiry.
 	TTLMS int64
+	// WaitMS is, for an admitted Op, the time from now until the slot this
+	// quota reserved begins (see Op.WaitMS); 0 when admitted at once.
+	WaitMS int64
 }
 
 // Result is a store's answer for one Op.
@@ -182,7 +200,7 @@ func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
 		return res
 	case n == 1:
 		// One quota: its own answer decides, in one pass.
-		op.Quotas[0].decide(&res.Quotas[0], &states[0], op.Cost, now, takeIfAdmitted)
+		op.Quotas[0].decide(&res.Quotas[0], &states[0], op.Cost, op.WaitMS, now, takeIfAdmitted)
 		res.Allowed = res.Quotas[0].Allowed
 		return res
 	}
@@ -190,12 +208,12 @@ func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
 	// admit is the cost taken, from each.
 	all := n > 0
 	for i := range n {
-		op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, now, probe)
+		op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, op.WaitMS, now, probe)
 		all = all && res.Quotas[i].Allowed
 	}
 	if all {
 		for i := range n {
-			op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, now, take)
+			op.Quotas[i].decide(&res.Quotas[i], &states[i], op.Cost, op.WaitMS, now, take)
 		}
 	}
 	res.Allowed = all
@@ -231,12 +249,13 @@ func (m mode) admits(allowed bool) bool { return m == take || m == takeIfAdmitte
 // decide writes this quota's answer at now into *r (every field). When m
 // takes the cost it writes the new State into *s; otherwise *s changes only
 // when the clock has fallen far behind it (normalized, with TTLMS > 0).
-func (q *Quota) decide(r *QuotaResult, s *State, cost, now int64, m mode) {
+// wait is the Op's WaitMS (TokenBucket only).
+func (q *Quota) decide(r *QuotaResult, s *State, cost, wait, now int64, m mode) {
 	switch q.Algorithm {
 	case FixedWindow:
 		q.fixed(r, s, cost, now, m)
 	case TokenBucket:
-		q.gcra(r, s, cost, now, m)
+		q.gcra(r, s, cost, wait, now, m)
 	default:
 		q.sliding(r, s, cost, now, m)
 	}
@@ -369,49 +388,60 @@ func (q *Quota) sliding(r *QuotaResult, s *State, cost, now int64, m mode) {
 }
 
 // tatOffset is the TokenBucket's TAT minus now in units of 1/Limit ms,
-// clamped to [0, Burst*WindowMS]: 0 is a full bucket, Burst*WindowMS an
-// empty one. In these units the emission interval WindowMS/Limit ms is
-// exactly WindowMS, so no rate needs rounding.
+// clamped to [0, Burst*WindowMS + MaxWaitMS*Limit]: 0 is a full bucket,
+// Burst*WindowMS an empty one, and beyond it the slots reserved by waiting
+// requests (at most MaxWaitMS of them). In these units the emission
+// interval WindowMS/Limit ms is exactly WindowMS, so no rate needs
+// rounding.
 //
 // clamped reports the clock-step rule: a TAT further ahead than a whole
-// bucket exists only after the clock stepped back; it is read as an empty
-// bucket (nothing admitted is forgotten, and no client waits longer than the
-// bucket's refill time), and that reading is written back even when the
+// bucket and its reservations exists only after the clock stepped back; it
+// is read as an empty bucket with every reservation taken (nothing admitted
+// or reserved is forgotten, and no client waits longer than the bucket's
+// refill time plus MaxWait), and that reading is written back even when the
 // request is denied (see windowView for why).
 func (q *Quota) tatOffset(s *State, now int64) (off int64, clamped bool) {
 	d := s.TAT - now
 	if d < 0 {
 		return 0, false
 	}
-	tau := q.Burst * q.WindowMS
-	if d > tau/q.Limit { // d*Limit+TATFrac > tau, decided without the product
-		return tau, true
+	h := q.Burst*q.WindowMS + q.MaxWaitMS*q.Limit
+	if d > h/q.Limit { // d*Limit+TATFrac > h, decided without the product
+		return h, true
 	}
 	off = d*q.Limit + s.TATFrac
-	if off > tau {
-		return tau, true
+	if off > h {
+		return h, true
 	}
 	return off, false
 }
 
 // gcra is the token bucket as GCRA in units of 1/Limit ms: emission interval
-// WindowMS, bucket tolerance tau = Burst*WindowMS, offset = TAT - now.
-func (q *Quota) gcra(r *QuotaResult, s *State, cost, now int64, m mode) {
+// WindowMS, bucket tolerance tau = Burst*WindowMS, offset = TAT - now. A
+// cost the bucket cannot take now is admitted with a reservation when the
+// instant it could, with no further traffic, is at most min(wait,
+// MaxWaitMS) ms away: the TAT moves forward by the cost as for any
+// admission, and WaitMS is that instant. A later request then reserves
+// the slot after it, so waiting requests are served in the order they
+// reserved, one emission interval per cost unit apart.
+func (q *Quota) gcra(r *QuotaResult, s *State, cost, wait, now int64, m mode) {
 	lim, t := q.Limit, q.WindowMS
 	tau := q.Burst * t
 	off, clamped := q.tatOffset(s, now)
-	allowed := cost <= q.Burst && off+cost*t <= tau
+	need := off + cost*t - tau // > 0: the bucket lacks it now
+	allowed := cost <= q.Burst && need <= min(max(wait, 0), q.MaxWaitMS)*lim
 	admit := m.admits(allowed)
 	*r = QuotaResult{Allowed: allowed}
 	if admit {
 		off += cost * t
+		r.WaitMS = ceilDiv(need, lim)
 	}
 	if admit || clamped {
 		*s = State{TAT: now + off/lim, TATFrac: off % lim}
 		r.TTLMS = max(ceilDiv(off, lim), 1)
 	}
 	r.Window = now + ceilDiv(off, lim) // the TAT, rounded up: what a Refund gives back depends on it
-	r.Remaining = (tau - off) / t
+	r.Remaining = max(tau-off, 0) / t
 	r.ResetAfterMS = ceilDiv(off, lim)
 	switch {
 	case admit || allowed:
@@ -432,6 +462,13 @@ func (q *Quota) gcra(r *QuotaResult, s *State, cost, now int64, m mode) {
 // cost*T of the charge's TAT (Quota.Window), none once now has passed it.
 // A state the clock has fallen far behind is then normalized as a take
 // would (windowView, tatOffset), so that the numbers hold.
+//
+// A reservation (see Op.WaitMS) whose request gives up before its slot is
+// given back by the same Refund, with the Window of its admission: its slot
+// is still ahead, so all of its cost comes back, exactly, whatever was
+// reserved after it (the TAT moves back by the cost; the later
+// reservations keep their slots, and the next request reserves the one
+// freed at the end).
 func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	before := *s
 	switch q.Algorithm {
@@ -465,8 +502,8 @@ func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	}
 	// The numbers at now: a cost-0 request admitted on a copy.
 	view := *s
-	q.decide(r, &view, 0, now, take)
-	r.Allowed, r.RetryAfterMS = true, 0
+	q.decide(r, &view, 0, 0, now, take)
+	r.Allowed, r.RetryAfterMS, r.WaitMS = true, 0, 0
 	if *s == before {
 		r.TTLMS = 0 // nothing to write
 	}

@@ -3,6 +3,7 @@ package limitstore
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/quotagate/quotagate/engine/internal/refmodel"
@@ -24,17 +25,23 @@ func refOp(tb testing.TB, ms []refmodel.Quota, op *Op, t int64) (Result, [MaxQuo
 		return res, write
 	}
 	all := true
-	for _, m := range ms {
-		all = all && m.Fits(t, cost)
+	var waits [MaxQuotas]int64
+	var oks, norms [MaxQuotas]bool
+	for i, m := range ms {
+		// The clock-step reading first: a reservation's wait counts from
+		// the state as the store reads it.
+		norms[i] = m.Normalize(t)
+		waits[i], oks[i] = m.Wait(t, cost, op.WaitMS)
+		all = all && oks[i]
 	}
 	res.Allowed = all
 	for i, m := range ms {
 		q := &res.Quotas[i]
 		if all {
-			q.Allowed, q.Window, write[i] = true, m.Admit(t, cost), true
+			q.Allowed, q.WaitMS, q.Window, write[i] = true, waits[i], m.Admit(t, cost), true
 		} else {
-			write[i] = m.Normalize(t)
-			q.Allowed, q.Window = m.Fits(t, cost), m.Window(t)
+			write[i] = norms[i]
+			q.Allowed, q.Window = oks[i], m.Window(t)
 			if !q.Allowed {
 				q.RetryAfterMS = refmodel.RetryAfter(tb, m, t, cost)
 			}
@@ -46,12 +53,16 @@ func refOp(tb testing.TB, ms []refmodel.Quota, op *Op, t int64) (Result, [MaxQuo
 
 // randomQuota returns a random quota (small numbers, so that the models'
 // scans stay short) and its model.
-func randomQuota(rng *rand.Rand, alg Algorithm) (Quota, refmodel.Quota) {
+func randomQuota(rng *rand.Rand, alg Algorithm, waiting bool) (Quota, refmodel.Quota) {
 	limit := 1 + rng.Int64N(6)
 	w := 1 + rng.Int64N(40)
 	q := Quota{Algorithm: alg, Limit: limit, WindowMS: w}
 	if alg == TokenBucket {
 		q.Burst = 1 + rng.Int64N(6)
+		if waiting {
+			q.MaxWaitMS = rng.Int64N(4 * w)
+			return q, refmodel.NewWaitingBucket(limit, q.Burst, w, q.MaxWaitMS)
+		}
 		return q, refmodel.NewBucket(limit, q.Burst, w)
 	}
 	q.PhaseMS = rng.Int64N(w)
@@ -65,7 +76,7 @@ func randomQuota(rng *rand.Rand, alg Algorithm) (Quota, refmodel.Quota) {
 // states are written, and the time to live of each written state.
 func TestApplyAgainstReferenceModels(t *testing.T) {
 	const steps = 40_000
-	for _, mix := range []string{"fixed-window", "sliding-window", "token-bucket", "mixed"} {
+	for _, mix := range []string{"fixed-window", "sliding-window", "token-bucket", "mixed", "waiting-token-bucket", "waiting-mixed"} {
 		t.Run(mix, func(t *testing.T) {
 			t.Parallel()
 			seed := uint64(len(mix)) * 7919
@@ -77,17 +88,18 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 				now     int64
 				charges []Op // admitted Ops, to refund later
 				counts  [4]int
+				waited  int
 			)
 			reset := func() {
 				op = Op{N: 1 + rng.IntN(MaxQuotas)}
 				models = models[:0]
 				for i := range op.N {
-					alg := map[string]Algorithm{"fixed-window": FixedWindow, "sliding-window": SlidingWindow, "token-bucket": TokenBucket}[mix]
-					if mix == "mixed" {
+					alg := map[string]Algorithm{"fixed-window": FixedWindow, "sliding-window": SlidingWindow, "token-bucket": TokenBucket, "waiting-token-bucket": TokenBucket}[mix]
+					if mix == "mixed" || mix == "waiting-mixed" {
 						alg = Algorithm(rng.IntN(3))
 					}
 					var m refmodel.Quota
-					op.Quotas[i], m = randomQuota(rng, alg)
+					op.Quotas[i], m = randomQuota(rng, alg, strings.HasPrefix(mix, "waiting"))
 					models = append(models, m)
 				}
 				sts = [MaxQuotas]State{}
@@ -119,6 +131,9 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					capacity = min(capacity, m.Capacity())
 				}
 				o.Cost = rng.Int64N(capacity + 2) // 0 .. capacity+1
+				if strings.HasPrefix(mix, "waiting") {
+					o.WaitMS = rng.Int64N(5 * w) // at, under and over the quotas' MaxWaitMS
+				}
 				if len(charges) > 0 && rng.IntN(5) == 0 {
 					o = charges[rng.IntN(len(charges))]
 					o.Refund = true
@@ -159,11 +174,20 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					counts[0]++
 				case got.Allowed:
 					counts[1]++
+					for j := range got.N {
+						if got.Quotas[j].WaitMS > 0 {
+							waited++
+							break
+						}
+					}
 				default:
 					counts[2]++
 				}
 			}
-			t.Logf("%d refunds, %d admitted, %d denied", counts[0], counts[1], counts[2])
+			t.Logf("%d refunds, %d admitted (%d with a reserved slot), %d denied", counts[0], counts[1], waited, counts[2])
+			if strings.HasPrefix(mix, "waiting") && waited < steps/50 {
+				t.Errorf("only %d admissions reserved a slot", waited)
+			}
 			if counts[0] < steps/20 || counts[1] < steps/10 || counts[2] < steps/10 {
 				t.Errorf("sequence too one-sided: %v", counts)
 			}

@@ -23,6 +23,11 @@ type Quota interface {
 	Capacity() int64
 	// Fits reports whether cost would be admitted at t.
 	Fits(t, cost int64) bool
+	// Wait reports whether cost would be admitted at t by a request that
+	// may wait up to wait ms for a reserved slot, and how long it waits
+	// (the first instant it fits, the state frozen); window quotas never
+	// reserve: Fits, 0.
+	Wait(t, cost, wait int64) (int64, bool)
 	// Normalize applies the clock-step reading at t to the stored state and
 	// reports whether it changed it (the store must then write it).
 	Normalize(t int64) bool
@@ -161,6 +166,8 @@ func (m *Window) Refund(_, cost, win int64) bool {
 	return true
 }
 
+func (m *Window) Wait(t, cost, _ int64) (int64, bool) { return 0, m.Fits(t, cost) }
+
 func (m *Window) Window(t int64) int64 { win, _, _, _, _ := m.read(t); return win }
 
 func (m *Window) Whole(t int64) bool {
@@ -190,14 +197,21 @@ func (m *Window) TTLBound() int64 {
 // Bucket models a token bucket by its fill level, in units where a token
 // is w units and the bucket refills limit units per ms: capacity burst*w.
 // The level at t counts from the level at t0, forwards or (after the clock
-// stepped back) backwards, never above the capacity.
+// stepped back) backwards, never above the capacity. Reservations take the
+// level below zero, down to -mw*limit (mw ms of refill: MaxWait).
 type Bucket struct {
-	limit, burst, w int64
-	level, t0       int64
+	limit, burst, w, mw int64
+	level, t0           int64
 }
 
 func NewBucket(limit, burst, w int64) *Bucket {
 	return &Bucket{limit: limit, burst: burst, w: w, level: burst * w}
+}
+
+// NewWaitingBucket is NewBucket whose requests may reserve slots up to mw
+// ms ahead.
+func NewWaitingBucket(limit, burst, w, mw int64) *Bucket {
+	return &Bucket{limit: limit, burst: burst, w: w, mw: mw, level: burst * w}
 }
 
 func (m *Bucket) Capacity() int64 { return m.burst }
@@ -212,15 +226,30 @@ func (m *Bucket) at(t int64) (int64, bool) {
 		}
 		return m.level + (t-m.t0)*m.limit, false
 	}
-	if lv := m.level - (m.t0-t)*m.limit; lv >= 0 {
+	if lv := m.level - (m.t0-t)*m.limit; lv >= -m.mw*m.limit {
 		return lv, false
 	}
-	return 0, true
+	return -m.mw * m.limit, true
 }
 
 func (m *Bucket) Fits(t, cost int64) bool {
 	lv, _ := m.at(t)
 	return cost <= m.burst && lv >= cost*m.w
+}
+
+func (m *Bucket) Wait(t, cost, wait int64) (int64, bool) {
+	if m.Fits(t, cost) {
+		return 0, true
+	}
+	if cost > m.burst {
+		return 0, false
+	}
+	for dt := int64(1); dt <= min(wait, m.mw); dt++ {
+		if m.Fits(t+dt, cost) {
+			return dt, true
+		}
+	}
+	return 0, false
 }
 
 func (m *Bucket) Normalize(t int64) bool {
@@ -276,5 +305,5 @@ func (m *Bucket) ResetAfter(t int64) int64 {
 }
 
 func (m *Bucket) TTLBound() int64 {
-	return max((m.burst*m.w+m.limit-1)/m.limit, 1)
+	return max((m.burst*m.w+m.mw*m.limit+m.limit-1)/m.limit, 1)
 }
