@@ -17,7 +17,8 @@ import (
 
 // RunStore runs the store-level scenarios against stores made by newStore:
 // random operation sequences of every algorithm (Ops of one or two quotas
-// under one hash tag, refunds of earlier charges) compared field by field
+// under one hash tag, refunds of earlier charges; token buckets reserving
+// slots and cancelling them) compared field by field
 // with the engine's own math (limitstore.Op.Apply over a plain map), concurrency
 // exactness on one key, key independence, the numbers of policies on the
 // boundary of what limit.New accepts, and Limiters of several quotas and
@@ -29,6 +30,8 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("refund-decisions-"+alg.String(), func(t *testing.T) { refundDecisions(t, alg, newStore) })
 	}
+	t.Run("reserve-and-cancel-as-the-model", func(t *testing.T) { reserveDifferential(t, newStore) })
+	t.Run("cancelled-reservations-given-back-exactly", func(t *testing.T) { reserveCancelExact(t, newStore) })
 	t.Run("concurrency-exactness", func(t *testing.T) { concurrency(t, newStore) })
 	t.Run("count-by-status-exactness", func(t *testing.T) { countByStatusExact(t, newStore) })
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })

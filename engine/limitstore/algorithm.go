@@ -104,7 +104,8 @@ type Quota struct {
 	// MaxWait; 0: no reservations). It is part of the key's state
 	// signature, so every Op on one key carries the same: a TAT up to
 	// MaxWaitMS past an empty bucket is reservations, further ahead a
-	// backward clock step (see Quota.tatOffset). Window algorithms: 0.
+	// backward clock step (see Quota.tatOffset). Below 2^22 (limit.New
+	// keeps it at most an hour). Window algorithms: 0.
 	MaxWaitMS int64
 	// Window is read by Refund only, as returned in QuotaResult.Window:
 	// the window index the refunded charge was counted in (window

@@ -122,7 +122,7 @@ func (w *waiter) encode(op *limitstore.Op, now int64) {
 		if q.Algorithm == limit.TokenBucket {
 			x = q.Burst
 		}
-		buf = binary.LittleEndian.AppendUint64(buf, uint64(algorithmCode(q.Algorithm)))
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(quotaCode(op, q)))
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Limit))
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(q.WindowMS))
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))

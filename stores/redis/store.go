@@ -380,6 +380,27 @@ func checked(res limitstore.Result, err error) (limitstore.Result, error) {
 	return res, nil
 }
 
+// quotaCode is the script's algorithm integer of quota q of op: the
+// algorithm's number, and for a token bucket with reservations (MaxWaitMS
+// > 0) 2 + 4*(mw + 2^22*rw), its MaxWait mw and the Op's wait rw =
+// min(max(op.WaitMS, 0), mw), both ms (lua/take.lua). limit.New keeps
+// MaxWait under 2^22 ms; a larger one, outside the contract, is sent as
+// 2^22-1.
+func quotaCode(op *limitstore.Op, q *limitstore.Quota) int64 {
+	if q.Algorithm != limit.TokenBucket || q.MaxWaitMS <= 0 {
+		return algorithmCode(q.Algorithm)
+	}
+	mw := min(q.MaxWaitMS, maxWaitCode-1)
+	rw := min(max(op.WaitMS, 0), mw)
+	if op.Refund {
+		rw = 0
+	}
+	return 2 + 4*(mw+maxWaitCode*rw)
+}
+
+// maxWaitCode bounds the MaxWait, in ms, that quotaCode packs (2^22).
+const maxWaitCode = 1 << 22
+
 // algorithmCode is the script's number for an algorithm.
 func algorithmCode(a limit.Algorithm) int64 {
 	switch a {

@@ -253,19 +253,27 @@ while p <= e do
       end
       -- inline: state end
       local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
-      if alg == 2 then
+      if alg >= 2 then
+        -- Reservations: the algorithm integer is 2 + 4*(mw + 2^22*rw), MaxWait
+        -- and the Op's wait in ms (0, 0: plain 2).
+        local mw, rw = 0, 0
+        if alg > 2 then
+          local v = (alg - 2) / 4
+          mw = v % 4194304
+          rw = (v - mw) / 4194304
+        end
         -- inline: bucketview begin
         local tau = x * w
         local off, norm = 0, false
         if sa >= now then
           off = (sa - now) * lim + sb
-          if off > tau then
-            off, norm = tau, true
+          if off > tau + mw * lim then
+            off, norm = tau + mw * lim, true
           end
         end
         -- inline: bucketview end
         -- inline: bucketadmits begin
-        ok = cost <= x and off + cost * w <= tau
+        ok = cost <= x and off + cost * w <= tau + rw * lim
         -- inline: bucketadmits end
         if ok then
           off = off + cost * w
@@ -290,6 +298,7 @@ while p <= e do
           slack = tau
           bound = 2 * tau / lim + 2
           -- inline: gcra end
+          bound = bound + mw
         end
       else
         -- inline: windowview begin

@@ -174,28 +174,30 @@ local function library(call, floor, byte, sunpack, spack, K)
     return sa, sb, sc, ex, px
   end
 
-  -- bucketview: token bucket (x = burst), Quota.tatOffset: off = TAT - now
-  -- in 1/lim ms, clamped to [0, tau]; norm when the clock fell behind a
-  -- whole bucket.
-  local function bucketview(sa, sb, now, lim, w, x)
+  -- bucketview: token bucket (x = burst, mw = MaxWait ms),
+  -- Quota.tatOffset: off = TAT - now in 1/lim ms, clamped to [0, tau +
+  -- mw*lim] (a whole bucket and its reservations); norm when the clock fell
+  -- behind that.
+  local function bucketview(sa, sb, now, lim, w, x, mw)
     -- inline: bucketview begin
     local tau = x * w
     local off, norm = 0, false
     if sa >= now then
       off = (sa - now) * lim + sb
-      if off > tau then
-        off, norm = tau, true
+      if off > tau + mw * lim then
+        off, norm = tau + mw * lim, true
       end
     end
     -- inline: bucketview end
     return tau, off, norm
   end
 
-  -- bucketadmits: the admission test of Quota.gcra.
-  local function bucketadmits(cost, x, w, off, tau)
+  -- bucketadmits: the admission test of Quota.gcra: the cost fits now, or
+  -- (a reservation) within rw ms, the Op's wait.
+  local function bucketadmits(cost, x, w, off, tau, rw, lim)
     local ok
     -- inline: bucketadmits begin
-    ok = cost <= x and off + cost * w <= tau
+    ok = cost <= x and off + cost * w <= tau + rw * lim
     -- inline: bucketadmits end
     return ok
   end
@@ -379,8 +381,13 @@ local function library(call, floor, byte, sunpack, spack, K)
         end
         local sa, sb, sc, ex, px = state(vals[i], now)
         local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
-        if alg == 2 then
-          local tau, off, norm = bucketview(sa, sb, now, lim, w, x)
+        if alg >= 2 then
+          -- Reservations: the algorithm integer is 2 + 4*(mw + 2^22*rw),
+          -- MaxWait and the Op's wait in ms (0, 0: plain 2).
+          local v = (alg - 2) / 4
+          local mw = v % 4194304
+          local rw = (v - mw) / 4194304
+          local tau, off, norm = bucketview(sa, sb, now, lim, w, x, mw)
           if refund then
             -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
             -- charge, whose TAT (rounded up) is cw.
@@ -403,7 +410,7 @@ local function library(call, floor, byte, sunpack, spack, K)
               norm = true
             end
           else
-            ok = bucketadmits(cost, x, w, off, tau)
+            ok = bucketadmits(cost, x, w, off, tau, rw, lim)
             if pass == 1 then
               all = all and ok
             end
@@ -413,6 +420,7 @@ local function library(call, floor, byte, sunpack, spack, K)
           end
           if norm and pass == passes then
             na, nb, nc, ttl, slack, bound = gcra(off, now, lim, tau)
+            bound = bound + mw
           end
         else
           -- b, c: the counts the view reads, less a refund (Quota.refund:

@@ -10,7 +10,9 @@
 -- KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
 -- ARGV[1]  little-endian signed 64-bit integers, 8 bytes each: now in Unix
 --          ms (0: read the server's TIME), cost, then per quota the
---          algorithm (0 sliding window, 1 fixed window, 2 token bucket),
+--          algorithm (0 sliding window, 1 fixed window, 2 token bucket;
+--          a token bucket with reservations 2 + 4*(mw + 2^22*rw): its
+--          MaxWait mw and the Op's wait rw, ms, rw <= mw < 2^22),
 --          limit, window ms, and phase ms (window algorithms) or burst
 --          (token bucket), and for a refund a fifth: the window index of
 --          the charge (window algorithms) or its TAT, Unix ms rounded up
@@ -105,19 +107,27 @@ if n == 1 and not refund then
   end
   -- inline: state end
   local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
-  if alg == 2 then
+  if alg >= 2 then
+    -- Reservations: the algorithm integer is 2 + 4*(mw + 2^22*rw), MaxWait
+    -- and the Op's wait in ms (0, 0: plain 2).
+    local mw, rw = 0, 0
+    if alg > 2 then
+      local v = (alg - 2) / 4
+      mw = v % 4194304
+      rw = (v - mw) / 4194304
+    end
     -- inline: bucketview begin
     local tau = x * w
     local off, norm = 0, false
     if sa >= now then
       off = (sa - now) * lim + sb
-      if off > tau then
-        off, norm = tau, true
+      if off > tau + mw * lim then
+        off, norm = tau + mw * lim, true
       end
     end
     -- inline: bucketview end
     -- inline: bucketadmits begin
-    ok = cost <= x and off + cost * w <= tau
+    ok = cost <= x and off + cost * w <= tau + rw * lim
     -- inline: bucketadmits end
     if ok then
       off = off + cost * w
@@ -142,6 +152,7 @@ if n == 1 and not refund then
       slack = tau
       bound = 2 * tau / lim + 2
       -- inline: gcra end
+      bound = bound + mw
     end
   else
     -- inline: windowview begin
