@@ -62,6 +62,11 @@ type Decision struct {
 	KeySource KeySource
 	// Policy is the deciding policy (read-only).
 	Policy *Policy
+	// Waited is how long the request waited for the slot it reserved
+	// (Policy.MaxWait) before it was admitted, or, when its context ended
+	// first, before it gave the slot back and was limited; 0 when it did
+	// not wait.
+	Waited time.Duration
 	// Plan is the plan that decided: a key of Policy.Plans, or
 	// Policy.DefaultPlan ("" unless set) for the default plan (the Policy's
 	// own quotas).
@@ -76,6 +81,10 @@ type Decision struct {
 	quota int
 	// charge is what Limiter.Finish may give back (finish.go).
 	charge charge
+	// waitMS is, for an admitted request, the time from the store's
+	// decision until the slot it reserved begins (the latest quota's);
+	// 0: admitted at once.
+	waitMS int64
 }
 
 // Outcome is what the engine did with a request; it is the outcome label of
@@ -151,7 +160,11 @@ func (d *Decision) fill(res *limitstore.Result) {
 	d.RetryAfter = time.Duration(retry) * time.Millisecond
 	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
+	d.waitMS = 0
 	for i := range min(res.N, limitstore.MaxQuotas) {
 		d.charge.windows[i] = res.Quotas[i].Window
+		if res.Allowed {
+			d.waitMS = max(d.waitMS, min(res.Quotas[i].WaitMS, maxDelayMS))
+		}
 	}
 }

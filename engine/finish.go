@@ -125,20 +125,30 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 	if reason == "" {
 		return
 	}
-	sc := l.scratch.Get().(*scratch)
-	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
-	if !over {
-		op.Refund = true
-		for i := range min(op.N, limitstore.MaxQuotas) {
-			op.Quotas[i].Window = c.windows[i]
-		}
-		if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
-			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
-		} else {
-			l.store.rep.observer.Refund(c.bucket.name, reason)
-		}
+	if l.giveBack(ctx, c) {
+		l.store.rep.observer.Refund(c.bucket.name, reason)
 	}
-	l.scratch.Put(sc)
+}
+
+// giveBack gives charge c back to the store in one Refund Op (the windows
+// of the charge make it exact) and reports whether the store took it; a
+// failure is reported as a store error and the charge stays counted.
+func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
+	if over {
+		return false
+	}
+	op.Refund = true
+	for i := range min(op.N, limitstore.MaxQuotas) {
+		op.Quotas[i].Window = c.windows[i]
+	}
+	if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
+		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+		return false
+	}
+	return true
 }
 
 // countStatus runs Policy.CountStatus; a panic counts the request.

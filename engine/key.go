@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"github.com/quotagate/quotagate/engine/limitstore"
+	"strconv"
 )
 
 // keyer spells the store keys of a (bucket, identity) and their window
@@ -18,15 +19,19 @@ type keyer struct {
 // stateSignature spells everything that decides how a stored state is read:
 // the signature (limit, window, algorithm letter, token-bucket burst), plus
 // "a" for a window algorithm with AlignWindows (its windows start at other
-// instants than the per-identity phase's). Two quotas whose states would not
+// instants than the per-identity phase's), plus "w<ms>" for a token bucket
+// with MaxWait (its TAT may run MaxWait ahead with reservations). Two quotas whose states would not
 // be interchangeable never have the same state signature, so, being part of
 // every key, it keeps them from ever reading or writing one record, whatever
 // their Name. It depends on the policy alone, so every process of a fleet
 // spells the same key.
-func stateSignature(a Algorithm, limit, windowMS, burst int64, aligned bool) string {
+func stateSignature(a Algorithm, limit, windowMS, burst int64, aligned bool, maxWaitMS int64) string {
 	s := signature(a, limit, windowMS, burst)
 	if aligned && a != TokenBucket {
 		s += "a"
+	}
+	if maxWaitMS > 0 {
+		s += "w" + strconv.FormatInt(maxWaitMS, 10)
 	}
 	return s
 }

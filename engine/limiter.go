@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Limiter applies one Policy through one Store. It is safe for concurrent use
@@ -34,6 +35,9 @@ type Limiter struct {
 	needsRoute bool                // something reads Request.Route (see HTTPHandler)
 	skip       map[string]struct{} // Policy.SkipPaths; nil when empty
 	scratch    sync.Pool
+	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
+	maxWaiting int64        // Policy.MaxWaiting, defaulted
+	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
@@ -97,7 +101,10 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	if p.FailureMode == FailLocal && cfg.localStore == nil {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
 	}
-	l := &Limiter{policy: p, res: res, cfg: cfg}
+	l := &Limiter{policy: p, res: res, cfg: cfg, maxWaitMS: p.MaxWait.Milliseconds(), maxWaiting: int64(p.MaxWaiting)}
+	if l.maxWaitMS > 0 && l.maxWaiting == 0 {
+		l.maxWaiting = defaultMaxWaiting
+	}
 	name := res.signature
 	if p.Name != "" {
 		name = p.Name
@@ -119,8 +126,8 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 			} else {
 				q.limit = max(res.cost, q.limit/cfg.fallbackDivisor)
 			}
-			set.q[j].state = planState(pl.name, stateSignature(p.Algorithm, set.q[j].limit, set.q[j].windowMS, set.q[j].burst, p.AlignWindows))
-			q.state = planState(pl.name, stateSignature(p.Algorithm, q.limit, q.windowMS, q.burst, p.AlignWindows))
+			set.q[j].state = planState(pl.name, stateSignature(p.Algorithm, set.q[j].limit, set.q[j].windowMS, set.q[j].burst, p.AlignWindows, p.MaxWait.Milliseconds()))
+			q.state = planState(pl.name, stateSignature(p.Algorithm, q.limit, q.windowMS, q.burst, p.AlignWindows, p.MaxWait.Milliseconds()))
 		}
 		set.hdr = newSetHeaders(&p, set, set)
 		fb.hdr = newSetHeaders(&p, set, fb)
@@ -238,11 +245,13 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	op, over, quota := l.op(sc, bucket, id, set, cost)
 	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota}
 	var err error
+	waiter := false
 	if over {
 		// Never admissible: answered here, without the store (nothing
 		// to count, and no delay to promise).
 		d.Outcome, d.OverCapacity = OutcomeLimited, true
 	} else {
+		waiter = l.maxWaitMS > 0 && l.enterWait(ctx, op)
 		err = l.store.decide(ctx, op, bucket.name, d)
 		if err == nil && d.Allowed {
 			// Taken from the shared store: Finish may give it back.
@@ -251,6 +260,12 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	}
 	d.Limit = set.q[d.quota].limit
 	l.scratch.Put(sc)
+	if waiter {
+		if d.waitMS > 0 && d.Allowed {
+			l.await(ctx, d)
+		}
+		l.waiting.Add(-1)
+	}
 	return set, err
 }
 

@@ -120,6 +120,11 @@ type Observer interface {
 	// failing policy's FailureMode: under FailLocal a request whose local
 	// store fails too reports two.
 	StoreError(bucket string, mode FailureMode)
+	// Wait is called once per request that reserved a slot and waited for
+	// it (Policy.MaxWait), with the bucket and the time it waited: served
+	// is true when it was admitted at its slot, false when its context
+	// ended first and it gave the slot back (the request is then limited).
+	Wait(bucket string, waited time.Duration, served bool)
 	// StoreDuration is called after every store call, failed ones included
 	// (not for a call a guarded store's open breaker refused), with the
 	// store's name (limitstore.Info.Name; "custom" when the store does not
@@ -144,6 +149,7 @@ func (nopObserver) Decision(DecisionEvent)                      {}
 func (nopObserver) Issue(string, Issue)                         {}
 func (nopObserver) Refund(string, string)                       {}
 func (nopObserver) StoreError(string, FailureMode)              {}
+func (nopObserver) Wait(string, time.Duration, bool)            {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
 func (nopObserver) StoreEvent(string, string)                   {}
 
@@ -171,6 +177,11 @@ func (g guardedObserver) Refund(bucket, reason string) {
 func (g guardedObserver) StoreError(bucket string, mode FailureMode) {
 	defer dropPanic()
 	g.o.StoreError(bucket, mode)
+}
+
+func (g guardedObserver) Wait(bucket string, waited time.Duration, served bool) {
+	defer dropPanic()
+	g.o.Wait(bucket, waited, served)
 }
 
 func (g guardedObserver) StoreDuration(store, op string, d time.Duration) {

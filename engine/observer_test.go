@@ -29,4 +29,5 @@ func (panicObserver) Issue(string, limit.Issue)                   { panic("issue
 func (panicObserver) Refund(string, string)                       { panic("refund") }
 func (panicObserver) StoreError(string, limit.FailureMode)        { panic("store error") }
 func (panicObserver) StoreDuration(string, string, time.Duration) { panic("duration") }
+func (panicObserver) Wait(string, time.Duration, bool)            { panic("wait") }
 func (panicObserver) StoreEvent(string, string)                   { panic("store event") }

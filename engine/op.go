@@ -10,14 +10,14 @@ import "github.com/quotagate/quotagate/engine/limitstore"
 // of the first quota the cost exceeds.
 func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cost int64) (op *limitstore.Op, over bool, quota int) {
 	op = &sc.op
-	op.Refund, op.N, op.Cost = false, set.n, cost
+	op.Refund, op.N, op.Cost, op.WaitMS = false, set.n, cost, 0
 	a := l.policy.Algorithm
 	for i := range set.n {
 		s, q := &set.q[i], &op.Quotas[i]
 		if cost > s.capacity(a) {
 			return op, true, i
 		}
-		q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window = a, s.limit, s.windowMS, s.burst, 0
+		q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window, q.MaxWaitMS = a, s.limit, s.windowMS, s.burst, 0, l.maxWaitMS
 	}
 	sc.key = l.keys.appendKeys(sc.key[:0], bucket, id, set, op)
 	return op, false, 0

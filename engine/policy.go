@@ -154,6 +154,33 @@ type Policy struct {
 	// within 2^50 and the refill time Burst*Window/Limit within 365 days,
 	// so that every delay, header value and store TTL stays in range.
 	Burst int64
+	// MaxWait, when set (TokenBucket only), lets a request wait for a slot
+	// instead of being limited: a request the bucket cannot take now
+	// reserves the next slot in the store, atomically (the TAT moves forward
+	// by its cost), when that slot begins within MaxWait and before the
+	// request's context deadline, and the engine waits for it on the
+	// request's own goroutine (one timer) before answering: Check and
+	// CheckHTTP return, and the adapters run the handler, when the slot
+	// begins; Consume and ConsumeN return then. Decision.Waited says how
+	// long. Otherwise the request is limited as without MaxWait and
+	// nothing is reserved. A request whose context ends while it waits
+	// gives its reservation back in one store call (exactly its cost) and
+	// is limited. Waiting requests are served in the order they reserved,
+	// one emission interval (Window/Limit) per cost unit apart, across
+	// every process on the store. At most MaxWaiting requests of this
+	// Limiter wait at once in a process. A whole number of milliseconds, at
+	// most 1 h; with Limit per Window, MaxWait (ms) times Limit stays
+	// within 2^50. New rejects it on SlidingWindow and FixedWindow (use
+	// TokenBucket), negative, and together with Shadow. It is part of the
+	// state signature: a policy with another MaxWait keeps other records.
+	// 0: no waiting.
+	MaxWait time.Duration
+	// MaxWaiting bounds the requests of this Limiter waiting for a slot at
+	// once in this process (MaxWait); past it a request that would wait is
+	// decided as without MaxWait (admitted if the bucket takes it now,
+	// else limited at once). Default 1024; negative is an error, and so is
+	// MaxWaiting without MaxWait.
+	MaxWaiting int
 	// Quotas, when set, are the policy's quotas in place of Limit, Window
 	// and Burst (which must then be zero): at most MaxQuotas (4), all with
 	// the policy's Algorithm, applied all or nothing. A request is admitted
@@ -516,6 +543,9 @@ func (p *Policy) resolve() (resolved, error) {
 	if r.cost == 0 {
 		r.cost = defaultCost
 	}
+	if err := p.checkMaxWait(); err != nil {
+		return r, err
+	}
 	var def quotaSet
 	if len(p.Quotas) > 0 {
 		if p.Limit != 0 || p.Window != 0 || p.Burst != 0 {
@@ -566,6 +596,17 @@ func (p *Policy) resolve() (resolved, error) {
 		}
 		r.plans = append(r.plans, plan{name: name, label: name, sets: [2]quotaSet{set}})
 	}
+	if p.MaxWait > 0 {
+		ms := p.MaxWait.Milliseconds()
+		for _, pl := range r.plans {
+			set := &pl.sets[0]
+			for i := range set.n {
+				if q := &set.q[i]; ms > maxTokenBucketUnits/q.limit {
+					return r, fmt.Errorf("%w: MaxWait %v times Limit %d exceeds 2^50, the bound of exact arithmetic; lower MaxWait", ErrInvalidPolicy, p.MaxWait, q.limit)
+				}
+			}
+		}
+	}
 	sigs := make([]string, def.n)
 	for i := range def.n {
 		q := &def.q[i]
@@ -573,6 +614,35 @@ func (p *Policy) resolve() (resolved, error) {
 	}
 	r.signature = strings.Join(sigs, "+")
 	return r, nil
+}
+
+// maxMaxWait is the longest Policy.MaxWait New accepts.
+const maxMaxWait = time.Hour
+
+// defaultMaxWaiting is Policy.MaxWaiting's default.
+const defaultMaxWaiting = 1024
+
+// checkMaxWait validates MaxWait and MaxWaiting.
+func (p *Policy) checkMaxWait() error {
+	switch {
+	case p.MaxWait < 0:
+		return fmt.Errorf("%w: MaxWait %v is negative (0: no waiting)", ErrInvalidPolicy, p.MaxWait)
+	case p.MaxWaiting < 0:
+		return fmt.Errorf("%w: MaxWaiting %d is negative (0 means the default %d)", ErrInvalidPolicy, p.MaxWaiting, defaultMaxWaiting)
+	case p.MaxWait == 0 && p.MaxWaiting != 0:
+		return fmt.Errorf("%w: MaxWaiting is set but MaxWait is 0: MaxWaiting bounds the requests waiting for a slot, and without MaxWait none waits", ErrInvalidPolicy)
+	case p.MaxWait == 0:
+		return nil
+	case p.Algorithm != TokenBucket:
+		return fmt.Errorf("%w: MaxWait needs Algorithm TokenBucket (Algorithm is %v): only a token bucket reserves a future slot; use TokenBucket to let requests wait", ErrInvalidPolicy, p.Algorithm)
+	case p.MaxWait%time.Millisecond != 0:
+		return fmt.Errorf("%w: MaxWait %v is not a whole number of milliseconds", ErrInvalidPolicy, p.MaxWait)
+	case p.MaxWait > maxMaxWait:
+		return fmt.Errorf("%w: MaxWait %v exceeds the maximum %v", ErrInvalidPolicy, p.MaxWait, maxMaxWait)
+	case p.Shadow:
+		return fmt.Errorf("%w: MaxWait with Shadow: a shadow policy never delays a request; drop one of them", ErrInvalidPolicy)
+	}
+	return nil
 }
 
 // signature is "<limit>p<window>" with the window in seconds (or "<n>ms" when

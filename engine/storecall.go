@@ -88,6 +88,7 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 	switch c.mode {
 	case FailLocal:
 		var lerr error
+		op.WaitMS = 0 // no request waits on a fallback's word (MaxWait)
 		if res, lerr = c.take(ctx, &c.local, op); lerr == nil {
 			d.fill(&res)
 			if d.Allowed {

@@ -61,7 +61,7 @@ func (c *denyCache) slot(h uint64) *atomic.Pointer[denyEntry] { return &c.slots[
 func (c *denyCache) rest(op *limitstore.Op) uint64 {
 	var h maphash.Hash
 	h.SetSeed(c.seed)
-	var b [8 * 6]byte
+	var b [8 * 7]byte
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	for i := range n {
 		q := &op.Quotas[i]
@@ -73,6 +73,7 @@ func (c *denyCache) rest(op *limitstore.Op) uint64 {
 		p = binary.LittleEndian.AppendUint64(p, uint64(q.WindowMS))
 		p = binary.LittleEndian.AppendUint64(p, uint64(q.Burst))
 		p = binary.LittleEndian.AppendUint64(p, uint64(q.PhaseMS))
+		p = binary.LittleEndian.AppendUint64(p, uint64(q.MaxWaitMS))
 		p = binary.LittleEndian.AppendUint64(p, uint64(len(q.Key)))
 		h.Write(p)
 	}
@@ -81,7 +82,8 @@ func (c *denyCache) rest(op *limitstore.Op) uint64 {
 
 // lookup returns the store's limitstore.Result for op as of now when the cache denies
 // op, with the delays counted down; ok is false when the store must be
-// asked. An expired entry met on the way is dropped.
+// asked: also when op may wait (Op.WaitMS) for a slot the cached delay says
+// begins within its wait. An expired entry met on the way is dropped.
 func (c *denyCache) lookup(op *limitstore.Op, now int64) (res limitstore.Result, ok bool) {
 	if c == nil || op.Refund || op.N < 1 {
 		return res, false
@@ -110,6 +112,14 @@ func (c *denyCache) lookup(op *limitstore.Op, now int64) (res limitstore.Result,
 		q.ResetAfterMS = max(q.ResetAfterMS-el, 0)
 		if q.RetryAfterMS > 0 {
 			q.RetryAfterMS = max(q.RetryAfterMS-el, 1)
+		}
+		// A request that may wait (Op.WaitMS) for a slot that begins
+		// within its wait would be admitted with a reservation: only
+		// the store can make it. The delay shown may be up to 2 ms
+		// longer than the store's (the countdown rounds down, the
+		// store's clock truncates), hence the margin.
+		if !q.Allowed && op.WaitMS > 0 && q.RetryAfterMS-2 <= min(op.WaitMS, op.Quotas[i].MaxWaitMS) {
+			return limitstore.Result{}, false
 		}
 	}
 	return res, true

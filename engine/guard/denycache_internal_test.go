@@ -42,3 +42,36 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 		t.Fatal("an expired entry met by a lookup was kept")
 	}
 }
+
+// A request that may wait for a reserved slot is answered from the cache
+// only when the cached delay says its slot begins after its wait: one the
+// store could admit with a reservation always asks the store.
+func TestDenyCacheNeverAnswersARequestThatCouldWait(t *testing.T) {
+	c := newDenyCache()
+	q := limitstore.Quota{Key: []byte("p:{t}:feed"), Algorithm: limit.TokenBucket, Limit: 5, WindowMS: 1000, Burst: 1, MaxWaitMS: 2000}
+	op := &limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
+	res := &limitstore.Result{N: 1}
+	res.Quotas[0] = limitstore.QuotaResult{RetryAfterMS: 2_200, ResetAfterMS: 2_400}
+	c.store(op, res, 0, 0) // a denial: the next slot begins in 2.2 s, past MaxWait
+	if _, ok := c.lookup(op, 0); !ok {
+		t.Fatal("a request that may not wait was not answered from the cache")
+	}
+	for _, tc := range []struct {
+		wait, at int64 // the Op's wait, ms; the lookup's instant, ms after the denial
+		cached   bool
+	}{
+		{wait: 2000, at: 0, cached: true},    // slot 2.2 s away, wait 2 s
+		{wait: 2000, at: 100, cached: true},  // 2.1 s away
+		{wait: 2000, at: 199, cached: false}, // about 2 s away: the store may reserve it
+		{wait: 2000, at: 500, cached: false}, // 1.7 s away
+		{wait: 1000, at: 500, cached: true},  // 1.7 s away, the deadline leaves 1 s
+		{wait: 5000, at: 0, cached: true},    // capped by the quota's MaxWait, 2 s
+		{wait: 0, at: 1500, cached: true},    // no waiting
+	} {
+		w := *op
+		w.WaitMS = tc.wait
+		if _, ok := c.lookup(&w, tc.at*int64(time.Millisecond)); ok != tc.cached {
+			t.Errorf("wait %d ms, %d ms after the denial: answered from the cache %v, want %v", tc.wait, tc.at, ok, tc.cached)
+		}
+	}
+}

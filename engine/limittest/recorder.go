@@ -18,7 +18,7 @@ type Recorder struct {
 }
 
 type event struct {
-	kind      byte // 'd' decision, 'i' issue, 'r' refund, 'e' store error, 't' store duration, 's' store skipped, 'b' breaker
+	kind      byte // 'd' decision, 'i' issue, 'r' refund, 'e' store error, 't' store duration, 's' store skipped, 'b' breaker, 'w' wait
 	open      bool
 	decision  limit.DecisionEvent
 	bucket    string
@@ -52,6 +52,27 @@ func (r *Recorder) Refund(bucket, reason string) {
 // StoreError records a failed store call.
 func (r *Recorder) StoreError(bucket string, mode limit.FailureMode) {
 	r.add(event{kind: 'e', bucket: bucket, mode: mode})
+}
+
+// Wait records a request that waited for its reserved slot (open holds
+// served).
+func (r *Recorder) Wait(bucket string, waited time.Duration, served bool) {
+	r.add(event{kind: 'w', bucket: bucket, d: waited, open: served})
+}
+
+// Waits returns how many requests of bucket waited for a reserved slot
+// and were served (served true) or gave it back (false), and the longest
+// wait among them.
+func (r *Recorder) Waits(bucket string, served bool) (n int, longest time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if e.kind == 'w' && e.bucket == bucket && e.open == served {
+			n++
+			longest = max(longest, e.d)
+		}
+	}
+	return n, longest
 }
 
 // StoreDuration records a store call's duration.

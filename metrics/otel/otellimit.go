@@ -27,11 +27,19 @@ const (
 	StoreBreakerOpen  = "quotagate.store.breaker.open"
 	StoreBreakerOpens = "quotagate.store.breaker.opens"
 	StoreEvictions    = "quotagate.store.evictions"
+	Wait              = "quotagate.wait"
 )
 
 // ErrInvalidOption means New rejected an Option; the wrapped message names
 // the option.
 var ErrInvalidOption = errors.New("otellimit: invalid option")
+
+// WaitBuckets returns the fixed explicit bucket boundaries, in seconds, of
+// quotagate.wait (promlimit's): 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30
+// 60 300. Each call returns a fresh slice.
+func WaitBuckets() []float64 {
+	return []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+}
 
 // DefaultDurationBuckets returns the default explicit bucket boundaries, in
 // seconds, of quotagate.store.duration: promlimit's, a 1-2.5-5 series from
@@ -87,6 +95,7 @@ type Observer struct {
 	issues    metric.Int64Counter
 	storeErrs metric.Int64Counter
 	durations metric.Float64Histogram
+	waits     metric.Float64Histogram
 	skipped   metric.Int64Counter
 	open      metric.Int64Gauge
 	opens     metric.Int64Counter
@@ -97,6 +106,7 @@ type Observer struct {
 	issueCache cache[issueKey, []metric.AddOption]
 	errCache   cache[storeErrKey, []metric.AddOption]
 	durCache   cache[durationKey, []metric.RecordOption]
+	waitCache  cache[waitKey, []metric.RecordOption]
 	skipCache  cache[skipKey, []metric.AddOption]
 }
 
@@ -122,6 +132,11 @@ type storeErrKey struct {
 }
 
 type durationKey struct{ store, op string }
+
+type waitKey struct {
+	bucket string
+	served bool
+}
 
 type skipKey struct{ store, reason string }
 
@@ -167,6 +182,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.durations, err = m.Float64Histogram(StoreDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of rate-limit store calls in seconds, failed calls included, by store and operation."),
 		metric.WithExplicitBucketBoundaries(cfg.buckets...))
+	add(err)
+	o.waits, err = m.Float64Histogram(Wait, metric.WithUnit("s"),
+		metric.WithDescription("Time requests waited for the slot they reserved (Policy.MaxWait), in seconds, by bucket and result (served: admitted at its slot; cancelled: its context ended first and the slot was given back). The count is the requests that waited."),
+		metric.WithExplicitBucketBoundaries(WaitBuckets()...))
 	add(err)
 	o.skipped, err = m.Int64Counter(StoreSkipped, metric.WithUnit("{decision}"),
 		metric.WithDescription("Decisions of a store that does I/O that were made without calling it, by store and reason: deny-cache or breaker-open."))
@@ -276,6 +295,23 @@ func (o *Observer) StoreDuration(store, op string, d time.Duration) {
 			attribute.String("store", k.store), attribute.String("op", k.op)))})
 	}
 	o.durations.Record(bg, d.Seconds(), opts...)
+}
+
+// Wait records one request that waited for its reserved slot in
+// quotagate.wait, in seconds, result "served" or "cancelled".
+func (o *Observer) Wait(bucket string, waited time.Duration, served bool) {
+	k := waitKey{bucket, served}
+	opts, ok := o.waitCache.get(k)
+	if !ok {
+		k.bucket = label(bucket)
+		result := "cancelled"
+		if served {
+			result = "served"
+		}
+		opts = o.waitCache.put(k, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("bucket", k.bucket), attribute.String("result", result)))})
+	}
+	o.waits.Record(bg, waited.Seconds(), opts...)
 }
 
 // StoreEvent counts one decision made without calling the store in

@@ -20,7 +20,16 @@ const (
 	IssuesTotal          = "quotagate_issues_total"
 	StoreErrorsTotal     = "quotagate_store_errors_total"
 	StoreDurationSeconds = "quotagate_store_duration_seconds"
+	WaitSeconds          = "quotagate_wait_seconds"
 )
+
+// WaitBuckets returns the fixed upper bounds, in seconds, of
+// quotagate_wait_seconds (the waits of Policy.MaxWait, at most an hour):
+// 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 300. Each call returns a
+// fresh slice.
+func WaitBuckets() []float64 {
+	return []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+}
 
 // ErrInvalidOption means New rejected an Option; the wrapped message names
 // the option.
@@ -84,12 +93,14 @@ type Observer struct {
 	issues    *prometheus.CounterVec
 	storeErrs *prometheus.CounterVec
 	durations *prometheus.HistogramVec
+	waits     *prometheus.HistogramVec
 
 	reqCache   cache[requestKey, prometheus.Counter]
 	refCache   cache[refundKey, prometheus.Counter]
 	issueCache cache[issueKey, prometheus.Counter]
 	errCache   cache[storeErrKey, prometheus.Counter]
 	durCache   cache[durationKey, prometheus.Observer]
+	waitCache  cache[waitKey, prometheus.Observer]
 
 	side storeSide // breaker.go
 }
@@ -119,6 +130,11 @@ type storeErrKey struct {
 }
 
 type durationKey struct{ store, op string }
+
+type waitKey struct {
+	bucket string
+	served bool
+}
 
 // outcomes are created together: the first event of a (bucket, handler,
 // key_source, plan) also creates its other outcomes at 0, so that rate() and
@@ -171,6 +187,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Help:    "Duration of rate-limit store calls in seconds, failed calls included, by store and operation.",
 			Buckets: cfg.buckets,
 		}, []string{"store", "op"}),
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    WaitSeconds,
+			Help:    "Time requests waited for the slot they reserved (Policy.MaxWait), in seconds, by bucket and result (served: admitted at its slot; cancelled: its context ended first and the slot was given back). The count is the requests that waited.",
+			Buckets: WaitBuckets(),
+		}, []string{"bucket", "result"}),
 		side: newStoreSide(),
 	}
 	if reg == nil {
@@ -183,7 +204,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			if o.issues, err = register(reg, IssuesTotal, o.issues, &done); err == nil {
 				if o.storeErrs, err = register(reg, StoreErrorsTotal, o.storeErrs, &done); err == nil {
 					if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
-						err = o.side.register(reg, &done)
+						if o.waits, err = register(reg, WaitSeconds, o.waits, &done); err == nil {
+							err = o.side.register(reg, &done)
+						}
 					}
 				}
 			}
@@ -334,6 +357,27 @@ func (o *Observer) StoreDuration(store, op string, d time.Duration) {
 	h.Observe(d.Seconds())
 }
 
+// Wait records one request that waited for its reserved slot in
+// quotagate_wait_seconds, result "served" or "cancelled".
+func (o *Observer) Wait(bucket string, waited time.Duration, served bool) {
+	k := waitKey{bucket, served}
+	h, ok := o.waitCache.get(k)
+	if !ok {
+		k.bucket = label(bucket)
+		result := "cancelled"
+		if served {
+			result = "served"
+		}
+		var err error
+		if h, err = o.waits.GetMetricWithLabelValues(k.bucket, result); err != nil {
+			h = droppedObs
+		} else {
+			h = o.waitCache.put(k, h)
+		}
+	}
+	h.Observe(waited.Seconds())
+}
+
 // Describe implements prometheus.Collector: the metrics' descriptors.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.requests.Describe(ch)
@@ -341,6 +385,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.issues.Describe(ch)
 	o.storeErrs.Describe(ch)
 	o.durations.Describe(ch)
+	o.waits.Describe(ch)
 	o.side.skipped.Describe(ch)
 	o.side.open.Describe(ch)
 	o.side.opens.Describe(ch)
@@ -353,6 +398,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.issues.Collect(ch)
 	o.storeErrs.Collect(ch)
 	o.durations.Collect(ch)
+	o.waits.Collect(ch)
 	o.side.skipped.Collect(ch)
 	o.side.open.Collect(ch)
 	o.side.opens.Collect(ch)

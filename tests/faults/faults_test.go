@@ -147,6 +147,7 @@ func (b *breakerLog) Issue(string, limit.Issue)                   {}
 func (b *breakerLog) Refund(string, string)                       {}
 func (b *breakerLog) StoreError(string, limit.FailureMode)        {}
 func (b *breakerLog) StoreDuration(string, string, time.Duration) {}
+func (b *breakerLog) Wait(string, time.Duration, bool)            {}
 func (b *breakerLog) StoreEvent(_, ev string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
