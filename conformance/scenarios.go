@@ -363,6 +363,24 @@ func Scenarios() []Scenario {
 			},
 		},
 		{
+			// Policy.MaxWait: a request the bucket cannot take now
+			// waits for its reserved slot (real time: the store's clock
+			// is the harness's fake one, frozen, so the slots stay where
+			// the store put them) and is served with the fields of any
+			// admitted request; 15 at once from a fresh client: the
+			// first at once, 10 in the slots of the next 2 s, 4 limited.
+			Name: "08d-token-bucket-requests-wait-for-a-slot",
+			Policies: map[string]limit.Policy{"feed": {Name: "feed", Algorithm: limit.TokenBucket, Limit: 5,
+				Window: time.Second, Burst: 1, MaxWait: 2 * time.Second, Disclosure: limit.DiscloseAlways}},
+			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/v1/feed", Mounts: []string{"feed"}}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/feed", Want: Want{Status: ok, Handler: "ran",
+					Header: map[string]string{"RateLimit-Policy": `"feed";q=5;w=1`, "RateLimit": `"feed";r=0;t=1`, "Retry-After": "-"}}}, 3),
+				after(5*time.Second, get("127.0.0.2", "/v1/feed", ok)),
+			},
+			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/v1/feed", Clients: 15, Allowed: 11},
+		},
+		{
 			Name:     "09-retry-after-is-exact",
 			Policies: map[string]limit.Policy{"g": fixed(2, 10*time.Second)},
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},

@@ -36,7 +36,8 @@ func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) bool {
 
 // await waits for the slot the store reserved for d (d.waitMS from the
 // store's decision) or for ctx's end, whichever comes first. At its slot
-// the request goes on, admitted; when ctx ends first, the reservation is
+// the request goes on, admitted, its ResetAfter counted down by the wait;
+// when ctx ends first, the reservation is
 // given back in one Refund (its slot is still ahead, so all of its cost
 // comes back) and d becomes limited, with RetryAfter the time its slot was
 // still away. Either way d.Waited is the time waited and the Observer hears
@@ -48,6 +49,9 @@ func (l *Limiter) await(ctx context.Context, d *Decision) {
 	select {
 	case <-t.C:
 		d.Waited = time.Since(start)
+		// The numbers as of the slot: the store gave them as of the
+		// reservation (ResetAt, an instant, stands).
+		d.ResetAfter = max(d.ResetAfter-time.Duration(d.waitMS)*time.Millisecond, 0)
 		l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
 		return
 	case <-ctx.Done():
