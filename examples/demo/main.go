@@ -134,6 +134,13 @@ func run(framework string) error {
 	exportPro := send("GET /v1/export X-API-Key: pro-demo", "127.0.0.12", "GET", "/v1/export", 22, [2]string{"X-API-Key", "pro-demo"})
 	exportFree := send("GET /v1/export X-API-Key: free-demo", "127.0.0.13", "GET", "/v1/export", 7, [2]string{"X-API-Key", "free-demo"})
 	exportNone := send("GET /v1/export (no key)", "127.0.0.15", "GET", "/v1/export", 6)
+	// GET /v1/feed: token bucket 5/s, burst 1, MaxWait 2 s. Requests sent
+	// at once are served one slot (200 ms) apart instead of limited: 10
+	// all within about 2 s; of 20, those whose slot begins within 2 s
+	// (about 10), the rest 429 at once.
+	feed10, feed10Took := sendAtOnce(base, "GET /v1/feed (10 at once)", "127.0.0.30", "/v1/feed", 10)
+	feed20, _ := sendAtOnce(base, "GET /v1/feed (20 at once)", "127.0.0.31", "/v1/feed", 20)
+	rows = append(rows, feed10, feed20)
 	reportsPolicy := policyField(base+"/v1/reports", "127.0.0.14")
 	proPolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "pro-other"})
 	freePolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "other"})
@@ -194,6 +201,10 @@ func run(framework string) error {
 	fmt.Sscanf(reports.retryAfter, "%d s", &reportsRetry)
 	check(reports.ok == 2 && reports.limited == 2 && reportsRetry >= 1 && reportsRetry <= 15,
 		"reports: 2 x 200, then 429 from the 2 per 10 s quota (Retry-After at most 15 s: the sliding window weighs the previous 10 s)")
+	check(feed10.ok == 10 && feed10.limited == 0 && feed10Took < feedMaxWait+500*time.Millisecond,
+		fmt.Sprintf("feed: 10 requests at once all served, one per 200 ms slot, the last after %v (MaxWait 2 s)", feed10Took.Round(time.Millisecond)))
+	check(feed20.ok >= 10 && feed20.ok <= 12 && feed20.limited == 20-feed20.ok,
+		fmt.Sprintf("feed: 20 at once: %d served within 2 s, %d limited at once", feed20.ok, feed20.limited))
 	check(strings.Contains(reportsPolicy, `"reports/2p10";q=2;w=10, "reports/5p60";q=5;w=60`),
 		"reports: RateLimit-Policy lists both quotas: "+reportsPolicy)
 	check(exportPro.ok == 20 && exportPro.limited == 2, "export: a pro- key gets 20 per 60 s (plan pro)")
@@ -559,4 +570,46 @@ func request(c *http.Client, method, url string, header ...[2]string) (int, http
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, resp.Header, nil
+}
+
+// feedMaxWait is the example's MaxWait on GET /v1/feed.
+const feedMaxWait = 2 * time.Second
+
+// sendAtOnce sends n GET requests for path from client, all at once (one
+// connection each), and returns their row and the time until the last
+// answer.
+func sendAtOnce(base, route, client, path string, n int) (row, time.Duration) {
+	r := row{route: route, client: client, sent: n, retryAfter: "-"}
+	c := limittest.ClientFrom(client)
+	defer c.CloseIdleConnections()
+	type answer struct {
+		status int
+		h      http.Header
+		err    error
+	}
+	answers := make(chan answer, n)
+	start := time.Now()
+	for range n {
+		go func() {
+			status, h, err := request(c, http.MethodGet, base+path)
+			answers <- answer{status, h, err}
+		}()
+	}
+	for range n {
+		a := <-answers
+		switch {
+		case a.err != nil:
+			r.other++
+		case a.status == http.StatusOK:
+			r.ok++
+		case a.status == http.StatusTooManyRequests:
+			r.limited++
+			if r.retryAfter == "-" {
+				r.retryAfter = a.h.Get("Retry-After") + " s"
+			}
+		default:
+			r.other++
+		}
+	}
+	return r, time.Since(start)
 }

@@ -79,6 +79,10 @@ type Limiters struct {
 	// Search: PerRoute token bucket, 1 per second with a burst of 5, on
 	// GET /v1/search; ?expensive=1 costs 3.
 	Search *limit.Limiter
+	// Feed: token bucket "feed", 5 per second, burst 1, on GET /v1/feed:
+	// a request the bucket cannot take now waits up to 2 s for its slot
+	// (Policy.MaxWait) instead of a 429; with -shadow it does not wait.
+	Feed *limit.Limiter
 	// Reports: two sliding-window quotas at once, 2 per 10 s and 5 per
 	// 60 s per client, on GET /v1/reports: a request is admitted only when
 	// both admit it.
@@ -247,6 +251,10 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("search policy: %w", err)
 	}
+	feed, err := global.With(feedPolicy(c, disclosure, style, failure))
+	if err != nil {
+		return nil, fmt.Errorf("feed policy: %w", err)
+	}
 	reports, err := global.With(limit.Policy{
 		Name: "reports", Shadow: c.Shadow,
 		Quotas:     []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: 60 * time.Second}},
@@ -273,10 +281,27 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, fmt.Errorf("signin policy: %w", err)
 	}
 	return &Limiters{
-		Global: global, Login: login, Search: search, Reports: reports, Export: export, Signin: signin,
+		Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
 	}, nil
+}
+
+// FeedMaxWait is how long a GET /v1/feed request waits for its slot.
+const FeedMaxWait = 2 * time.Second
+
+// feedPolicy is the feed's policy: 5 per second, burst 1, and requests
+// wait up to FeedMaxWait for a slot (not in shadow mode, which never
+// delays a request).
+func feedPolicy(c Config, d limit.Disclosure, s limit.HeaderStyle, f limit.FailureMode) limit.Policy {
+	p := limit.Policy{
+		Name: "feed", Algorithm: limit.TokenBucket, Limit: 5, Window: time.Second, Burst: 1, MaxWait: FeedMaxWait,
+		Disclosure: d, HeaderStyle: s, FailureMode: f,
+	}
+	if c.Shadow {
+		p.MaxWait, p.Shadow = 0, true
+	}
+	return p
 }
 
 // pingTimeout bounds the start-up PING: longer than the store's dial timeout
@@ -397,6 +422,7 @@ const (
 	HealthBody  = `{"status":"ok"}`
 	LoginBody   = `{"ok":true}`
 	SearchBody  = `{"results":[]}`
+	FeedBody    = `{"items":[]}`
 	ReportsBody = `{"reports":[]}`
 	ExportBody  = `{"export":"ready"}`
 )
@@ -424,6 +450,7 @@ func (l *Limiters) Describe() string {
 	d := "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
 		"POST /v1/login fixed-window 5/60s per route; " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
+		"GET /v1/feed token-bucket 5/s burst 1, waits up to 2s for a slot; " +
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
