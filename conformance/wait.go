@@ -1,0 +1,233 @@
+package conformance
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// waitPolicy is the targets' policy: a token bucket of 50 per second
+// (one slot every 20 ms), burst 1, whose requests wait up to 10 s.
+func waitPolicy() limit.Policy {
+	return limit.Policy{Name: "shaped", Algorithm: limit.TokenBucket, Limit: 50, Window: time.Second, Burst: 1, MaxWait: 10 * time.Second}
+}
+
+// waitInterval is waitPolicy's emission interval.
+const waitInterval = 20 * time.Millisecond
+
+// WaitFleet runs the fleet target of Policy.MaxWait in real time: 3
+// Limiters, each on its own store from newStore (3 processes on one shared
+// store), with 200 callers each on one identity, calling for 10 s with a
+// context that ends then. It checks that the admissions in those 10 s are
+// within 1 % of 50 per second (plus the burst), that no two reserved slots
+// (the store's: Decision.ResetAt less one interval) are closer than the
+// emission interval less the store clock's 1 ms, that no request went on
+// before its slot, and that within each process a caller who called more
+// than one interval before another was given the earlier slot. newStore's
+// stores must read the real clock and share their records.
+func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts ...limit.Option) {
+	const (
+		procs   = 3
+		callers = 200
+		run     = 10 * time.Second
+	)
+	type admission struct {
+		proc                 int
+		called, went, slot   time.Time
+		waited, retriedAfter time.Duration
+	}
+	var (
+		mu   sync.Mutex
+		adms []admission
+		wg   sync.WaitGroup
+	)
+	// The stores first (connections, scripts), on another identity.
+	var lims [procs]*limit.Limiter
+	for p := range lims {
+		lims[p] = limittest.MustNew(newStore(t), waitPolicy(), opts...)
+		if _, err := lims[p].Consume(context.Background(), "warm-up"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	end := start.Add(run)
+	ctx, cancel := context.WithDeadline(context.Background(), end)
+	defer cancel()
+	for p, l := range lims {
+		for range callers {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					called := time.Now()
+					d, err := l.Consume(ctx, "one")
+					if err != nil || d.StoreFailed {
+						t.Errorf("store failed: %v", err)
+						return
+					}
+					if !d.Allowed {
+						// Its slot would begin after the run: come back
+						// when told, or at the end.
+						select {
+						case <-time.After(max(d.RetryAfter, time.Millisecond)):
+						case <-ctx.Done():
+						}
+						continue
+					}
+					a := admission{proc: p, called: called, went: time.Now(), slot: d.ResetAt.Add(-waitInterval), waited: d.Waited}
+					mu.Lock()
+					adms = append(adms, a)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range adms {
+		if !a.went.Before(end) {
+			t.Errorf("admitted %v after the run's end (its context's deadline)", a.went.Sub(end))
+		}
+		if a.went.Before(a.slot.Add(-time.Millisecond)) {
+			t.Errorf("went on %v before its slot", a.slot.Sub(a.went))
+		}
+		n++
+	}
+	want := int(run/waitInterval) + 1 // 50 per second for 10 s, plus the burst of 1
+	t.Logf("%d admitted in %v by %d callers in %d processes (want %d, 1 %%: %d)", n, run, procs*callers, procs, want, want/100)
+	if d := n - want; d < -want/100 || d > want/100 {
+		t.Errorf("%d admitted in %v, want %d within 1 %%", n, run, want)
+	}
+	slots := make([]time.Time, len(adms))
+	for i, a := range adms {
+		slots[i] = a.slot
+	}
+	slices.SortFunc(slots, func(a, b time.Time) int { return a.Compare(b) })
+	closest := time.Hour
+	for i := 1; i < len(slots); i++ {
+		closest = min(closest, slots[i].Sub(slots[i-1]))
+	}
+	t.Logf("closest reserved slots: %v apart", closest)
+	if closest < waitInterval-time.Millisecond {
+		t.Errorf("two slots %v apart, want at least %v less the clock's 1 ms", closest, waitInterval)
+	}
+	for p := range procs {
+		var mine []admission
+		for _, a := range adms {
+			if a.proc == p {
+				mine = append(mine, a)
+			}
+		}
+		slices.SortFunc(mine, func(a, b admission) int { return a.called.Compare(b.called) })
+		for i := range mine {
+			for j := i + 1; j < len(mine) && j < i+50; j++ {
+				if mine[j].called.Sub(mine[i].called) > waitInterval && !mine[i].slot.Before(mine[j].slot) {
+					t.Fatalf("process %d: a caller who called %v earlier got a later slot (%v vs %v)", p, mine[j].called.Sub(mine[i].called), mine[i].slot, mine[j].slot)
+				}
+			}
+		}
+	}
+}
+
+// WaitCancel runs the cancellation target of Policy.MaxWait through a
+// Limiter: one request is admitted and 200 reserve the slots of the next
+// 4 s at one instant of the store's clock (from newStore, on a fake clock)
+// and wait; 1 s in, 100 of those still waiting, chosen at random, end their
+// contexts. It checks that the cancelled requests are limited, that every
+// other one is served, and that the store's state then equals what the
+// remaining reservations account for: a model that saw only them answers
+// the next request exactly as the store does.
+func WaitCancel(t *testing.T, newStore NewStoreFunc, opts ...limit.Option) {
+	clock := limittest.NewClock(epoch)
+	store := &signalStore{Store: newStore(t, clock.Now), took: make(chan struct{}, 1)}
+	l := limittest.MustNew(store, waitPolicy(), append([]limit.Option{limit.WithKeyPrefix("conformance")}, opts...)...)
+	const n = 201
+	type waiter struct {
+		cancel context.CancelFunc
+		done   chan limit.Decision
+	}
+	ws := make([]waiter, n)
+	for i := range ws {
+		ctx, cancel := context.WithCancel(context.Background())
+		ws[i] = waiter{cancel, make(chan limit.Decision, 1)}
+		go func() {
+			d, _ := l.Consume(ctx, "one")
+			ws[i].done <- d
+		}()
+		<-store.took // one at a time into the store: request i gets slot i
+	}
+	time.Sleep(time.Second)
+	clock.Advance(time.Second) // the store's clock keeps up
+	// 100 of the requests whose slots begin 1.2 s or more from the start:
+	// still waiting, with a margin for the sleep's lateness.
+	cancelled := map[int]bool{}
+	for _, i := range rand.New(rand.NewPCG(7, 9)).Perm(n - 60)[:100] {
+		cancelled[60+i] = true
+		ws[60+i].cancel()
+	}
+	for i, w := range ws {
+		d := <-w.done
+		switch {
+		case cancelled[i] && (d.Allowed || d.Waited == 0):
+			t.Fatalf("request %d: cancelled while waiting, got %+v", i, d)
+		case !cancelled[i] && !d.Allowed:
+			t.Fatalf("request %d: not cancelled, limited: %+v", i, d)
+		}
+		if i == 100 {
+			// The remaining waiters are still waiting; the state is
+			// final (every cancellation has given its slot back).
+			checkRemaining(t, l, clock, n-len(cancelled))
+		}
+	}
+}
+
+// checkRemaining compares the store's answer to a request that may not
+// wait for the slot it would get with that of a model that only saw
+// reserved reservations, all at the first instant.
+func checkRemaining(t *testing.T, l *limit.Limiter, clock *limittest.Clock, reserved int) {
+	t.Helper()
+	q := limitstore.Quota{Algorithm: limit.TokenBucket, Limit: 50, WindowMS: 1000, Burst: 1, MaxWaitMS: 10_000}
+	ref := &model{m: map[string]modelEntry{}}
+	op := oneQuota("k", q)
+	op.WaitMS = q.MaxWaitMS
+	for range reserved {
+		ref.take(&op, epoch.UnixMilli())
+	}
+	probe := oneQuota("k", q)
+	probe.WaitMS = 49
+	want := ref.take(&probe, clock.Now().UnixMilli())
+	// A deadline 50 ms away: the request may wait 49 ms, too short for
+	// the slot, so it is limited and reserves nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d, err := l.Consume(ctx, "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := want.Quotas[0]
+	if d.Allowed || want.Allowed || d.RetryAfter.Milliseconds() != w.RetryAfterMS || d.ResetAfter.Milliseconds() != w.ResetAfterMS || d.Remaining != w.Remaining {
+		t.Fatalf("after 100 cancellations the store answers %+v; the %d remaining reservations alone give %+v", d, reserved, w)
+	}
+	t.Logf("after 100 cancellations: next slot in %v, as the %d remaining reservations alone give", d.RetryAfter, reserved)
+}
+
+// signalStore is a Store that signals after each Take (took, dropped when
+// full).
+type signalStore struct {
+	limitstore.Store
+	took chan struct{}
+}
+
+func (s *signalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := s.Store.Take(ctx, op)
+	select {
+	case s.took <- struct{}{}:
+	default:
+	}
+	return res, err
+}
