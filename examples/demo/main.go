@@ -138,8 +138,15 @@ func run(framework string) error {
 	// at once are served one slot (200 ms) apart instead of limited: 10
 	// all within about 2 s; of 20, those whose slot begins within 2 s
 	// (about 10), the rest 429 at once.
+	// The two bursts come from two clients (two buckets), side by side.
+	var feed20 row
+	feed20done := make(chan struct{})
+	go func() {
+		defer close(feed20done)
+		feed20, _ = sendAtOnce(base, "GET /v1/feed (20 at once)", "127.0.0.31", "/v1/feed", 20)
+	}()
 	feed10, feed10Took := sendAtOnce(base, "GET /v1/feed (10 at once)", "127.0.0.30", "/v1/feed", 10)
-	feed20, _ := sendAtOnce(base, "GET /v1/feed (20 at once)", "127.0.0.31", "/v1/feed", 20)
+	<-feed20done
 	rows = append(rows, feed10, feed20)
 	reportsPolicy := policyField(base+"/v1/reports", "127.0.0.14")
 	proPolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "pro-other"})
@@ -234,6 +241,14 @@ func run(framework string) error {
 	check(global("/v1/notes/{id}", "allowed") == float64(notes.ok+heads.ok) && global("/v1/notes/{id}", "limited") == float64(notes.limited+heads.limited),
 		"metrics: the global bucket counts the table's notes 200s and 429s (GET and HEAD)")
 	check(m.total("degraded") == 0, "metrics: no degraded decisions (the memory store never fails)")
+	waited := -1.0
+	for _, line := range lines {
+		if v, ok := strings.CutPrefix(line, `quotagate_wait_seconds_count{bucket="feed",result="served"} `); ok {
+			fmt.Sscan(v, &waited)
+		}
+	}
+	check(waited == float64(feed10.ok-1+feed20.ok-1),
+		fmt.Sprintf("metrics: quotagate_wait_seconds counts the %d feed requests that waited for their slot (all served but the first of each burst)", feed10.ok-1+feed20.ok-1))
 	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
 	unmatched(framework, base, check)
 	signinAndStacked(base, loginClient, check)
