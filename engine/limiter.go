@@ -183,7 +183,9 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 // goroutine.
 //
 // It never panics on request input or in user-supplied functions, and never
-// blocks longer than the store timeout plus the time user functions take.
+// blocks longer than the store timeout plus the time user functions take,
+// and, with Policy.MaxWait, the wait for a reserved slot (at most MaxWait,
+// never past ctx's deadline; see Policy.MaxWait).
 // At the default disclosure an allowed request allocates nothing.
 func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decision {
 	var resp response
