@@ -477,3 +477,48 @@ func BenchmarkApply(b *testing.B) {
 		}
 	}
 }
+
+// A reservation's cancellation is a Refund with its Window: before its slot
+// it gives back exactly its cost (the next request reserves the freed
+// slot); once its slot has begun, only what the bucket has not refilled
+// past, never time a later request uses.
+func TestReservationCancel(t *testing.T) {
+	q := Quota{Algorithm: TokenBucket, Limit: 50, WindowMS: 1000, Burst: 1, MaxWaitMS: 1000}
+	op := Op{Cost: 1, N: 1, WaitMS: 1000, Quotas: [MaxQuotas]Quota{q}}
+	var sts [MaxQuotas]State
+	take := func(now, wantWait int64) QuotaResult {
+		t.Helper()
+		res := op.Apply(&sts, now)
+		if !res.Allowed || res.Quotas[0].WaitMS != wantWait {
+			t.Fatalf("take at %d: %+v, want admitted with a wait of %d ms", now, res, wantWait)
+		}
+		return res.Quotas[0]
+	}
+	cancel := func(r QuotaResult, now int64) {
+		c := op
+		c.Refund, c.WaitMS = true, 0
+		c.Quotas[0].Window = r.Window
+		c.Apply(&sts, now)
+	}
+	take(0, 0)       // the burst: TAT 20
+	a := take(0, 20) // slot 20
+	b := take(0, 40) // slot 40
+	cancel(b, 10)    // the last one, before its slot
+	take(10, 30)     // gets slot 40 again
+	if sts[0].TAT != 60 || sts[0].TATFrac != 0 {
+		t.Fatalf("TAT %d+%d/50, want 60: three slots after the burst's", sts[0].TAT, sts[0].TATFrac)
+	}
+	cancel(a, 30) // a's slot (20..40) half over: the 10 ms left come back
+	if sts[0].TAT != 50 {
+		t.Fatalf("TAT %d, want 50: only the 10 ms of the slot not yet refilled", sts[0].TAT)
+	}
+	cancel(a, 45) // a's slot is over: nothing comes back
+	if sts[0].TAT != 50 {
+		t.Fatalf("a cancellation after its slot moved the TAT to %d", sts[0].TAT)
+	}
+}
+	cancel(a, 30) // half of a's slot is left (30..40): 10 ms come back
+	if sts[0].TAT != 50 {
+		t.Fatalf("TAT %d, want 50: only the 10 ms of the slot not yet refilled", sts[0].TAT)
+	}
+}
