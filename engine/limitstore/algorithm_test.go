@@ -517,8 +517,3 @@ func TestReservationCancel(t *testing.T) {
 		t.Fatalf("a cancellation after its slot moved the TAT to %d", sts[0].TAT)
 	}
 }
-	cancel(a, 30) // half of a's slot is left (30..40): 10 ms come back
-	if sts[0].TAT != 50 {
-		t.Fatalf("TAT %d, want 50: only the 10 ms of the slot not yet refilled", sts[0].TAT)
-	}
-}
