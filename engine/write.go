@@ -81,6 +81,10 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 	if r.n == 0 && r.status == 0 {
 		return
 	}
+	h := w.Header()
+	if r.status == 0 && r.n == 2 && r.fields[1].kind == valItem && len(h) == 0 && r.writeIETF(h) {
+		return
+	}
 	size, slots := r.textLen(), r.n+len(r.header)
 	if r.status != 0 {
 		slots++
@@ -88,7 +92,6 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 			size += decimalLen(n)
 		}
 	}
-	h := w.Header()
 	sink := fieldSink{h: h, empty: len(h) == 0}
 	var t text
 	sink.vals, t.buf = newBlock(slots, size)
@@ -101,6 +104,32 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 	if len(r.body) > 0 {
 		_, _ = w.Write(r.body)
 	}
+}
+
+// writeIETF writes the fields of the commonest response that carries any,
+// an allowed request of a policy with the IETF style alone, into h, which
+// holds no field yet (the limiter is the first to write): RateLimit-Policy
+// and RateLimit (fields[0] and fields[1], the member's numbers rendered),
+// what writeFields would write, without its merge rules, which an empty map
+// needs none of. Both values and their slots are one block2x48. It reports
+// false, writing nothing, when the member is too long for the block.
+func (r *response) writeIETF(h http.Header) bool {
+	member := r.fields[1].value
+	if len(member)+decimalLen(r.remaining)+len(";t=")+decimalLen(r.reset) > len(block2x48{}.text) {
+		return false
+	}
+	b := new(block2x48)
+	// Rendered in place: the length was checked, so AppendInt never moves
+	// the bytes, and each byte is written before the string holding it
+	// exists.
+	n := copy(b.text[:], member)
+	n += len(strconv.AppendInt(b.text[n:n], r.remaining, 10))
+	n += copy(b.text[n:], ";t=")
+	n += len(strconv.AppendInt(b.text[n:n], r.reset, 10))
+	b.vals[0], b.vals[1] = r.fields[0].value, unsafe.String(&b.text[0], n)
+	h[hRateLimitPolicy] = b.vals[0:1:1]
+	h[hRateLimit] = b.vals[1:2:2]
+	return true
 }
 
 // smallInts bounds the numbers that strconv renders without allocating (it
