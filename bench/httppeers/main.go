@@ -9,7 +9,9 @@
 // GOMAXPROCS goroutines). Every contender runs on a quota no run can
 // exhaust, the allowed path, and has seen every address of its column once
 // before it is measured (so that the measurement is of known clients, not of
-// the first request of each). quotagate runs twice: at the default
+// the first request of each). Each goroutine reuses one request and sets its
+// RemoteAddr from the column's addresses, as a server's request is fresh in
+// cache while its client is one of many. quotagate runs twice: at the default
 // disclosure (no header on an allowed response) and with the RateLimit
 // fields on every response (DiscloseAlways), which the peers send too.
 //
@@ -115,17 +117,24 @@ var contenders = []contender{
 
 func ok(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }
 
-func requests(keys int) []*http.Request {
-	rs := make([]*http.Request, keys)
-	for i := range rs {
-		r, err := http.NewRequest("GET", "/v1/notes/1", nil)
-		if err != nil {
-			panic(err)
-		}
-		r.RemoteAddr = addr(i)
-		rs[i] = r
+// addrs returns the client addresses of a column.
+func addrs(keys int) []string {
+	as := make([]string, keys)
+	for i := range as {
+		as[i] = addr(i)
 	}
-	return rs
+	return as
+}
+
+// request returns a request whose RemoteAddr the caller sets: one per
+// goroutine, reused, as a server's request is fresh in cache while its
+// client's address is one of many.
+func request() *http.Request {
+	r, err := http.NewRequest("GET", "/v1/notes/1", nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
 
 func addr(i int) string {
@@ -160,13 +169,15 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// measure serves rs to a fresh middleware of c: every request once, then
-// the benchmark.
-func measure(c contender, col column, rs []*http.Request) cell {
+// measure serves requests from the addresses as to a fresh middleware of
+// c: every address once, then the benchmark.
+func measure(c contender, col column, as []string) cell {
 	h := c.mw(0)(http.HandlerFunc(ok))
 	w := limittest.NewSink()
-	for _, r := range rs {
+	r := request()
+	for _, a := range as {
 		clear(w.H)
+		r.RemoteAddr = a
 		h.ServeHTTP(w, r)
 		if w.Status != http.StatusOK {
 			panic(fmt.Sprintf("%s: status %d in the warm-up", c.name, w.Status))
@@ -180,11 +191,12 @@ func measure(c contender, col column, rs []*http.Request) cell {
 			defer func() { cpu = processCPU() - start }()
 			var seed atomic.Int64
 			b.RunParallel(func(pb *testing.PB) {
-				w := limittest.NewSink()
+				w, r := limittest.NewSink(), request()
 				i := int(seed.Add(7919))
 				for pb.Next() {
 					clear(w.H)
-					h.ServeHTTP(w, rs[i%len(rs)])
+					r.RemoteAddr = as[i%len(as)]
+					h.ServeHTTP(w, r)
 					i++
 				}
 			})
@@ -196,7 +208,8 @@ func measure(c contender, col column, rs []*http.Request) cell {
 			i := 0
 			for b.Loop() {
 				clear(w.H)
-				h.ServeHTTP(w, rs[i%len(rs)])
+				r.RemoteAddr = as[i%len(as)]
+				h.ServeHTTP(w, r)
 				i++
 			}
 		})
@@ -212,8 +225,7 @@ func heapPerKey(c contender, n int) float64 {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	h := c.mw(2 * n)(http.HandlerFunc(ok))
-	w := limittest.NewSink()
-	r, _ := http.NewRequest("GET", "/v1/notes/1", nil)
+	w, r := limittest.NewSink(), request()
 	for i := range n {
 		clear(w.H)
 		r.RemoteAddr = addr(i)
@@ -257,11 +269,11 @@ func run(out io.Writer, rounds int, heap, verbose bool) {
 		cells[i] = make([][]cell, len(columns))
 	}
 	for ci, col := range columns {
-		rs := requests(col.keys)
+		as := addrs(col.keys)
 		for round := range rounds {
 			for k := range contenders {
 				i := (k + round) % len(contenders)
-				c := measure(contenders[i], col, rs)
+				c := measure(contenders[i], col, as)
 				if verbose {
 					fmt.Fprintf(os.Stderr, "round %d %s %s: %.0f ns %.2f allocs\n", round, col.name, contenders[i].name, c.ns, c.allocs)
 				}
