@@ -111,24 +111,25 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 // holds no field yet (the limiter is the first to write): RateLimit-Policy
 // and RateLimit (fields[0] and fields[1], the member's numbers rendered),
 // what writeFields would write, without its merge rules, which an empty map
-// needs none of. Both values and their slots are one block2x48. It reports
-// false, writing nothing, when the member is too long for the block.
+// needs none of. Both values and their slots are one block of newBlock (64
+// or 80 bytes for the usual member). It reports false, writing nothing,
+// when the member is too long for one block.
 func (r *response) writeIETF(h http.Header) bool {
 	member := r.fields[1].value
-	if len(member)+decimalLen(r.remaining)+len(";t=")+decimalLen(r.reset) > len(block2x48{}.text) {
+	size := len(member) + decimalLen(r.remaining) + len(";t=") + decimalLen(r.reset)
+	if size > len(block2x64{}.text) {
 		return false
 	}
-	b := new(block2x48)
-	// Rendered in place: the length was checked, so AppendInt never moves
-	// the bytes, and each byte is written before the string holding it
-	// exists.
-	n := copy(b.text[:], member)
-	n += len(strconv.AppendInt(b.text[n:n], r.remaining, 10))
-	n += copy(b.text[n:], ";t=")
-	n += len(strconv.AppendInt(b.text[n:n], r.reset, 10))
-	b.vals[0], b.vals[1] = r.fields[0].value, unsafe.String(&b.text[0], n)
-	h[hRateLimitPolicy] = b.vals[0:1:1]
-	h[hRateLimit] = b.vals[1:2:2]
+	slots, text := newBlock(2, size)
+	// Rendered in place: text has room for size bytes, so the appends never
+	// move it, and each byte is written before the string holding it exists.
+	t := append(text[:0], member...)
+	t = strconv.AppendInt(t, r.remaining, 10)
+	t = append(t, ";t="...)
+	t = strconv.AppendInt(t, r.reset, 10)
+	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], len(t))
+	h[hRateLimitPolicy] = slots[0:1:1]
+	h[hRateLimit] = slots[1:2:2]
 	return true
 }
 
