@@ -30,11 +30,18 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// frameworks are the example servers, one directory of examples/ each.
-var frameworks = []string{"chi", "echo", "fiber", "gin", "nethttp"}
+// frameworks are the HTTP example servers, one directory of examples/ each.
+var frameworks = []string{"chi", "echo", "echov5", "fiber", "fiberv3", "gin", "nethttp"}
+
+// grpcServer is the gRPC example server (examples/grpc), which runGRPC
+// drives with a gRPC client.
+const grpcServer = "grpc"
+
+// valid lists every server the demo drives.
+func valid() string { return strings.Join(append(slices.Clone(frameworks), grpcServer), ", ") }
 
 func main() {
-	framework := flag.String("framework", "chi", "example server to run: "+strings.Join(frameworks, ", "))
+	framework := flag.String("framework", "chi", "example server to run: "+valid())
 	flag.Parse()
 	if err := run(*framework); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
@@ -50,11 +57,14 @@ type row struct {
 }
 
 func run(framework string) error {
-	if !slices.Contains(frameworks, framework) {
-		return fmt.Errorf("unknown framework %q: valid frameworks are %s (make demo FRAMEWORK=chi)", framework, strings.Join(frameworks, ", "))
+	if !slices.Contains(frameworks, framework) && framework != grpcServer {
+		return fmt.Errorf("unknown framework %q: valid frameworks are %s (make demo FRAMEWORK=chi)", framework, valid())
 	}
 	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
 		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
+	}
+	if framework == grpcServer {
+		return runGRPC()
 	}
 	// -disclosure always: every response carries the RateLimit fields, so
 	// the demo can show the quotas of /v1/reports and the plans of
@@ -284,13 +294,16 @@ func start(framework string, flags ...string) (base, banner string, stop func(),
 // FOO /v1/notes/1 (they count in the global bucket like any request), while
 // its preflight OPTIONS /v1/notes/1 is not limited; a fresh client gets the
 // router's 404 and 405. One exception, from fiber itself: fiber answers a
-// method it does not know (FOO) with 400 before running any handler, so no
-// limiter sees it.
+// method it does not know (FOO) before running any handler, so no limiter
+// sees it (v2 with 400, v3 with 501 Not Implemented).
 func unmatched(framework, base string, check func(bool, string)) {
 	foo := http.StatusMethodNotAllowed
 	fooLimited := http.StatusTooManyRequests
-	if framework == "fiber" {
+	switch framework {
+	case "fiber":
 		foo, fooLimited = http.StatusBadRequest, http.StatusBadRequest
+	case "fiberv3":
+		foo, fooLimited = http.StatusNotImplemented, http.StatusNotImplemented
 	}
 	preflight := [][2]string{{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "GET"}}
 	status := func(client, method, path string, header ...[2]string) (int, string) {
@@ -497,8 +510,9 @@ func (rs requestSeries) total(outcome string) float64 {
 	return n
 }
 
-// waitForStart reads the server's start-up line ("... listening on http://ADDR ...")
-// and returns the base URL; the rest of stdout is passed through.
+// waitForStart reads the server's start-up line ("... listening on http://ADDR
+// ...", or grpc://ADDR) and returns the base URL (for gRPC the address
+// alone); the rest of stdout is passed through.
 func waitForStart(stdout io.Reader) (string, string, error) {
 	type result struct{ base, line string }
 	found := make(chan result, 1)
@@ -507,8 +521,12 @@ func waitForStart(stdout io.Reader) (string, string, error) {
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
-			if i := strings.Index(line, "listening on http://"); i >= 0 && !sent {
-				addr := strings.Fields(line[i+len("listening on "):])[0]
+			i := strings.Index(line, "listening on http://")
+			if i < 0 {
+				i = strings.Index(line, "listening on grpc://")
+			}
+			if i >= 0 && !sent {
+				addr := strings.TrimPrefix(strings.Fields(line[i+len("listening on "):])[0], "grpc://")
 				found <- result{addr, line}
 				sent = true
 				continue
