@@ -121,13 +121,17 @@ func (r *response) writeIETF(h http.Header) bool {
 		return false
 	}
 	slots, text := newBlock(2, size)
-	// Rendered in place: text has room for size bytes, so the appends never
-	// move it, and each byte is written before the string holding it exists.
-	t := append(text[:0], member...)
-	t = strconv.AppendInt(t, r.remaining, 10)
-	t = append(t, ";t="...)
-	t = strconv.AppendInt(t, r.reset, 10)
-	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], len(t))
+	// Rendered in place: text has room for size bytes, and each byte is
+	// written before the string holding it exists.
+	n := copy(text, member)
+	l := decimalLen(r.remaining)
+	putDecimal(text[n:n+l], r.remaining)
+	n += l
+	n += copy(text[n:], ";t=")
+	l = decimalLen(r.reset)
+	putDecimal(text[n:n+l], r.reset)
+	n += l
+	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], n)
 	h[hRateLimitPolicy] = slots[0:1:1]
 	h[hRateLimit] = slots[1:2:2]
 	return true
@@ -195,9 +199,43 @@ func (t *text) appendString(s string) {
 func (t *text) appendInt(n int64) {
 	size := decimalLen(n)
 	t.room(size)
-	strconv.AppendInt(t.buf[t.n:t.n], n, 10)
+	putDecimal(t.buf[t.n:t.n+size], n)
 	t.n += size
 }
+
+// putDecimal writes n in decimal into b, whose length is decimalLen(n): in
+// place, two digits per division, without strconv's buffer and copy.
+func putDecimal(b []byte, n int64) {
+	if n < 0 {
+		strconv.AppendInt(b[:0], n, 10) // cap(b) >= its length: in place
+		return
+	}
+	u, i := uint64(n), len(b)
+	for u >= 100 {
+		q := u / 100
+		r := (u - q*100) * 2
+		i -= 2
+		b[i], b[i+1] = digitPairs[r], digitPairs[r+1]
+		u = q
+	}
+	if u >= 10 {
+		b[i-2], b[i-1] = digitPairs[u*2], digitPairs[u*2+1]
+		return
+	}
+	b[i-1] = byte('0' + u)
+}
+
+// digitPairs holds 00 to 99, two bytes each.
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
 
 // cut returns the bytes rendered since start as a string.
 func (t *text) cut(start int) string {
