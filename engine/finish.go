@@ -144,7 +144,8 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
 	for i := range min(op.N, limitstore.MaxQuotas) {
 		op.Quotas[i].Window = c.windows[i]
 	}
-	if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
+	var res limitstore.Result
+	if err := l.store.take(ctx, &l.store.primary, op, &res); err != nil {
 		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 		return false
 	}
