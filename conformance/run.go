@@ -182,9 +182,13 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		n := max(st.Times, 1)
 		for k := 0; k < n; k++ {
 			before := hits()
+			sent := time.Now()
 			got := send(t, client(st.Client), st, base)
 			where := fmt.Sprintf("step %d (%s %s from %s, #%d)", i, st.Method, st.Path, st.Client, k+1)
 			check(t, where, st.Want, got)
+			if took := time.Since(sent); took < st.Want.Delay {
+				t.Errorf("%s: answered after %v, want no sooner than %v (the wait for its slot)", where, took, st.Want.Delay)
+			}
 			// The handler's own count, not only its header: a handler
 			// that runs after the denial was written cannot set headers.
 			ran := hits() - before

@@ -127,6 +127,10 @@ type Want struct {
 	NoBody bool
 	// Handler is "ran", "not-run" or "" (unchecked).
 	Handler string
+	// Delay, when set, is the least time the response may take: a
+	// request that waits for its slot (Policy.MaxWait) is answered,
+	// and its handler run, only then.
+	Delay time.Duration
 	// Skipped marks a request the limiter skips: it must produce no
 	// decision event (checked by scenarios with Events).
 	Skipped bool
@@ -166,6 +170,13 @@ func get(client, path string, want int) Step {
 }
 
 func times(s Step, n int) Step { s.Times = n; return s }
+
+// feedStep is a GET /v1/feed of scenario 08d, served after a wait of delay
+// with the fields of any admitted request.
+func feedStep(delay time.Duration) Step {
+	return Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/feed", Want: Want{Status: ok, Handler: "ran", Delay: delay,
+		Header: map[string]string{"RateLimit-Policy": `"feed";q=5;w=1`, "RateLimit": `"feed";r=0;t=1`, "Retry-After": "-"}}}
+}
 
 // preflight is a CORS preflight request (Fetch standard): OPTIONS with
 // Origin and Access-Control-Request-Method.
@@ -374,8 +385,7 @@ func Scenarios() []Scenario {
 				Window: time.Second, Burst: 1, MaxWait: 2 * time.Second, Disclosure: limit.DiscloseAlways}},
 			App: AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/v1/feed", Mounts: []string{"feed"}}}},
 			Steps: []Step{
-				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/feed", Want: Want{Status: ok, Handler: "ran",
-					Header: map[string]string{"RateLimit-Policy": `"feed";q=5;w=1`, "RateLimit": `"feed";r=0;t=1`, "Retry-After": "-"}}}, 3),
+				feedStep(0), feedStep(200 * time.Millisecond), feedStep(400 * time.Millisecond),
 				after(5*time.Second, get("127.0.0.2", "/v1/feed", ok)),
 			},
 			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/v1/feed", Clients: 15, Allowed: 11},
