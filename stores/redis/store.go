@@ -288,12 +288,14 @@ func (s *Store) Client() rueidis.Client {
 
 // Take implements limitstore.Store: one script call, which concurrent Takes
 // may share (group commit: see Store), behind the Store's guard (its
-// timeout, circuit breaker and deny cache; see package guard): ctx's values
-// and its deadline reach the call, its cancellation does not (WithoutGuard:
-// ctx as it is). The error is non-nil when Redis could not be asked or did
-// not answer in time; the request may still have been counted when the
-// deadline expired after the script ran, but never when the call ended
-// while it waited for a call to share. The error's text starts with
+// timeout, circuit breaker and deny cache; see package guard; on a Cluster,
+// the guard of the key's master): ctx's values and its deadline reach the
+// call, its cancellation does not, but a ctx cancelled while the call
+// waits makes Take return at once with an error wrapping context.Canceled
+// (the call goes on; WithoutGuard: ctx as it is). The error is non-nil
+// when Redis could not be asked or did not answer in time; the request may
+// still have been counted when the deadline expired after the script ran,
+// but never when the call ended while it waited for a call to share. The error's text starts with
 // "redisstore: ", once, whatever path produced it; errors.Is finds the
 // sentinels (ErrClosed, ErrNotConnected, ErrBadReply, ErrReconnectBackoff),
 // context.DeadlineExceeded and, for a call the open breaker did not make,
