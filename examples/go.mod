@@ -14,9 +14,12 @@ require (
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
+	github.com/quotagate/quotagate/metrics/otel v0.0.0
 	github.com/quotagate/quotagate/metrics/prometheus v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0
 	github.com/quotagate/quotagate/stores/redis v0.0.0
+	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 )
 
 require (
@@ -30,6 +33,8 @@ require (
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
 	github.com/go-playground/universal-translator v0.18.1 // indirect
 	github.com/go-playground/validator/v10 v10.30.1 // indirect
@@ -62,6 +67,12 @@ require (
 	github.com/valyala/fasttemplate v1.2.2 // indirect
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/net v0.59.0 // indirect
@@ -77,6 +88,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/engine => ../engine
+	github.com/quotagate/quotagate/metrics/otel => ../metrics/otel
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory
 	github.com/quotagate/quotagate/stores/redis => ../stores/redis

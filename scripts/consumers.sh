@@ -4,7 +4,8 @@
 #
 # For every published module, for three applications (chi + memory store,
 # gin + memory store + Prometheus, net/http + Redis store) and for the README's
-# Quick start program (which must also build), it writes a scratch
+# whole programs (the Quick start, the OpenTelemetry program and the client
+# program, each of which must also build), it writes a scratch
 # module in a temp dir whose main package imports those packages, with exactly
 # the replace block of README.md ("Using the modules from your own module",
 # the fenced block after the `consumer-replace` marker, copied verbatim; the
@@ -34,7 +35,7 @@ Q=github.com/quotagate/quotagate
 
 # Published modules (directory = module path suffix).
 published=(engine stores/memory stores/redis adapters/chi adapters/echo adapters/fiber
-  adapters/gin adapters/nethttp metrics/prometheus conformance)
+  adapters/gin adapters/nethttp metrics/prometheus metrics/otel client conformance)
 
 # Third-party modules a published module brings, allowed only when it is imported.
 brings() {
@@ -45,6 +46,7 @@ brings() {
     adapters/fiber) echo github.com/gofiber/fiber/v2 ;;
     stores/redis) echo github.com/redis/rueidis ;;
     metrics/prometheus) echo github.com/prometheus/client_golang ;;
+    metrics/otel) echo go.opentelemetry.io/otel ;;
   esac
 }
 # quotagate modules a published module imports itself (allowed with it):
@@ -71,7 +73,8 @@ fi
 
 passed=0
 failed=0
-main_src=  # a check's main.go when set (the README's Quick start); else blank imports
+main_src=  # a check's main.go when set (a README program); else blank imports
+requires=() # "module version" lines a README program's go.mod adds (its third-party modules)
 fail() { echo "FAIL: $*"; ok=0; }
 
 ok=1
@@ -105,11 +108,13 @@ check() {
   # this module's tidy needs (after the modules' tests nothing, on a cold
   # cache the modules only a consumer's tidy reads: tests' imports of
   # dependencies, other build tags, the versions this combination selects).
-  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"; } >"$dir/go.mod"
+  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"
+    [ ${#requires[@]} -gt 0 ] && printf 'require %s\n' "${requires[@]}"; } >"$dir/go.mod"
   echo "$sums" >"$dir/go.sum"
   (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod go mod tidy >/dev/null 2>&1)
   # The check: the same files again, tidy offline.
-  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"; } >"$dir/go.mod"
+  { echo "module example.com/$name"; echo; echo "go 1.26"; echo; echo "$block"
+    [ ${#requires[@]} -gt 0 ] && printf 'require %s\n' "${requires[@]}"; } >"$dir/go.mod"
   echo "$sums" >"$dir/go.sum"
   if ! (cd "$dir" && GOWORK=off GOFLAGS=-mod=mod GOPROXY=off go mod tidy); then
     fail "go mod tidy (offline, with README.md's replace block) failed"
@@ -168,19 +173,33 @@ check chi-memory-app adapters/chi stores/memory engine
 check gin-prometheus-app adapters/gin stores/memory metrics/prometheus engine
 check redis-app adapters/nethttp stores/redis engine
 
-# The README's Quick start, as a program of its own: it must build with the
-# replace block alone.
-main_src=$(awk '
-  /<!-- quickstart/ { armed = 1; next }
-  armed && /^```/ { if (inblock) exit; inblock = 1; next }
-  inblock { print }
-' "$ROOT/README.md")
-if [ -z "$main_src" ]; then
-  echo "FAIL: no Go block after the quickstart marker in README.md"; failed=$((failed + 1))
-else
-  check readme-quickstart adapters/chi stores/memory engine
-fi
+# The README's whole programs, each a program of its own: it must build with
+# the replace block alone, plus the third-party modules the README names
+# beside it (the OTel SDK's exporter, which an application chooses). Each is
+# the Go block after its marker: marker|quotagate modules|requires.
+programs=(
+  "quickstart|adapters/chi stores/memory engine|"
+  "otel-program|adapters/nethttp stores/memory metrics/otel engine|go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.47.0"
+  "client-program|client|"
+)
+for entry in "${programs[@]}"; do
+  IFS='|' read -r marker modlist req <<<"$entry"
+  read -r -a mods <<<"$modlist"
+  requires=()
+  [ -n "$req" ] && requires=("$req")
+  main_src=$(awk -v m="<!-- $marker" '
+    index($0, m) == 1 { armed = 1; next }
+    armed && /^```/ { if (inblock) exit; inblock = 1; next }
+    inblock { print }
+  ' "$ROOT/README.md")
+  if [ -z "$main_src" ]; then
+    echo "FAIL: no Go block after the $marker marker in README.md"; failed=$((failed + 1))
+  else
+    check "readme-$marker" "${mods[@]}"
+  fi
+done
 main_src=
+requires=()
 
 echo "------------------------------------------------------------------"
 echo "consumers: $passed passed, $failed failed"

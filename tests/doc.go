@@ -11,6 +11,8 @@
 //     latency bounds, a frozen server under HTTP load, a local store without
 //     FailLocal, the deny cache across two replicas, what timed-out calls
 //     charge.
+//   - clienttest: the HTTP client transport (limitclient) against every
+//     adapter's middleware over loopback, run from tests/adapters/*.
 //
 // scripts/test.sh runs it like every other module (GOWORK=off, -race).
 package tests

@@ -15,6 +15,7 @@ require (
 	github.com/quotagate/quotagate/adapters/fiber v0.0.0
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0
+	github.com/quotagate/quotagate/client v0.0.0
 	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/metrics/prometheus v0.0.0
@@ -81,6 +82,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/fiber => ../adapters/fiber
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
+	github.com/quotagate/quotagate/client => ../client
 	github.com/quotagate/quotagate/conformance => ../conformance
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus

@@ -27,9 +27,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limitstore"
+	otellimit "github.com/quotagate/quotagate/metrics/otel"
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
+	"go.opentelemetry.io/otel/exporters/stdout/stdoutmetric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // Config is the parsed command line shared by every example server.
@@ -42,6 +45,7 @@ type Config struct {
 	Disclosure     string
 	Headers        string
 	Shadow         bool
+	Otel           bool
 }
 
 // ParseFlags parses the example servers' flags from os.Args.
@@ -55,6 +59,7 @@ func ParseFlags() Config {
 	flag.StringVar(&c.Disclosure, "disclosure", "retry-after", "none|retry-after|on-limit|always")
 	flag.StringVar(&c.Headers, "headers", "ietf", "comma-separated header styles: ietf,triplet,legacy")
 	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
+	flag.BoolVar(&c.Otel, "otel", false, "record quotagate's metrics through the OpenTelemetry SDK (otellimit), printed as JSON by the stdout exporter on stderr every 10 s, instead of on GET /metrics")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatal(fmt.Errorf("unexpected argument %q: every setting is a flag (run with -h to list them)", flag.Arg(0)))
@@ -96,6 +101,8 @@ type Limiters struct {
 	// GET /metrics, which every example mounts outside the limiter.
 	Metrics http.Handler
 	shadow  bool
+	// flush, with -otel, exports the last measurements at shutdown.
+	flush func(context.Context) error
 }
 
 // APIKey is the export policy's KeyFunc: the X-API-Key header, or "" (the
@@ -147,8 +154,13 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	// share the observer (With keeps the options), so GET /metrics shows
 	// every bucket; the Redis store reports its protections to it too.
 	reg := prometheus.NewRegistry()
-	obs, err := promlimit.New(reg)
-	if err != nil {
+	var obs limit.Observer
+	var flush func(context.Context) error
+	if c.Otel {
+		if obs, flush, err = otelObserver(); err != nil {
+			return nil, err
+		}
+	} else if obs, err = promlimit.New(reg); err != nil {
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -212,7 +224,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	return &Limiters{
 		Global: global, Login: login, Search: search, Reports: reports, Export: export, Signin: signin,
-		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow,
+		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: flush,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	}, nil
 }
@@ -422,6 +434,28 @@ func Main(framework string, searchCost func(limit.Request) int64, wire func(*Lim
 	if err := Serve(framework, c, l, wire(l)); err != nil {
 		fatal(err)
 	}
+	if l.flush != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.flush(ctx)
+	}
+}
+
+// otelObserver is the -otel observer: an OTel SDK MeterProvider whose
+// periodic reader hands the measurements to the stdout exporter (JSON on
+// stderr, so that stdout keeps only the start-up line) every 10 s; flush
+// shuts the provider down, exporting what is left.
+func otelObserver() (limit.Observer, func(context.Context) error, error) {
+	exp, err := stdoutmetric.New(stdoutmetric.WithWriter(os.Stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp, sdkmetric.WithInterval(10*time.Second))))
+	obs, err := otellimit.New(mp)
+	if err != nil {
+		return nil, nil, err
+	}
+	return obs, mp.Shutdown, nil
 }
 
 func fatal(err error) {

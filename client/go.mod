@@ -1,0 +1,3 @@
+module github.com/quotagate/quotagate/client
+
+go 1.26.0

@@ -1,0 +1,36 @@
+// Package otellimit records quotagate's rate-limit events as OpenTelemetry
+// metrics through the OTel metric API (go.opentelemetry.io/otel/metric): the
+// same facts, with the same bounded attribute sets, as the Prometheus
+// module (promlimit). It implements limit.Observer and guard.Observer:
+//
+//	obs, err := otellimit.New(meterProvider) // an SDK MeterProvider of yours
+//	...
+//	l, err := limit.New(store, policy, limit.WithObserver(obs))
+//
+// The library uses the API only; the application chooses the SDK, the
+// readers and the exporters (OTLP, Prometheus, stdout), and never a global
+// MeterProvider unless it passes otel.GetMeterProvider() itself.
+//
+// Instruments (every attribute value comes from configuration or a closed
+// set, never from the client identity, the request path or a header):
+//
+//	quotagate.requests{bucket,handler,outcome,key_source}    Int64Counter    {request}
+//	quotagate.client_address.issues{bucket,issue}            Int64Counter    {request}
+//	quotagate.store.errors{bucket,failure_mode}              Int64Counter    {call}
+//	quotagate.store.duration{store,op}                       Float64Histogram s
+//	quotagate.store.skipped{store,reason}                    Int64Counter    {decision}
+//	quotagate.store.breaker.open{store}                      Int64Gauge      1 open, 0 closed
+//	quotagate.store.breaker.opens{store}                     Int64Counter    {opening}
+//	quotagate.store.evictions{store,reason}                  Int64ObservableCounter {entry} (RegisterEvictions)
+//
+// The attributes mean what promlimit's labels mean (see its package
+// documentation): bucket the bucket name, handler the router's route
+// template ("" when unknown), outcome allowed, limited, degraded or
+// shadow-limited, key_source key-func, header, socket, fallback or consume,
+// issue a limit.Issue, failure_mode open, local or closed, store the store's
+// name, op the operation, reason deny-cache or breaker-open (skipped) and
+// expired or live (evictions). The names and units are chosen so that the
+// OTel Prometheus exporter's translation (dots to underscores, a unit
+// suffix, _total on counters) gives promlimit's metric names, and the
+// dashboard and alerts of docs/observability.md apply unchanged.
+package otellimit
