@@ -23,10 +23,13 @@ import (
 // client's own connection to that node, behind that node's guard. A dead
 // or hung master thus opens the breaker (and the failure mode) for its
 // own slots only; the identities on the other masters keep being decided
-// by Redis. The map is read again every clusterRefresh, and at once (at
-// most every clusterRefreshMin) while a node's breaker is open, so that
-// a slot whose master failed over reaches the new master within about
-// clusterRefreshMin of the promotion, traffic or not. A node that answers
+// by Redis. The map is read again when a decision finds it older than
+// clusterRefresh, and at once (at most every clusterRefreshMin) while a
+// node's breaker is open, on a goroutine that ends with the reading (no
+// goroutine outlives a Store that is not used): a slot whose master failed
+// over reaches the new master within about clusterRefreshMin of the
+// promotion when its own decisions fail, and within clusterRefresh when it
+// had no traffic. A node that answers
 // MOVED or ASK (a slot that moved since the map was read) gets the call
 // again through the cluster client, which follows the redirection.
 const (
@@ -42,6 +45,7 @@ type nodeRoute struct {
 	addr   string
 	client atomic.Pointer[clientBox] // nil: not among the client's nodes yet; calls go through the cluster client
 	guard  *guard.Store
+	open   atomic.Bool // its breaker is open and counted in clusterRoutes.open
 }
 
 type clientBox struct{ c rueidis.Client }
@@ -62,10 +66,14 @@ type slotRange struct {
 
 // clusterRoutes is a guarded Cluster Store's per-node state.
 type clusterRoutes struct {
-	table atomic.Pointer[routeTable]
-	kick  chan struct{} // asks the refresh loop for a reading now
-	stop  chan struct{}
-	done  chan struct{}
+	table  atomic.Pointer[routeTable]
+	client rueidis.Client
+	start  time.Time    // the monotonic clock's anchor
+	due    atomic.Int64 // ns since start when a decision starts the next reading
+	last   atomic.Int64 // ns since start the latest reading started
+	busy   atomic.Bool  // a reading is under way
+
+	open atomic.Int32 // masters whose breaker is open
 
 	mu    sync.Mutex
 	nodes map[string]*nodeRoute // every master seen, by address
@@ -74,8 +82,11 @@ type clusterRoutes struct {
 }
 
 // route returns the guard of op's master, or nil when the slot's master
-// is not known.
-func (cr *clusterRoutes) route(op *limitstore.Op) *nodeRoute {
+// is not known; a map older than clusterRefresh is read again meanwhile.
+func (cr *clusterRoutes) route(s *Store, op *limitstore.Op) *nodeRoute {
+	if int64(time.Since(cr.start)) >= cr.due.Load() {
+		cr.refresh(s)
+	}
 	t := cr.table.Load()
 	if t == nil || op.N < 1 {
 		return nil
@@ -83,56 +94,45 @@ func (cr *clusterRoutes) route(op *limitstore.Op) *nodeRoute {
 	return t.nodes[t.slots[hashSlot(op.Quotas[0].Key)]]
 }
 
-// refreshSoon asks the refresh loop for a reading of the slots now; it
-// never blocks.
-func (cr *clusterRoutes) refreshSoon() {
-	select {
-	case cr.kick <- struct{}{}:
-	default:
+// refreshSoon starts a reading of the slots unless one started within
+// clusterRefreshMin; it never blocks.
+func (cr *clusterRoutes) refreshSoon(s *Store) {
+	if int64(time.Since(cr.start))-cr.last.Load() >= int64(clusterRefreshMin) {
+		cr.refresh(s)
 	}
+}
+
+// refresh reads the slots on a goroutine of its own, unless a reading is
+// under way; the goroutine ends with it (at most 3 nodes asked, each
+// within clusterSlotsTimeout).
+func (cr *clusterRoutes) refresh(s *Store) {
+	if s.closed.Load() || !cr.busy.CompareAndSwap(false, true) {
+		return
+	}
+	now := int64(time.Since(cr.start))
+	cr.last.Store(now)
+	cr.due.Store(now + int64(clusterRefresh))
+	go func() {
+		defer cr.busy.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*clusterSlotsTimeout)
+		defer cancel()
+		s.refreshRoutes(ctx, cr, cr.client)
+	}()
 }
 
 // startCluster sets up per-node routing for a Cluster client c: one
-// reading of the slots now (bounded by ctx), then the refresh loop.
+// reading of the slots now (bounded by ctx).
 func (s *Store) startCluster(ctx context.Context, c rueidis.Client) {
 	cr := &clusterRoutes{
-		kick:  make(chan struct{}, 1),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		nodes: map[string]*nodeRoute{},
-		opts:  s.guardOpts,
-		obs:   s.observer,
+		client: c,
+		start:  time.Now(),
+		nodes:  map[string]*nodeRoute{},
+		opts:   s.guardOpts,
+		obs:    s.observer,
 	}
+	cr.due.Store(int64(clusterRefresh))
 	s.refreshRoutes(ctx, cr, c)
 	s.cluster.Store(cr)
-	go s.refreshLoop(cr, c)
-}
-
-// refreshLoop reads the slots every clusterRefresh, and when asked, at
-// most every clusterRefreshMin, until Close.
-func (s *Store) refreshLoop(cr *clusterRoutes, c rueidis.Client) {
-	defer close(cr.done)
-	t := time.NewTicker(clusterRefresh)
-	defer t.Stop()
-	pause := time.NewTimer(clusterRefreshMin)
-	defer pause.Stop()
-	for {
-		select {
-		case <-cr.stop:
-			return
-		case <-t.C:
-		case <-cr.kick:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*clusterSlotsTimeout)
-		s.refreshRoutes(ctx, cr, c)
-		cancel()
-		pause.Reset(clusterRefreshMin)
-		select {
-		case <-cr.stop:
-			return
-		case <-pause.C:
-		}
-	}
 }
 
 // refreshRoutes reads CLUSTER SLOTS from one of c's nodes (in random
@@ -157,7 +157,7 @@ func (s *Store) refreshRoutes(ctx context.Context, cr *clusterRoutes, c rueidis.
 			ranges = rs
 			break
 		}
-		if ctx.Err() != nil {
+		if errors.Is(err, rueidis.ErrClosing) || ctx.Err() != nil {
 			break
 		}
 	}
@@ -179,6 +179,11 @@ func (s *Store) refreshRoutes(ctx context.Context, cr *clusterRoutes, c rueidis.
 			}
 		}
 		cr.table.Store(t)
+		for addr, n := range cr.nodes {
+			if _, ok := index[addr]; !ok {
+				cr.retire(n)
+			}
+		}
 	}
 	for addr, n := range cr.nodes {
 		if cl, ok := clients[addr]; ok {
@@ -198,7 +203,7 @@ func (cr *clusterRoutes) node(s *Store, addr string) *nodeRoute {
 	n := &nodeRoute{addr: addr}
 	opts := append(cr.opts[:len(cr.opts):len(cr.opts)],
 		guard.WithLogger(s.logger.With(slog.String("redis_node", addr))),
-		guard.WithObserver(nodeObserver{cr, cr.obs}))
+		guard.WithObserver(nodeObserver{s, cr, n, cr.obs}))
 	g, err := guard.New(&nodeBackend{s, n}, opts...)
 	if err != nil {
 		panic(err) // every option was checked when it was applied
@@ -258,19 +263,46 @@ func sameRanges(a, b []slotRange) bool {
 
 // nodeObserver passes a node's guard events on to the user's observer and
 // asks for a reading of the slots while the node's breaker is open (its
-// slots may have a new master).
+// slots may have a new master). The Store is one store to the observer:
+// every opening is passed on, a closing only when no master's breaker is
+// open any more (so that a gauge of "open" reads 1 while any is).
 type nodeObserver struct {
+	s    *Store
 	cr   *clusterRoutes
+	n    *nodeRoute
 	next guard.Observer
 }
 
 func (o nodeObserver) StoreEvent(store, event string) {
-	if event == "opened" || event == "breaker-open" {
-		o.cr.refreshSoon()
+	switch event {
+	case "opened":
+		if o.n.open.CompareAndSwap(false, true) {
+			o.cr.open.Add(1)
+		}
+		o.cr.refreshSoon(o.s)
+	case "breaker-open":
+		o.cr.refreshSoon(o.s)
+	case "closed":
+		if !o.n.open.CompareAndSwap(true, false) || o.cr.open.Add(-1) > 0 {
+			return // retired already (see retire), or another master's is open
+		}
 	}
 	if o.next != nil {
 		o.next.StoreEvent(store, event)
 	}
+}
+
+// retire stops counting n's open breaker once n serves no slot (a master
+// that failed over: no call reaches it any more, so it never closes), and
+// reports the Store's breaker closed when no other is open.
+func (cr *clusterRoutes) retire(n *nodeRoute) {
+	if !n.open.CompareAndSwap(true, false) || cr.open.Add(-1) > 0 || cr.obs == nil {
+		return
+	}
+	func() {
+		defer func() { _ = recover() }() // as the guard does for its own events
+		cr.obs.StoreEvent("redis", "closed")
+	}()
 }
 
 // nodeBackend is the Store's script call to one master, which that
@@ -300,20 +332,12 @@ func (b *nodeBackend) Take(ctx context.Context, op *limitstore.Op) (limitstore.R
 		_, ask := re.IsAsk()
 		if moved || ask {
 			if cr := b.s.cluster.Load(); cr != nil {
-				cr.refreshSoon()
+				cr.refreshSoon(b.s)
 			}
 			return b.s.scriptVia(ctx, op, nil)
 		}
 	}
 	return res, err
-}
-
-// stopCluster ends the refresh loop; idempotent through Close's once.
-func (s *Store) stopCluster() {
-	if cr := s.cluster.Load(); cr != nil {
-		close(cr.stop)
-		<-cr.done
-	}
 }
 
 // hashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its

@@ -119,8 +119,9 @@
 //
 // On a Cluster client the Store keeps one guard (timeout, circuit breaker,
 // deny cache) per master and its own map of the hash slots to the masters
-// (CLUSTER SLOTS, read every second, and at once while a master's breaker
-// is open); each decision goes to its key's master through the cluster
+// (CLUSTER SLOTS, read again when a decision finds it a second old, and at
+// once while a master's breaker is open, on a goroutine that ends with the
+// reading); each decision goes to its key's master through the cluster
 // client's connection to that node. A master that dies or hangs opens the
 // breaker, and the failure mode, for its own slots only: the identities on
 // the other masters keep being decided by Redis. Once its replica is

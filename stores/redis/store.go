@@ -131,7 +131,9 @@ func WithTimeout(d time.Duration) Option {
 
 // WithObserver sets the receiver of the Store's protection events (its
 // deny cache's answers and its circuit breaker's skips and transitions:
-// see guard.Observer); promlimit's Observer is one. nil is an error.
+// see guard.Observer); promlimit's Observer is one. On a Cluster, where
+// each master has a breaker, every opening is reported and a closing once
+// no master's breaker is open. nil is an error.
 func WithObserver(o guard.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
@@ -306,7 +308,7 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 	}
 	g := s.guard
 	if cr := s.cluster.Load(); cr != nil {
-		if n := cr.route(op); n != nil {
+		if n := cr.route(s, op); n != nil {
 			g = n.guard
 		}
 	}
@@ -551,7 +553,6 @@ func (s *Store) Close() {
 			close(s.stop)
 			<-s.stopped
 		}
-		s.stopCluster()
 		if s.owned {
 			if r := s.client.Load(); r != nil {
 				r.c.Close()

@@ -13,6 +13,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limitstore"
+	"github.com/quotagate/quotagate/engine/limittest"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
 )
@@ -34,7 +35,7 @@ type decisionRecord struct {
 // identities follow the failure mode (an error; or the deny cache's
 // copy of a denial Redis gave before) until its replica is promoted, and Redis decides them again within 1 s of the promotion.
 // Redis never admits more than the limit in a window, and every key left
-// has a TTL.
+// has a TTL. The Store reports its breakers to its observer as one.
 func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 	t.Parallel()
 	cl := redisfault.StartCluster(t, 3, 1, time.Second,
@@ -59,8 +60,13 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var records []decisionRecord
+	rec := &limittest.Recorder{} // the first Store's protection events
 	for g := range 3 {
-		s, err := NewFromURL(url, WithTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler)))
+		opts := []Option{WithTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))}
+		if g == 0 {
+			opts = append(opts, WithObserver(rec))
+		}
+		s, err := NewFromURL(url, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,6 +163,11 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 	if firstBack.IsZero() || firstBack.Sub(promoted) > time.Second || deadAfter == 0 || deadAfterErr != 0 {
 		t.Errorf("after the promotion: first decided by Redis %v after it, %d of %d decisions from 1 s after it failed; want within 1 s and 0 of some",
 			firstBack.Sub(promoted), deadAfterErr, deadAfter)
+	}
+	// The Store reports its breaker as one: open while any master's is,
+	// closed once none is.
+	if b := rec.Breaker(); len(b) < 2 || !b[0] || b[len(b)-1] {
+		t.Errorf("breaker transitions %v, want opened first and closed last", b)
 	}
 	for k, n := range admitted {
 		if n > limitPerWindow {
