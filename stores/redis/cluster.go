@@ -29,9 +29,9 @@ import (
 // goroutine outlives a Store that is not used): a slot whose master failed
 // over reaches the new master within about clusterRefreshMin of the
 // promotion when its own decisions fail, and within clusterRefresh when it
-// had no traffic. A node that answers
-// MOVED or ASK (a slot that moved since the map was read) gets the call
-// again through the cluster client, which follows the redirection.
+// had no traffic. A node that answers MOVED or ASK (a slot that moved
+// since the map was read) gets the call again through the cluster client,
+// which follows the redirection.
 const (
 	clusterRefresh      = time.Second
 	clusterRefreshMin   = 100 * time.Millisecond
