@@ -7,6 +7,7 @@ require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/quotagate/quotagate/adapters/chi v0.0.0
+	github.com/quotagate/quotagate/adapters/grpc v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0
 	github.com/quotagate/quotagate/stores/redis v0.0.0
@@ -14,6 +15,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/redis/rueidis/rueidislimiter v1.0.76
 	github.com/ulule/limiter/v3 v3.11.2
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -24,11 +26,16 @@ require (
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../adapters/chi
+	github.com/quotagate/quotagate/adapters/grpc => ../adapters/grpc
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory

@@ -49,6 +49,10 @@ type Harness interface {
 	// the framework's own context) whose cost is the integer value of the
 	// query parameter name (0, the policy's Cost, when absent).
 	CostFunc(name string) func(limit.Request) int64
+	// PlanFunc returns the adapter's typed plan function (its PlanFunc over
+	// the framework's own context) whose plan is the value of the request
+	// header name ("", the default plan, when absent).
+	PlanFunc(name string) func(limit.Request) (string, error)
 }
 
 // ServeHandler serves h on ln until t ends: the Serve of harnesses whose

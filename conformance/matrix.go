@@ -58,7 +58,7 @@ func BenchmarkMiddleware(b *testing.B, only string, newStore NewStoreFunc, route
 		b.Run(c.name, func(b *testing.B) {
 			var l *limit.Limiter
 			if c.p != nil {
-				l = limittest.MustNew(newStore(b, limittest.NewClock(epoch).Now), *c.p)
+				l = limittest.MustNew(newStore(b, limittest.NewClock(epoch).Now), *c.p, limit.WithKeyPrefix("conformance"))
 			}
 			h := router(l)
 			r := httptest.NewRequest("GET", "/v1/notes/7", nil)

@@ -70,7 +70,8 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		}
 		store = g
 	}
-	opts := slices.Clip(sc.Options)
+	// A service's own key prefix, as New asks for on a shared store.
+	opts := append([]limit.Option{limit.WithKeyPrefix("conformance")}, sc.Options...)
 	rec := &limittest.Recorder{}
 	if sc.Events {
 		opts = append(opts, limit.WithObserver(rec))
@@ -84,6 +85,9 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 		}
 		if sc.TypedCostQuery != "" {
 			p.CostFunc = h.CostFunc(sc.TypedCostQuery)
+		}
+		if sc.TypedPlanHeader != "" {
+			p.Plan = h.PlanFunc(sc.TypedPlanHeader)
 		}
 		if sc.CountOnLimited {
 			inner := p.OnLimited

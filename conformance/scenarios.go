@@ -44,6 +44,9 @@ type Scenario struct {
 	// TypedCostQuery, when set, gives every policy the adapter's typed cost
 	// function (Harness.CostFunc) reading this query parameter.
 	TypedCostQuery string
+	// TypedPlanHeader, when set, gives every policy the adapter's typed
+	// plan function (Harness.PlanFunc) reading this request header.
+	TypedPlanHeader string
 }
 
 // AppSpec lays out the routes and mounts by policy name.
@@ -766,6 +769,26 @@ func Scenarios() []Scenario {
 				// no key: the client address, on the default plan
 				times(get("127.0.0.2", "/v1/export", ok), 2),
 				get("127.0.0.2", "/v1/export", limited),
+			},
+		},
+		{
+			// The adapter's typed plan function reads the framework's own
+			// context; the default plan has a name ("free") that the plan
+			// function may return, and "" is the same plan.
+			Name: "34-typed-plan-function-and-named-default-plan",
+			Policies: map[string]limit.Policy{"e": {Name: "export", Algorithm: limit.FixedWindow, AlignWindows: true, Limit: 2, Window: time.Minute,
+				Disclosure: limit.DiscloseAlways, DefaultPlan: "free", Plans: map[string][]limit.Rate{"pro": {{Limit: 4, Window: time.Minute}}}}},
+			TypedPlanHeader: "X-Plan",
+			App:             AppSpec{Routes: []RouteSpec{{Method: "GET", Path: "/v1/export", Mounts: []string{"e"}}}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Plan", "pro"}},
+					Want: Want{Status: ok, Header: map[string]string{"RateLimit-Policy": `"export";q=4;w=60`}}}, 4),
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Plan", "pro"}}, Want: Want{Status: limited}},
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Plan", "free"}},
+					Want: Want{Status: ok, Header: map[string]string{"RateLimit-Policy": `"export";q=2;w=60`}}},
+				// no plan header: the default plan, the same records as "free"
+				get("127.0.0.2", "/v1/export", ok),
+				{Client: "127.0.0.2", Method: "GET", Path: "/v1/export", Header: [][2]string{{"X-Plan", "free"}}, Want: Want{Status: limited}},
 			},
 		},
 		{

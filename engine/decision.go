@@ -62,8 +62,9 @@ type Decision struct {
 	KeySource KeySource
 	// Policy is the deciding policy (read-only).
 	Policy *Policy
-	// Plan is the plan that decided: a key of Policy.Plans, or "" for the
-	// default plan (the Policy's own quotas).
+	// Plan is the plan that decided: a key of Policy.Plans, or
+	// Policy.DefaultPlan ("" unless set) for the default plan (the Policy's
+	// own quotas).
 	Plan string
 
 	// numbers reports that a store (the shared one, or FailLocal's local

@@ -31,7 +31,9 @@
 // client address from a trusted forwarding header, only when one is
 // configured with [WithTrustedHeader] or [WithTrustedProxies] (each states
 // its threat model; without them no header is ever read); the socket peer;
-// else one shared fallback bucket at Limit/10. Addresses are normalised
+// else one shared fallback bucket per policy at max(Cost, Limit/10) (a token
+// bucket divides Burst instead; [WithFallbackDivisor] sets the 10).
+// Addresses are normalised
 // (port and zone dropped, IPv4-mapped IPv6 unmapped, IPv6 grouped by /64) and
 // the source is reported as [Decision].KeySource.
 //
@@ -50,8 +52,10 @@
 // Limit, or Burst) is answered without the store: 429 with its own problem
 // type and no Retry-After ([Decision].OverCapacity). Every policy [New]
 // accepts gives in-range delays, header values and store TTLs; two Limiters
-// built separately with the same numbers and no Name are refused by a Store
-// that keeps limitstore.Claims rather than left to share one allowance silently.
+// built separately with the same numbers and no Name on one Store value that
+// keeps limitstore.Claims are refused rather than left to share one
+// allowance silently (the check sees one Store value in one process; across
+// processes, a shared store needs a key prefix per service: [WithKeyPrefix]).
 //
 // The engine calls its Store straight, with the caller's context. What
 // protects a store that does I/O (a timeout, a circuit breaker, a local

@@ -116,11 +116,13 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 		return
 	}
 	c.lim = nil
-	refund := c.mark != nil && c.mark.Limited()
-	if !refund && status > 0 && l.policy.CountStatus != nil {
-		refund = !l.countStatus(status)
+	reason := ""
+	if c.mark != nil && c.mark.Limited() {
+		reason = RefundLaterMount
+	} else if status > 0 && l.policy.CountStatus != nil && !l.countStatus(status) {
+		reason = RefundStatus
 	}
-	if !refund {
+	if reason == "" {
 		return
 	}
 	sc := l.scratch.Get().(*scratch)
@@ -132,6 +134,8 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 		}
 		if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
 			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+		} else {
+			l.store.rep.observer.Refund(c.bucket.name, reason)
 		}
 	}
 	l.scratch.Put(sc)

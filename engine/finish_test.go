@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,43 @@ func TestStackedMountsChargeNoMountWhenLimited(t *testing.T) {
 	w := serveRec(h, "GET", "/other")
 	if got := w.Header().Get("RateLimit"); !strings.HasPrefix(got, `"global";r=7;`) {
 		t.Fatalf("after 5 logins, GET /other: RateLimit %q; want r=7 (8 left before it: 2 admitted logins)", got)
+	}
+}
+
+// A request the inner mount limited, refunded to the outer one, was counted
+// as allowed by the outer mount's Decision event: the Refund event says it
+// was given back (reason later-mount), once per refund, so that allowed
+// minus refunded is what the outer bucket served. A status CountStatus does
+// not count is a refund with reason status.
+func TestRefundsAreReported(t *testing.T) {
+	s := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	global := limittest.MustNew(s, limit.Policy{Name: "global", Limit: 10, Window: time.Minute}, limit.WithObserver(rec))
+	login := limittest.MustNew(s, limit.Policy{Name: "login", Limit: 2, Window: time.Minute}, limit.WithObserver(rec))
+	h := stacked(global, login)
+	for range 5 {
+		serveRec(h, "POST", "/login")
+	}
+	allowed := 0
+	for _, e := range rec.Decisions() {
+		if e.Bucket == "global" && e.Outcome == limit.OutcomeAllowed {
+			allowed++
+		}
+	}
+	if got := rec.Refunds(limit.RefundLaterMount); allowed != 5 || got != 3 {
+		t.Fatalf("global: %d allowed events, %d later-mount refunds; want 5 and 3 (2 served)", allowed, got)
+	}
+	st := limittest.MustNew(s, limit.Policy{Name: "status", Limit: 10, CountStatus: countFailures}, limit.WithObserver(rec))
+	ctx := context.Background()
+	d, _ := st.Consume(ctx, "a")
+	st.Finish(ctx, &d, 200)
+	d, _ = st.Consume(ctx, "a")
+	st.Finish(ctx, &d, 500)
+	if got := rec.Refunds(limit.RefundStatus); got != 1 {
+		t.Fatalf("%d status refunds, want 1", got)
+	}
+	if !slices.Contains(rec.Events(), "refund status|status") {
+		t.Fatalf("events %q lack the refund", rec.Events())
 	}
 }
 

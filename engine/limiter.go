@@ -60,27 +60,39 @@ func New(s limitstore.Store, p Policy, opts ...Option) (*Limiter, error) {
 			return nil, err
 		}
 	}
+	if d, ok := s.(describer); ok && d.Describe().Shared && !cfg.keyPrefixSet {
+		// Every service on the store would build the same keys from the
+		// same numbers: one allowance per client for all of them.
+		return nil, fmt.Errorf("%w: the store is shared between processes and no key prefix is set, so every service on it "+
+			"with the same numbers would draw on one allowance per client: pass limit.WithKeyPrefix(\"<service name>\"), "+
+			"or limit.WithKeyPrefix(limit.DefaultKeyPrefix) to share the default namespace on purpose", ErrInvalidOption)
+	}
 	cfg.rep = newReporter(cfg)
+	return newLimiter(s, p, cfg)
+}
+
+// With returns what New(s, p, opts...) returns, s and opts being this
+// Limiter's store and options: p inherits no Policy field and passes every
+// check New makes. It is the way to apply another policy (a per-route mount,
+// a Consume call site with its own quota) under the same Options, sharing
+// their Observer, logger and store protection. Under WithLocalStore, for
+// instance, p must set FailureMode FailLocal as the first policy did.
+func (l *Limiter) With(p Policy) (*Limiter, error) {
+	return newLimiter(l.store.primary.Store, p, l.cfg)
+}
+
+// newLimiter makes every check of New that reads the policy, for New and
+// With alike (New checks the options before).
+func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
+	res, err := p.resolve()
+	if err != nil {
+		return nil, err
+	}
 	if cfg.localStore != nil && p.FailureMode != FailLocal {
 		// Without FailLocal the local store would be ignored: the policy
 		// would fail open silently.
 		return nil, fmt.Errorf("%w: WithLocalStore is used only by FailureMode FailLocal, and Policy.FailureMode is %s: "+
 			"set FailureMode: limit.FailLocal, or drop WithLocalStore", ErrInvalidOption, failureModeName(p.FailureMode))
-	}
-	return newLimiter(s, p, cfg)
-}
-
-// With returns a Limiter for policy p that shares this Limiter's store and
-// options: the way to apply another policy (a per-route mount, a Consume call
-// site with its own quota) under the same Options.
-func (l *Limiter) With(p Policy) (*Limiter, error) {
-	return newLimiter(l.store.primary.Store, p, l.cfg)
-}
-
-func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
-	res, err := p.resolve()
-	if err != nil {
-		return nil, err
 	}
 	if p.FailureMode == FailLocal && cfg.localStore == nil {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
@@ -201,7 +213,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	if !resp.Decision.Allowed && l.policy.Shadow {
 		l.shadow(&resp.Decision, r.Route)
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src})
+	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src, Plan: resp.Decision.Plan})
 	l.resp.fill(resp)
 	if resp.Decision.Allowed {
 		return
@@ -224,7 +236,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	}
 	sc := l.scratch.Get().(*scratch)
 	op, over, quota := l.op(sc, bucket, id, set, cost)
-	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.name, quota: quota}
+	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota}
 	var err error
 	if over {
 		// Never admissible: answered here, without the store (nothing
@@ -287,7 +299,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if !d.Allowed && l.policy.Shadow {
 		l.shadow(&d, "")
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src})
+	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src, Plan: d.Plan})
 	if !d.Allowed && l.policy.OnLimited != nil {
 		l.onLimited(ctx, &r, &d)
 	}

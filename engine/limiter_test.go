@@ -11,6 +11,8 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -135,7 +137,7 @@ func TestConsume(t *testing.T) {
 
 // A local store given to a policy that does not fail local would be
 // ignored (4 of Limit 2 admitted with the store down): New refuses it,
-// naming both settings; With may still derive policies of any mode.
+// naming both settings.
 func TestNewRefusesALocalStoreWithoutFailLocal(t *testing.T) {
 	local := storeAt(0)
 	_, err := limit.New(errStore, limit.Policy{Limit: 2}, limit.WithLocalStore(local))
@@ -152,8 +154,40 @@ func TestNewRefusesALocalStoreWithoutFailLocal(t *testing.T) {
 	if admitted != 2 {
 		t.Fatalf("FailLocal with the store down admitted %d of 4, want 2", admitted)
 	}
-	if _, err := l.With(limit.Policy{Limit: 2, FailureMode: limit.FailClosed}); err != nil {
-		t.Fatalf("With a FailClosed policy: %v", err)
+}
+
+// With(p) is New(store, p, options): a policy derived from a FailLocal
+// parent with a local store, that does not say FailLocal itself, is refused
+// as New refuses it, rather than failing open (5 of Limit 2 admitted) while
+// the store is down; one that says FailLocal limits locally.
+func TestWithMakesTheChecksOfNew(t *testing.T) {
+	local := storeAt(0)
+	parent := mustNew(t, errStore, limit.Policy{FailureMode: limit.FailLocal}, limit.WithLocalStore(local))
+	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailClosed} {
+		_, err := parent.With(limit.Policy{Limit: 2, Window: time.Minute, FailureMode: mode})
+		if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithLocalStore") || !strings.Contains(err.Error(), "FailLocal") {
+			t.Fatalf("With(%v) under WithLocalStore: %v; want ErrInvalidOption naming WithLocalStore and FailLocal", mode, err)
+		}
+	}
+	if _, err := parent.With(limit.Policy{Limit: -1, FailureMode: limit.FailLocal}); !errors.Is(err, limit.ErrInvalidPolicy) {
+		t.Fatalf("With(Limit -1): %v; want ErrInvalidPolicy", err)
+	}
+	login, err := parent.With(limit.Policy{Name: "login", Limit: 2, Window: time.Minute, FailureMode: limit.FailLocal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 5 {
+		if d, _ := login.Consume(context.Background(), "c"); d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("derived FailLocal policy with the store down admitted %d of 5, want 2", admitted)
+	}
+	plain := mustNew(t, errStore, limit.Policy{})
+	if _, err := plain.With(limit.Policy{FailureMode: limit.FailLocal}); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "WithLocalStore") {
+		t.Fatalf("With(FailLocal) with no local store: %v; want ErrInvalidPolicy naming WithLocalStore", err)
 	}
 }
 
@@ -468,4 +502,43 @@ func TestCheckAllowedDefaultDisclosureDoesNotAllocate(t *testing.T) {
 			t.Fatal("limited, or fields at the default disclosure")
 		}
 	})
+}
+
+// Two services on one shared store (Info.Shared, as Redis says) with the
+// same numbers and the default key prefix would draw on one allowance per
+// client: New refuses the default prefix there, naming WithKeyPrefix; with
+// a prefix each service has its own allowance, and WithKeyPrefix of the
+// default prefix shares it on purpose. A guarded store keeps the check.
+func TestSharedStoreNeedsAKeyPrefix(t *testing.T) {
+	ctx := context.Background()
+	shared := limittest.NewStore(limittest.NewClock(time.UnixMilli(1_767_225_600_000)).Now)
+	shared.Info = limitstore.Info{Name: "net", Shared: true}
+	guarded, err := guard.New(shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []limitstore.Store{shared, guarded} {
+		_, err := limit.New(s, limit.Policy{Limit: 1})
+		if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithKeyPrefix") {
+			t.Fatalf("New on a shared %T with the default prefix: %v; want ErrInvalidOption naming WithKeyPrefix", s, err)
+		}
+	}
+	orders := mustNew(t, shared, limit.Policy{Limit: 1}, limit.WithKeyPrefix("orders"))
+	users := mustNew(t, shared, limit.Policy{Limit: 1}, limit.WithKeyPrefix("users"))
+	for _, l := range []*limit.Limiter{orders, users} {
+		if d, _ := l.Consume(ctx, "c"); !d.Allowed {
+			t.Fatalf("first call of client c in its own namespace: %+v; want allowed", d)
+		}
+	}
+	a := mustNew(t, shared, limit.Policy{Name: "api", Limit: 1}, limit.WithKeyPrefix(limit.DefaultKeyPrefix))
+	b := mustNew(t, shared, limit.Policy{Name: "api", Limit: 1}, limit.WithKeyPrefix(limit.DefaultKeyPrefix))
+	if d, _ := a.Consume(ctx, "c"); !d.Allowed {
+		t.Fatalf("first call in the default namespace: %+v", d)
+	}
+	if d, _ := b.Consume(ctx, "c"); d.Allowed {
+		t.Fatalf("second service sharing the default namespace on purpose: %+v; want limited (one allowance)", d)
+	}
+	if _, err := limit.New(limittest.NewStore(nil), limit.Policy{Limit: 1}); err != nil {
+		t.Fatalf("New on a store that is not shared, default prefix: %v", err)
+	}
 }

@@ -2,10 +2,10 @@ package limit
 
 import "time"
 
-// Issue names a reported problem; it is the issue label of
-// quotagate_client_address_issues_total. Besides client-address problems the
-// set holds the failures of user-supplied policy functions (KeyFunc, Skip,
-// Plan, hooks, LimitedResponse), which are recovered rather than turned into a
+// Issue names a reported problem; it is the kind label of
+// quotagate_issues_total. The set holds client-address and route problems
+// and the failures of user-supplied policy functions (KeyFunc, Skip, Plan,
+// hooks, LimitedResponse), which are recovered rather than turned into a
 // 500. Each kind is logged at most once per 10 minutes. The kinds:
 //   - "trusted-header-missing": a trusted header is configured but the
 //     request did not carry it (or carried fewer hops than the chain needs);
@@ -20,11 +20,12 @@ import "time"
 //     panicked and the request went on as each field's doc says;
 //   - "limited-response-fallback": Policy.LimitedResponse panicked, returned
 //     nil or a Status outside 400-599; the default response was sent;
-//   - "native-mismatch": a typed KeyFunc or CostFunc (KeyFuncOf, CostFuncOf)
-//     met a Request whose Native is another framework's type, so it was not
-//     called;
+//   - "native-mismatch": a typed KeyFunc, CostFunc or Plan (KeyFuncOf,
+//     CostFuncOf, PlanFuncOf) met a Request whose Native is another
+//     framework's type, so it was not called;
 //   - "plan-fallback": Policy.Plan returned an error, panicked or named a
-//     plan that is not in Policy.Plans; the default plan decided.
+//     plan that is neither a key of Policy.Plans nor Policy.DefaultPlan; the
+//     default plan decided.
 type Issue string
 
 // The Issue kinds (see Issue).
@@ -81,7 +82,20 @@ type DecisionEvent struct {
 	Outcome Outcome
 	// KeySource is where the identity came from.
 	KeySource KeySource
+	// Plan is the plan that decided (Decision.Plan): a key of Policy.Plans,
+	// Policy.DefaultPlan, or "".
+	Plan string
 }
+
+// The reasons of a refund (Observer.Refund).
+const (
+	// RefundLaterMount: a later mount on the same request limited it, so
+	// this mount's charge was given back (stacked mounts).
+	RefundLaterMount = "later-mount"
+	// RefundStatus: Policy.CountStatus did not count the status the
+	// handler wrote.
+	RefundStatus = "status"
+)
 
 // Observer receives the engine's events, synchronously on the request path:
 // implementations must be fast, must not block, and must be safe for
@@ -91,8 +105,15 @@ type DecisionEvent struct {
 type Observer interface {
 	// Decision is called once per decided request (not for skipped ones).
 	Decision(e DecisionEvent)
-	// ClientAddressIssue is called once per request that met the issue.
-	ClientAddressIssue(bucket string, issue Issue)
+	// Issue is called once per request that met the issue.
+	Issue(bucket string, kind Issue)
+	// Refund is called once per request whose charge Limiter.Finish gave
+	// back to the store, with the bucket and the reason (RefundLaterMount
+	// or RefundStatus): such a request was counted as allowed by Decision
+	// and did not, in the end, draw on the bucket's allowance. A refund the
+	// store failed is not one (the request stays counted; StoreError reports
+	// the failure).
+	Refund(bucket, reason string)
 	// StoreError is called once per failed store call (an error, a timeout
 	// or a panic) and once per call not made because the store's circuit
 	// breaker is open (the FailureMode decided either way), with the
@@ -120,7 +141,8 @@ type Observer interface {
 type nopObserver struct{}
 
 func (nopObserver) Decision(DecisionEvent)                      {}
-func (nopObserver) ClientAddressIssue(string, Issue)            {}
+func (nopObserver) Issue(string, Issue)                         {}
+func (nopObserver) Refund(string, string)                       {}
 func (nopObserver) StoreError(string, FailureMode)              {}
 func (nopObserver) StoreDuration(string, string, time.Duration) {}
 func (nopObserver) StoreEvent(string, string)                   {}
@@ -136,9 +158,14 @@ func (g guardedObserver) Decision(e DecisionEvent) {
 	g.o.Decision(e)
 }
 
-func (g guardedObserver) ClientAddressIssue(bucket string, issue Issue) {
+func (g guardedObserver) Issue(bucket string, kind Issue) {
 	defer dropPanic()
-	g.o.ClientAddressIssue(bucket, issue)
+	g.o.Issue(bucket, kind)
+}
+
+func (g guardedObserver) Refund(bucket, reason string) {
+	defer dropPanic()
+	g.o.Refund(bucket, reason)
 }
 
 func (g guardedObserver) StoreError(bucket string, mode FailureMode) {

@@ -25,7 +25,8 @@ func TestPanickingObserverDoesNotBreakRequests(t *testing.T) {
 type panicObserver struct{}
 
 func (panicObserver) Decision(limit.DecisionEvent)                { panic("decision") }
-func (panicObserver) ClientAddressIssue(string, limit.Issue)      { panic("issue") }
+func (panicObserver) Issue(string, limit.Issue)                   { panic("issue") }
+func (panicObserver) Refund(string, string)                       { panic("refund") }
 func (panicObserver) StoreError(string, limit.FailureMode)        { panic("store error") }
 func (panicObserver) StoreDuration(string, string, time.Duration) { panic("duration") }
 func (panicObserver) StoreEvent(string, string)                   { panic("store event") }

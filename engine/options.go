@@ -12,6 +12,7 @@ import (
 // Limiters derived from it with With.
 type config struct {
 	keyPrefix       string
+	keyPrefixSet    bool // WithKeyPrefix was given (the prefix is chosen, even if it is the default)
 	logger          *slog.Logger
 	observer        Observer
 	hashKeys        bool
@@ -25,9 +26,13 @@ type config struct {
 	primary, local storeRef
 }
 
+// DefaultKeyPrefix is the first segment of every store key when
+// WithKeyPrefix is not given.
+const DefaultKeyPrefix = "quotagate"
+
 func defaultConfig() *config {
 	return &config{
-		keyPrefix:       "quotagate",
+		keyPrefix:       DefaultKeyPrefix,
 		logger:          slog.New(slog.DiscardHandler),
 		observer:        nopObserver{},
 		fallbackDivisor: 10,
@@ -42,14 +47,22 @@ func defaultConfig() *config {
 type Option func(*config) error
 
 // WithKeyPrefix sets the first segment of every store key (default
-// "quotagate"). It must be non-blank and contain none of ':', '{', '}' (the
-// separator and the Redis Cluster hash-tag braces) or whitespace.
+// "quotagate"): the namespace of a service's records, normally the
+// service's name. Services that set one prefix on one store share their
+// allowances; distinct prefixes keep them apart. It must be non-blank and
+// contain none of ':', '{', '}' (the separator and the Redis Cluster
+// hash-tag braces) or whitespace.
+//
+// On a store shared between processes (limitstore.Info.Shared: the Redis
+// store) New requires this option: without it every service on the store
+// would draw on one allowance per client. WithKeyPrefix(DefaultKeyPrefix)
+// shares the default namespace on purpose.
 func WithKeyPrefix(prefix string) Option {
 	return func(c *config) error {
 		if prefix == "" || strings.ContainsAny(prefix, ":{} \t\r\n") {
 			return fmt.Errorf("%w: WithKeyPrefix(%q): must be non-empty without ':', '{', '}' or whitespace", ErrInvalidOption, prefix)
 		}
-		c.keyPrefix = prefix
+		c.keyPrefix, c.keyPrefixSet = prefix, true
 		return nil
 	}
 }
@@ -92,8 +105,9 @@ func WithHashKeys(on bool) Option {
 }
 
 // WithLocalStore sets the per-process store that FailLocal policies use while
-// the shared store is failing (normally a memstore). New reports a FailLocal
-// policy without one.
+// the shared store is failing (normally a memstore). New and With refuse a
+// FailLocal policy without one, and with one a policy that is not FailLocal
+// (its local store would go unused: it would fail open).
 func WithLocalStore(s limitstore.Store) Option {
 	return func(c *config) error {
 		if s == nil {

@@ -205,16 +205,23 @@ type Policy struct {
 	// plan. The Policy's own quotas (Limit/Window/Burst, or Quotas) are the
 	// default plan. Each plan has its own records, and the RateLimit fields
 	// show the plan's numbers. The bucket (and its metrics label) stays the
-	// policy's.
+	// policy's; the plan is DecisionEvent.Plan (the metrics' plan label).
 	Plans map[string][]Rate
 	// Plan names the plan of a request (an API key's tier, say); required
-	// with Plans. "" means the default plan. An error, a panic or a name not
-	// in Plans also means the default plan, reported as Issue "plan-fallback".
-	// It runs after KeyFunc and CostFunc, synchronously, and must be safe
-	// for concurrent use; returning a constant string allocates nothing. For
-	// Consume, r is empty but for Native, which holds the identity (a
-	// string).
+	// with Plans. "" and DefaultPlan mean the default plan. An error, a
+	// panic or any other name not in Plans also means the default plan,
+	// reported as Issue "plan-fallback". It runs after KeyFunc and CostFunc,
+	// synchronously, and must be safe for concurrent use; returning a
+	// constant string allocates nothing. For Consume, r is empty but for
+	// Native, which holds the identity (a string). The adapters' PlanFunc
+	// helpers (limit.PlanFuncOf) take the framework's own request.
 	Plan func(r Request) (string, error)
+	// DefaultPlan names the default plan (the Policy's own quotas), "free"
+	// say: Plan may return it, and Decision.Plan and the plan label of the
+	// metrics show it. Printable ASCII without ':', not a key of Plans.
+	// Default "": the default plan has no name. Naming it moves no record:
+	// the default plan's keys carry no plan name either way.
+	DefaultPlan string
 
 	// Whose allowance: the bucket and the identity.
 
@@ -359,8 +366,9 @@ type quotaSet struct {
 // or one of Policy.Plans. sets[0] is for identified requests, sets[1] for
 // the fallback bucket (requests with no identity).
 type plan struct {
-	name string
-	sets [2]quotaSet
+	name  string // the plan's name in its keys: "" for the default plan
+	label string // Decision.Plan: name, or Policy.DefaultPlan for the default plan
+	sets  [2]quotaSet
 }
 
 // resolved holds a validated policy's derived values.
@@ -530,7 +538,15 @@ func (p *Policy) resolve() (resolved, error) {
 	if p.Plans != nil && p.Plan == nil {
 		return r, fmt.Errorf("%w: Plans is set but Plan is nil: set Plan, the function that names each request's plan", ErrInvalidPolicy)
 	}
-	r.plans = append(r.plans, plan{sets: [2]quotaSet{def}})
+	if p.DefaultPlan != "" {
+		if err := checkName("DefaultPlan", p.DefaultPlan); err != nil {
+			return r, err
+		}
+		if _, ok := p.Plans[p.DefaultPlan]; ok {
+			return r, fmt.Errorf("%w: DefaultPlan %q is also a key of Plans: name the default plan (the Policy's own quotas) apart from the other plans", ErrInvalidPolicy, p.DefaultPlan)
+		}
+	}
+	r.plans = append(r.plans, plan{label: p.DefaultPlan, sets: [2]quotaSet{def}})
 	names := make([]string, 0, len(p.Plans))
 	for name := range p.Plans {
 		names = append(names, name)
@@ -548,7 +564,7 @@ func (p *Policy) resolve() (resolved, error) {
 		if err != nil {
 			return r, err
 		}
-		r.plans = append(r.plans, plan{name: name, sets: [2]quotaSet{set}})
+		r.plans = append(r.plans, plan{name: name, label: name, sets: [2]quotaSet{set}})
 	}
 	sigs := make([]string, def.n)
 	for i := range def.n {

@@ -66,10 +66,15 @@ func (r *reporter) storeFailure(bucket string, mode FailureMode, err error, logI
 // issue reports a client-address or route issue: an event every time, a
 // log line at most once per 10 minutes per kind.
 func (r *reporter) issue(bucket string, kind Issue) {
-	r.observer.ClientAddressIssue(bucket, kind)
+	r.observer.Issue(bucket, kind)
 	if r.allowIssue(kind) {
-		r.logger.Warn("quotagate: "+string(kind)+" (this kind is logged at most once per 10 minutes)",
-			slog.String("bucket", bucket), slog.String("issue", string(kind)))
+		msg := "quotagate: " + string(kind) + " (this kind is logged at most once per 10 minutes)"
+		if kind == issueRouteUnknown {
+			msg = "quotagate: route-unknown: a PerRoute policy is mounted where the router has not matched a route yet, " +
+				"so every such request counts in its Shared bucket: mount it at route level (the adapter's documentation names the way) " +
+				"(logged at most once per 10 minutes)"
+		}
+		r.logger.Warn(msg, slog.String("bucket", bucket), slog.String("issue", string(kind)))
 	}
 }
 
@@ -77,7 +82,7 @@ func (r *reporter) issue(bucket string, kind Issue) {
 // line at most once per 10 minutes per kind, naming the header and quoting a
 // bounded, sanitised piece of the offending text.
 func (r *reporter) trustIssue(bucket string, t *trustConfig, ca clientAddr) {
-	r.observer.ClientAddressIssue(bucket, ca.issue)
+	r.observer.Issue(bucket, ca.issue)
 	if !r.allowIssue(ca.issue) {
 		return
 	}
@@ -103,7 +108,7 @@ func (r *reporter) trustIssue(bucket string, t *trustConfig, ca clientAddr) {
 // an Issue event every time, a log line at most once per 10 minutes per
 // kind. p is the recovered panic value, or nil.
 func (r *reporter) policyFuncFailed(bucket string, kind Issue, msg string, p any) {
-	r.observer.ClientAddressIssue(bucket, kind)
+	r.observer.Issue(bucket, kind)
 	if !r.allowIssue(kind) {
 		return
 	}
@@ -114,12 +119,13 @@ func (r *reporter) policyFuncFailed(bucket string, kind Issue, msg string, p any
 	r.logger.Error("quotagate: "+msg+" (logged at most once per 10 minutes)", attrs...)
 }
 
-// nativeMismatch reports a typed KeyFunc or CostFunc (KeyFuncOf, CostFuncOf)
+// nativeMismatch reports a typed KeyFunc, CostFunc or Plan (KeyFuncOf,
+// CostFuncOf, PlanFuncOf)
 // that met a Request whose Native is another framework's type: an Issue
 // event every time, a log line naming both types at most once per 10
 // minutes. The types are formatted only when the line is logged.
 func (r *reporter) nativeMismatch(bucket, fn string, want reflect.Type, got any) {
-	r.observer.ClientAddressIssue(bucket, issueNativeMismatch)
+	r.observer.Issue(bucket, issueNativeMismatch)
 	if !r.allowIssue(issueNativeMismatch) {
 		return
 	}

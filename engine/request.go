@@ -38,7 +38,7 @@ type Request struct {
 	Header Header
 	// Native is the framework's own request or context (*http.Request,
 	// echo.Context, *gin.Context, *fiber.Ctx) for typed key and cost
-	// functions (KeyFuncOf, CostFuncOf). In the hooks of Consume and
+	// functions (KeyFuncOf, CostFuncOf, PlanFuncOf). In the hooks of Consume and
 	// ConsumeN it is the identity passed, a string.
 	Native any
 
@@ -83,6 +83,20 @@ func CostFuncOf[T any](f func(T) int64) func(Request) int64 {
 		v, ok := native[T](&r, "CostFunc")
 		if !ok {
 			return 0
+		}
+		return f(v)
+	}
+}
+
+// PlanFuncOf adapts a plan function over a framework's native request type
+// T to Policy.Plan; the adapters' PlanFunc helpers are this function. When
+// Request.Native is not a T the function is not called, the default plan
+// applies, and Issue "native-mismatch" is reported as for KeyFuncOf.
+func PlanFuncOf[T any](f func(T) (string, error)) func(Request) (string, error) {
+	return func(r Request) (string, error) {
+		v, ok := native[T](&r, "Plan")
+		if !ok {
+			return "", nil
 		}
 		return f(v)
 	}

@@ -98,13 +98,13 @@ func (l *Limiter) plan(r *Request, bucket string) *plan {
 		why = "Plan panicked"
 	case err != nil:
 		why = "Plan returned an error"
-	case name == "":
+	case name == "" || name == l.policy.DefaultPlan:
 		return &l.res.plans[0]
 	default:
 		if pl, ok := l.plans[name]; ok {
 			return pl
 		}
-		why = "Plan returned a name that is not a key of Plans"
+		why = "Plan returned a name that is neither a key of Plans nor DefaultPlan"
 	}
 	l.cfg.rep.policyFuncFailed(bucket, issuePlanFallback, why+"; the default plan applies", p)
 	return &l.res.plans[0]

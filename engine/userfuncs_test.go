@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -436,4 +437,68 @@ func TestPlanAllocationFree(t *testing.T) {
 			t.Fatalf("%+v", d)
 		}
 	})
+}
+
+// The default plan can be named: a Plan function returning the name
+// (DefaultPlan "free") gets the Policy's own quotas, in their own records,
+// with no plan-fallback issue, and the Decision and its event carry the
+// name. A name that is also a key of Plans, or not a valid name, is refused.
+func TestDefaultPlanCanBeNamed(t *testing.T) {
+	store := storeAt(epochMS)
+	rec := &limittest.Recorder{}
+	p := limit.Policy{Name: "export", Limit: 2, Window: time.Minute, DefaultPlan: "free", Plan: planOfHeader,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 4, Window: time.Minute}}}}
+	l := mustNew(t, store, p, limit.WithObserver(rec))
+	ctx := context.Background()
+	r := req("192.0.2.7:1", "/v1/export")
+	r.Header = http.Header{"X-Plan": {"free"}}
+	admitted := 0
+	for range 4 {
+		d := check(l, ctx, r).Decision
+		if d.Plan != "free" || d.Limit != 2 {
+			t.Fatalf("plan free: %+v; want the default plan's quota, named free", d)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 || rec.Issues(limit.Issue("plan-fallback")) != 0 || rec.Last().Plan != "free" {
+		t.Fatalf("plan free: %d admitted, %d plan-fallback issues, last event %+v; want 2, 0, plan free",
+			admitted, rec.Issues(limit.Issue("plan-fallback")), rec.Last())
+	}
+	// "" is the default plan too, in the same records.
+	r.Header = http.Header{}
+	if d := check(l, ctx, r).Decision; d.Allowed || d.Plan != "free" {
+		t.Fatalf("plan \"\": %+v; want the exhausted default plan, named free", d)
+	}
+	for _, bad := range []string{"pro", "a:b", " "} {
+		q := p
+		q.DefaultPlan = bad
+		if _, err := limit.New(storeAt(epochMS), q); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "DefaultPlan") {
+			t.Fatalf("DefaultPlan %q: %v; want ErrInvalidPolicy naming DefaultPlan", bad, err)
+		}
+	}
+}
+
+// A typed plan function (PlanFuncOf) reads the framework's request; under
+// another framework's Request.Native it is not called: the default plan
+// decides and native-mismatch is reported.
+func TestPlanFuncOf(t *testing.T) {
+	rec := &limittest.Recorder{}
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Name: "typed", Limit: 1, Window: time.Minute,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 5, Window: time.Minute}}},
+		Plan:  limit.PlanFuncOf(func(r *http.Request) (string, error) { return r.Header.Get("X-Plan"), nil })},
+		limit.WithObserver(rec))
+	ctx := context.Background()
+	hr := httptest.NewRequest("GET", "/", nil)
+	hr.Header.Set("X-Plan", "pro")
+	r := req("192.0.2.8:1", "/")
+	r.Native = hr
+	if d := check(l, ctx, r).Decision; d.Plan != "pro" || d.Limit != 5 {
+		t.Fatalf("typed plan: %+v; want plan pro", d)
+	}
+	r.Native = "not a request"
+	if d := check(l, ctx, r).Decision; d.Plan != "" || d.Limit != 1 || rec.Issues(limit.Issue("native-mismatch")) != 1 {
+		t.Fatalf("typed plan under another Native: %+v, %d native-mismatch; want the default plan, 1", d, rec.Issues(limit.Issue("native-mismatch")))
+	}
 }

@@ -12,6 +12,7 @@ require (
 	github.com/quotagate/quotagate/adapters/echo v0.0.0
 	github.com/quotagate/quotagate/adapters/fiber v0.0.0
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
+	github.com/quotagate/quotagate/adapters/grpc v0.0.0
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/metrics/otel v0.0.0
@@ -20,6 +21,8 @@ require (
 	github.com/quotagate/quotagate/stores/redis v0.0.0
 	go.opentelemetry.io/otel/exporters/stdout/stdoutmetric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -75,7 +78,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
@@ -86,6 +89,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/echo => ../adapters/echo
 	github.com/quotagate/quotagate/adapters/fiber => ../adapters/fiber
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
+	github.com/quotagate/quotagate/adapters/grpc => ../adapters/grpc
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/metrics/otel => ../metrics/otel

@@ -14,6 +14,7 @@ require (
 	github.com/quotagate/quotagate/adapters/echo v0.0.0
 	github.com/quotagate/quotagate/adapters/fiber v0.0.0
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
+	github.com/quotagate/quotagate/adapters/grpc v0.0.0
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0
 	github.com/quotagate/quotagate/client v0.0.0
 	github.com/quotagate/quotagate/conformance v0.0.0
@@ -24,7 +25,9 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/valyala/fasthttp v1.51.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/net v0.59.0
+	golang.org/x/net v0.60.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -81,6 +84,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/echo => ../adapters/echo
 	github.com/quotagate/quotagate/adapters/fiber => ../adapters/fiber
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
+	github.com/quotagate/quotagate/adapters/grpc => ../adapters/grpc
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
 	github.com/quotagate/quotagate/client => ../client
 	github.com/quotagate/quotagate/conformance => ../conformance

@@ -139,3 +139,11 @@ func KeyFunc(f func(r *http.Request) (string, error)) func(limit.Request) (strin
 // CostFunc adapts a pricing function over the *http.Request to
 // Policy.CostFunc: limit.CostFuncOf.
 func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// PlanFunc adapts a plan function over the *http.Request to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework.
+func PlanFunc(f func(r *http.Request) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}

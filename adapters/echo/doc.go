@@ -54,5 +54,10 @@
 // The adapter holds no policy and writes nothing itself: it hands the engine
 // the request, the route and c.Response() (limit.Limiter.CheckHTTP), which
 // writes the header fields or the whole limited response, and then calls next
-// or returns nil (so echo's HTTPErrorHandler is not involved).
+// or returns nil (so echo's HTTPErrorHandler is not involved). With
+// WithHTTPError a denial is returned instead, as an *echo.HTTPError carrying
+// the engine's status and body (its header fields are set on c.Response()),
+// for the application's HTTPErrorHandler to write:
+//
+//	e.Use(echolimit.Middleware(l, echolimit.WithHTTPError()))
 package echolimit

@@ -1,7 +1,11 @@
 package echolimit
 
 import (
+	"encoding/json"
+	"errors"
+	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -32,12 +36,26 @@ import (
 // gives it (an *echo.HTTPError's Code, else 500; a custom HTTPErrorHandler
 // that answers otherwise is not seen). A handler that panics leaves the
 // request counted.
-func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
+//
+// By default a limited request is answered by the middleware itself, with
+// the engine's exact bytes, and echo's HTTPErrorHandler is not involved;
+// with WithHTTPError the denial is returned as an *echo.HTTPError for the
+// application's HTTPErrorHandler to write.
+func Middleware(l *limit.Limiter, opts ...Option) echo.MiddlewareFunc {
+	var cfg config
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
 	rt := &routeTable{}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			p := c.Path()
 			known := limit.Request{Route: p, Unmatched: rt.unmatched(c, p), Native: c}
+			if cfg.httpError {
+				return checkToError(l, c, next, known)
+			}
 			d := l.CheckHTTP(c.Response(), c.Request(), known)
 			if !d.Allowed {
 				return nil
@@ -48,6 +66,89 @@ func Middleware(l *limit.Limiter) echo.MiddlewareFunc {
 		}
 	}
 }
+
+// Option configures Middleware.
+type Option func(*config)
+
+type config struct {
+	httpError bool
+}
+
+// WithHTTPError makes the middleware return a denial as an *echo.HTTPError
+// instead of writing the response itself, so that the application's
+// HTTPErrorHandler writes it (and the middleware that sees returned errors,
+// a logger for one, sees it): the echo way, as echo's own rate limiter does.
+//
+// The error's Code is the engine's status (429, or 503 under FailClosed);
+// its Message is the engine's body, as a json.RawMessage when the body is
+// JSON (the default RFC 9457 problem document) or else a string; its
+// Internal is ErrLimited, so errors.Is(err, echolimit.ErrLimited) tells a
+// denial from other errors. The engine's header fields (Retry-After,
+// RateLimit, RateLimit-Policy) are set on c.Response() before it returns;
+// Content-Type and Content-Length are left to the handler that writes the
+// body. echo's DefaultHTTPErrorHandler writes the problem document as
+// application/json (compacted, with a trailing newline), and a HEAD request
+// with no body. A denial allocates the error and a copy of the body; an
+// allowed request nothing more than without the option.
+func WithHTTPError() Option {
+	return func(c *config) { c.httpError = true }
+}
+
+// ErrLimited is the Internal error of the *echo.HTTPError that a denial is
+// returned as under WithHTTPError.
+var ErrLimited = errors.New("echolimit: request limited")
+
+// checkToError decides c as Middleware does, with the limited response
+// captured instead of written and returned as an *echo.HTTPError.
+func checkToError(l *limit.Limiter, c echo.Context, next echo.HandlerFunc, known limit.Request) error {
+	w := captures.Get().(*capture)
+	w.h, w.status, w.body = c.Response().Header(), 0, w.body[:0]
+	d := l.CheckHTTP(w, c.Request(), known)
+	if d.Allowed {
+		w.h = nil
+		captures.Put(w)
+		err := next(c)
+		l.Finish(c.Request().Context(), &d, status(c, err))
+		return err
+	}
+	h := w.h
+	ct := h.Get(echo.HeaderContentType)
+	h.Del(echo.HeaderContentType)
+	h.Del(echo.HeaderContentLength)
+	he := &echo.HTTPError{Code: w.status, Message: http.StatusText(w.status), Internal: ErrLimited}
+	if len(w.body) > 0 {
+		if isJSON(ct) {
+			he.Message = json.RawMessage(append([]byte(nil), w.body...))
+		} else {
+			he.Message = string(w.body)
+		}
+	}
+	w.h = nil
+	captures.Put(w)
+	return he
+}
+
+// isJSON reports whether media type ct is JSON (application/json or a
+// +json suffix such as application/problem+json).
+func isJSON(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// capture is the http.ResponseWriter that WithHTTPError hands the engine:
+// header fields go into the echo response's header map, the status and
+// body of a limited request are kept for the error.
+type capture struct {
+	h      http.Header
+	status int
+	body   []byte
+}
+
+var captures = sync.Pool{New: func() any { return new(capture) }}
+
+func (w *capture) Header() http.Header         { return w.h }
+func (w *capture) WriteHeader(status int)      { w.status = status }
+func (w *capture) Write(b []byte) (int, error) { w.body = append(w.body, b...); return len(b), nil }
 
 // status is the status of the response to c: what the handler wrote, or
 // when it returned an error before writing, the status echo's default
@@ -165,3 +266,11 @@ func KeyFunc(f func(c echo.Context) (string, error)) func(limit.Request) (string
 // CostFunc adapts a pricing function over echo.Context to Policy.CostFunc:
 // limit.CostFuncOf.
 func CostFunc(f func(c echo.Context) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// PlanFunc adapts a plan function over the echo.Context to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework.
+func PlanFunc(f func(c echo.Context) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}

@@ -1,9 +1,11 @@
 package echolimit_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -38,4 +40,32 @@ func ExampleKeyFunc() {
 	// k1 200
 	// k1 429
 	// k2 200
+}
+
+// With WithHTTPError a denial reaches the application's HTTPErrorHandler as
+// an *echo.HTTPError: here a handler that logs it and answers in the
+// application's own format; Retry-After is already on the response.
+func ExampleWithHTTPError() {
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1, Window: time.Minute})
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		var he *echo.HTTPError
+		if errors.As(err, &he) && errors.Is(err, echolimit.ErrLimited) {
+			fmt.Println("limited:", he.Code)
+			_ = c.JSON(he.Code, map[string]string{"error": "slow down"})
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, c)
+	}
+	e.Use(echolimit.Middleware(l, echolimit.WithHTTPError()))
+	e.GET("/v1/notes/:id", func(c echo.Context) error { return c.String(http.StatusOK, "note") })
+	for range 2 {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/notes/7", nil))
+		fmt.Println(rec.Code, rec.Header().Get("Retry-After") != "", strings.TrimSpace(rec.Body.String()))
+	}
+	// Output:
+	// 200 false note
+	// limited: 429
+	// 429 true {"error":"slow down"}
 }

@@ -25,6 +25,13 @@
 //	v1.Post("/login", byRoute, login)
 //	v1.Get("/search", byRoute, search)
 //
+// or, for every route of a group, through Routes, which registers each
+// route with the handler in front:
+//
+//	v1 := fiberlimit.Routes(app.Group("/v1"), perRoute)
+//	v1.Post("/login", login)
+//	v1.Get("/search", search)
+//
 // Each of those routes has its own bucket. app.Get registers HEAD with the
 // same handlers and template, so HEAD and GET on one route share a bucket:
 // neither the method nor the raw path is ever part of a bucket. At route

@@ -48,3 +48,36 @@ func Example() {
 	// 200 false
 	// 429 true
 }
+
+// Per-route buckets for a whole group: Routes registers every route of the
+// group with the limiter in front, where fiber knows the matched route.
+// /v1/login and /v1/search each get 1 per minute of their own.
+func ExampleRoutes() {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	perRoute := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Scope: limit.PerRoute, Limit: 1, Window: time.Minute})
+	v1 := fiberlimit.Routes(app.Group("/v1"), perRoute)
+	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	v1.Post("/login", ok)
+	v1.Get("/search", ok)
+
+	for _, r := range [][2]string{{"POST", "/v1/login"}, {"GET", "/v1/search"}, {"POST", "/v1/login"}} {
+		resp, err := app.Test(httptestRequest(r[0], r[1]))
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(r[0], r[1], resp.StatusCode)
+	}
+	// Output:
+	// POST /v1/login 200
+	// GET /v1/search 200
+	// POST /v1/login 429
+}
+
+func httptestRequest(method, path string) *http.Request {
+	r, err := http.NewRequest(method, "http://example.com"+path, nil)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}

@@ -25,12 +25,125 @@ import (
 // h)); in a Use mount (app.Use, Group.Use, app.Group(prefix, New(l))) the
 // matched route is not known yet, so it is "": a PerRoute policy falls back
 // to its Shared bucket and reports the route-unknown issue, and the metrics'
-// handler label is empty (see the package documentation).
+// handler label is empty (see the package documentation). Routes mounts l
+// at route level on every route of a group.
 func New(l *limit.Limiter) fiber.Handler {
 	var routes routeSet
 	return func(c *fiber.Ctx) error {
 		return serve(l, c, routes.template(c), false)
 	}
+}
+
+// Routes returns r with l mounted at route level on every route registered
+// through it: the way to give a group of routes per-route buckets, since a
+// group mount (app.Group(prefix, New(l)), Group.Use) runs before fiber has
+// matched a route and so cannot see it.
+//
+//	v1 := fiberlimit.Routes(app.Group("/v1"), perRoute)
+//	v1.Post("/login", login)  // registered as v1.Post("/login", New(perRoute), login)
+//	v1.Get("/search", search) // a bucket of its own
+//
+// Get, Head, Post, Put, Delete, Connect, Options, Trace, Patch, Add and All
+// register the route with New(l)'s handler in front of its handlers; Group
+// and Route return Routers that do the same for their routes. Use, Static,
+// Mount and Name are r's own: a Use middleware, static files and a mounted
+// app are not limited by it (mount New(l) on them where they need a limit).
+func Routes(r fiber.Router, l *limit.Limiter) fiber.Router {
+	return &routes{Router: r, h: New(l)}
+}
+
+// routes is the Router of Routes: r with the handler h put in front of
+// every route's handlers.
+type routes struct {
+	fiber.Router
+	h fiber.Handler
+}
+
+func (w *routes) with(hs []fiber.Handler) []fiber.Handler {
+	return append([]fiber.Handler{w.h}, hs...)
+}
+
+func (w *routes) Get(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Get(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Head(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Head(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Post(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Post(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Put(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Put(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Delete(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Delete(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Connect(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Connect(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Options(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Options(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Trace(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Trace(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Patch(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Patch(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Add(method, path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.Add(method, path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) All(path string, hs ...fiber.Handler) fiber.Router {
+	w.Router.All(path, w.with(hs)...)
+	return w
+}
+
+func (w *routes) Group(prefix string, hs ...fiber.Handler) fiber.Router {
+	return &routes{Router: w.Router.Group(prefix, hs...), h: w.h}
+}
+
+func (w *routes) Route(prefix string, fn func(fiber.Router), name ...string) fiber.Router {
+	return &routes{Router: w.Router.Route(prefix, func(r fiber.Router) { fn(&routes{Router: r, h: w.h}) }, name...), h: w.h}
+}
+
+func (w *routes) Use(args ...any) fiber.Router {
+	w.Router.Use(args...)
+	return w
+}
+
+func (w *routes) Static(prefix, root string, config ...fiber.Static) fiber.Router {
+	w.Router.Static(prefix, root, config...)
+	return w
+}
+
+func (w *routes) Mount(prefix string, app *fiber.App) fiber.Router {
+	w.Router.Mount(prefix, app)
+	return w
+}
+
+func (w *routes) Name(name string) fiber.Router {
+	w.Router.Name(name)
+	return w
 }
 
 // Unmatched returns a fiber handler for the requests no route matches,
@@ -276,3 +389,11 @@ func KeyFunc(f func(c *fiber.Ctx) (string, error)) func(limit.Request) (string, 
 // CostFunc adapts a pricing function over *fiber.Ctx to Policy.CostFunc:
 // limit.CostFuncOf.
 func CostFunc(f func(c *fiber.Ctx) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// PlanFunc adapts a plan function over the *fiber.Ctx to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework.
+func PlanFunc(f func(c *fiber.Ctx) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}

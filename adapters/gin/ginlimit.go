@@ -52,3 +52,11 @@ func KeyFunc(f func(c *gin.Context) (string, error)) func(limit.Request) (string
 // CostFunc adapts a pricing function over *gin.Context to Policy.CostFunc:
 // limit.CostFuncOf.
 func CostFunc(f func(c *gin.Context) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
+
+// PlanFunc adapts a plan function over the *gin.Context to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework.
+func PlanFunc(f func(c *gin.Context) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}

@@ -111,6 +111,14 @@ func KeyFunc(f func(r *http.Request) (string, error)) func(limit.Request) (strin
 // Policy.CostFunc: limit.CostFuncOf.
 func CostFunc(f func(r *http.Request) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
 
+// PlanFunc adapts a plan function over the *http.Request to Policy.Plan, e.g. to
+// choose a request's plan from its API key: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// framework.
+func PlanFunc(f func(r *http.Request) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}
+
 // StatusWriter returns w wrapped so that the status written through it is
 // recorded in *status: the code of the first WriteHeader that is not
 // informational (1xx), or 200 on the first Write, ReadFrom or Flush before

@@ -72,6 +72,7 @@ type Observer interface {
 type Store struct {
 	next    limitstore.Store
 	name    string
+	shared  bool // next's Info.Shared
 	timeout time.Duration
 	clock   func() int64 // monotonic ns; nil: monoNow
 	obs     Observer
@@ -148,16 +149,19 @@ func withClock(now func() int64) Option {
 
 // New wraps next. The wrapper's store label (for metrics and log lines) is
 // next's own (limitstore.Info.Name through a Describe method), "custom"
-// without one. A nil next is an error.
+// without one, and it is shared between processes when next says so
+// (Info.Shared). A nil next is an error.
 func New(next limitstore.Store, opts ...Option) (*Store, error) {
 	if next == nil {
 		return nil, fmt.Errorf("%w: guard.New: store is nil", limit.ErrInvalidOption)
 	}
 	s := &Store{next: next, name: "custom", timeout: DefaultTimeout, deny: newDenyCache()}
 	if d, ok := next.(interface{ Describe() limitstore.Info }); ok {
-		if n := d.Describe().Name; n != "" {
-			s.name = n
+		info := d.Describe()
+		if info.Name != "" {
+			s.name = info.Name
 		}
+		s.shared = info.Shared
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -183,7 +187,7 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 }
 
 // Describe reports the wrapped store's description.
-func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name} }
+func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name, Shared: s.shared} }
 
 // Claim passes limit.New's record of an unnamed Limiter to the wrapped
 // store when it keeps limitstore.Claims, so that wrapping a store never

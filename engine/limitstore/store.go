@@ -33,7 +33,7 @@ var ErrCircuitOpen = errors.New("limitstore: store not called, its circuit break
 // keep op or any Key after it returns. A store that needs a placement hash
 // computes its own keyed hash of the keys (clients choose identities, so an
 // unkeyed hash would let them aim collisions). It may describe itself to
-// the engine with a method Describe() StoreInfo (see StoreInfo).
+// the engine with a method Describe() Info (see Info).
 type Store interface {
 	Take(ctx context.Context, op *Op) (Result, error)
 }
@@ -44,9 +44,15 @@ type Store interface {
 //	Describe() Info
 //
 // is asked once, in limit.New (and With). A Store without it, and the zero
-// value, are labelled "custom".
+// value, are labelled "custom" and taken as not shared.
 type Info struct {
 	// Name is the store label of metrics ("memory", "redis"); "" means
 	// "custom".
 	Name string
+	// Shared reports that other processes may read and write the same
+	// records (a network store such as Redis: true; a per-process store such
+	// as the memory store: false). On a shared store limit.New refuses the
+	// default key prefix unless the caller sets one (WithKeyPrefix), so that
+	// two services on one store never draw on one allowance by accident.
+	Shared bool
 }

@@ -18,7 +18,7 @@ type Recorder struct {
 }
 
 type event struct {
-	kind      byte // 'd' decision, 'i' issue, 'e' store error, 't' store duration, 's' store skipped, 'b' breaker
+	kind      byte // 'd' decision, 'i' issue, 'r' refund, 'e' store error, 't' store duration, 's' store skipped, 'b' breaker
 	open      bool
 	decision  limit.DecisionEvent
 	bucket    string
@@ -39,9 +39,14 @@ func (r *Recorder) add(e event) {
 // Decision records e.
 func (r *Recorder) Decision(e limit.DecisionEvent) { r.add(event{kind: 'd', decision: e}) }
 
-// ClientAddressIssue records an issue.
-func (r *Recorder) ClientAddressIssue(bucket string, issue limit.Issue) {
-	r.add(event{kind: 'i', bucket: bucket, issue: issue})
+// Issue records an issue.
+func (r *Recorder) Issue(bucket string, kind limit.Issue) {
+	r.add(event{kind: 'i', bucket: bucket, issue: kind})
+}
+
+// Refund records a charge given back (op holds the reason).
+func (r *Recorder) Refund(bucket, reason string) {
+	r.add(event{kind: 'r', bucket: bucket, op: reason})
 }
 
 // StoreError records a failed store call.
@@ -113,6 +118,12 @@ func (r *Recorder) Issues(issue limit.Issue) int {
 	return r.count(func(e event) bool { return e.kind == 'i' && e.issue == issue })
 }
 
+// Refunds returns how many charges were given back for reason
+// (limit.RefundLaterMount, limit.RefundStatus).
+func (r *Recorder) Refunds(reason string) int {
+	return r.count(func(e event) bool { return e.kind == 'r' && e.op == reason })
+}
+
 // StoreErrors returns how many failed store calls were reported.
 func (r *Recorder) StoreErrors() int { return r.count(func(e event) bool { return e.kind == 'e' }) }
 
@@ -135,6 +146,7 @@ func (r *Recorder) count(match func(event) bool) int {
 //
 //	decision <bucket>|<handler>|<outcome>|<key source>
 //	issue <bucket>|<issue>
+//	refund <bucket>|<reason>
 //	store-error <bucket>|<failure mode>
 //	duration <store>|<op>   ("negative duration <store>|<op>" when d < 0)
 //	skipped <store>|<reason>
@@ -151,6 +163,8 @@ func (r *Recorder) Events() []string {
 			out = append(out, "decision "+d.Bucket+"|"+d.Handler+"|"+string(d.Outcome)+"|"+string(d.KeySource))
 		case 'i':
 			out = append(out, "issue "+e.bucket+"|"+string(e.issue))
+		case 'r':
+			out = append(out, "refund "+e.bucket+"|"+e.op)
 		case 'e':
 			out = append(out, "store-error "+e.bucket+"|"+e.mode.String())
 		case 't':

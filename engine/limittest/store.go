@@ -221,7 +221,7 @@ func (f *FlakyStore) Failures() int64 { return f.fails.Load() }
 func (f *FlakyStore) Describe() limitstore.Info {
 	var info limitstore.Info
 	if d, ok := f.Store.(interface{ Describe() limitstore.Info }); ok {
-		info.Name = d.Describe().Name
+		info = d.Describe()
 	}
 	return info
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,7 +11,7 @@ import (
 // metrics. This keeps the README's first command working in CI.
 func TestDemo(t *testing.T) {
 	t.Chdir("..")
-	for _, fw := range frameworks {
+	for _, fw := range append(slices.Clone(frameworks), grpcServer) {
 		t.Run(fw, func(t *testing.T) {
 			if err := run(fw); err != nil {
 				t.Fatal(err)
@@ -24,7 +25,7 @@ func TestDemo(t *testing.T) {
 func TestDemoUnknownFramework(t *testing.T) {
 	for _, fw := range []string{"foo", "", "../chi", "internal"} {
 		err := run(fw)
-		if err == nil || !strings.Contains(err.Error(), "valid frameworks are chi, echo, fiber, gin, nethttp") {
+		if err == nil || !strings.Contains(err.Error(), "valid frameworks are chi, echo, fiber, gin, nethttp, grpc") {
 			t.Errorf("run(%q): %v, want an error listing the valid frameworks", fw, err)
 		}
 	}

@@ -30,11 +30,18 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// frameworks are the example servers, one directory of examples/ each.
+// frameworks are the HTTP example servers, one directory of examples/ each.
 var frameworks = []string{"chi", "echo", "fiber", "gin", "nethttp"}
 
+// grpcServer is the gRPC example server (examples/grpc), which runGRPC
+// drives with a gRPC client.
+const grpcServer = "grpc"
+
+// valid lists every server the demo drives.
+func valid() string { return strings.Join(append(slices.Clone(frameworks), grpcServer), ", ") }
+
 func main() {
-	framework := flag.String("framework", "chi", "example server to run: "+strings.Join(frameworks, ", "))
+	framework := flag.String("framework", "chi", "example server to run: "+valid())
 	flag.Parse()
 	if err := run(*framework); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
@@ -50,11 +57,14 @@ type row struct {
 }
 
 func run(framework string) error {
-	if !slices.Contains(frameworks, framework) {
-		return fmt.Errorf("unknown framework %q: valid frameworks are %s (make demo FRAMEWORK=chi)", framework, strings.Join(frameworks, ", "))
+	if !slices.Contains(frameworks, framework) && framework != grpcServer {
+		return fmt.Errorf("unknown framework %q: valid frameworks are %s (make demo FRAMEWORK=chi)", framework, valid())
 	}
 	if _, err := os.Stat(filepath.Join(framework, "main.go")); err != nil {
 		return fmt.Errorf("no example server %q here (run from examples/): %w", framework, err)
+	}
+	if framework == grpcServer {
+		return runGRPC()
 	}
 	// -disclosure always: every response carries the RateLimit fields, so
 	// the demo can show the quotas of /v1/reports and the plans of
@@ -497,8 +507,9 @@ func (rs requestSeries) total(outcome string) float64 {
 	return n
 }
 
-// waitForStart reads the server's start-up line ("... listening on http://ADDR ...")
-// and returns the base URL; the rest of stdout is passed through.
+// waitForStart reads the server's start-up line ("... listening on http://ADDR
+// ...", or grpc://ADDR) and returns the base URL (for gRPC the address
+// alone); the rest of stdout is passed through.
 func waitForStart(stdout io.Reader) (string, string, error) {
 	type result struct{ base, line string }
 	found := make(chan result, 1)
@@ -507,8 +518,12 @@ func waitForStart(stdout io.Reader) (string, string, error) {
 		sent := false
 		for sc.Scan() {
 			line := sc.Text()
-			if i := strings.Index(line, "listening on http://"); i >= 0 && !sent {
-				addr := strings.Fields(line[i+len("listening on "):])[0]
+			i := strings.Index(line, "listening on http://")
+			if i < 0 {
+				i = strings.Index(line, "listening on grpc://")
+			}
+			if i >= 0 && !sent {
+				addr := strings.TrimPrefix(strings.Fields(line[i+len("listening on "):])[0], "grpc://")
 				found <- result{addr, line}
 				sent = true
 				continue

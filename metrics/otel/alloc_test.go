@@ -24,7 +24,8 @@ func TestWarmEventsDoNotAllocate(t *testing.T) {
 			"decision":       func() { obs.Decision(e) },
 			"store_duration": func() { obs.StoreDuration("memory", "take", 80*time.Microsecond) },
 			"store_error":    func() { obs.StoreError("100p60", limit.FailOpen) },
-			"issue":          func() { obs.ClientAddressIssue("100p60", "no-client-address") },
+			"issue":          func() { obs.Issue("100p60", "no-client-address") },
+			"refund":         func() { obs.Refund("100p60", limit.RefundLaterMount) },
 			"skipped":        func() { obs.StoreEvent("redis", "deny-cache") },
 		} {
 			t.Run(name+"/"+event, func(t *testing.T) {

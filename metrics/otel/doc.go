@@ -14,8 +14,9 @@
 // Instruments (every attribute value comes from configuration or a closed
 // set, never from the client identity, the request path or a header):
 //
-//	quotagate.requests{bucket,handler,outcome,key_source}    Int64Counter    {request}
-//	quotagate.client_address.issues{bucket,issue}            Int64Counter    {request}
+//	quotagate.requests{bucket,handler,outcome,key_source,plan} Int64Counter  {request}
+//	quotagate.refunds{bucket,reason}                         Int64Counter    {request}
+//	quotagate.issues{bucket,kind}                            Int64Counter    {request}
 //	quotagate.store.errors{bucket,failure_mode}              Int64Counter    {call}
 //	quotagate.store.duration{store,op}                       Float64Histogram s
 //	quotagate.store.skipped{store,reason}                    Int64Counter    {decision}
@@ -27,7 +28,8 @@
 // documentation): bucket the bucket name, handler the router's route
 // template ("" when unknown), outcome allowed, limited, degraded or
 // shadow-limited, key_source key-func, header, socket, fallback or consume,
-// issue a limit.Issue, failure_mode open, local or closed, store the store's
+// plan the plan that decided, reason later-mount or status (refunds), kind
+// a limit.Issue, failure_mode open, local or closed, store the store's
 // name, op the operation, reason deny-cache or breaker-open (skipped) and
 // expired or live (evictions). The names and units are chosen so that the
 // OTel Prometheus exporter's translation (dots to underscores, a unit

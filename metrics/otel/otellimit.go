@@ -18,14 +18,15 @@ const ScopeName = "github.com/quotagate/quotagate/metrics/otel"
 
 // Instrument names, as created on the Meter.
 const (
-	Requests            = "quotagate.requests"
-	ClientAddressIssues = "quotagate.client_address.issues"
-	StoreErrors         = "quotagate.store.errors"
-	StoreDuration       = "quotagate.store.duration"
-	StoreSkipped        = "quotagate.store.skipped"
-	StoreBreakerOpen    = "quotagate.store.breaker.open"
-	StoreBreakerOpens   = "quotagate.store.breaker.opens"
-	StoreEvictions      = "quotagate.store.evictions"
+	Requests          = "quotagate.requests"
+	Refunds           = "quotagate.refunds"
+	Issues            = "quotagate.issues"
+	StoreErrors       = "quotagate.store.errors"
+	StoreDuration     = "quotagate.store.duration"
+	StoreSkipped      = "quotagate.store.skipped"
+	StoreBreakerOpen  = "quotagate.store.breaker.open"
+	StoreBreakerOpens = "quotagate.store.breaker.opens"
+	StoreEvictions    = "quotagate.store.evictions"
 )
 
 // ErrInvalidOption means New rejected an Option; the wrapped message names
@@ -82,6 +83,7 @@ func WithDurationBuckets(upper ...float64) Option {
 type Observer struct {
 	meter     metric.Meter
 	requests  metric.Int64Counter
+	refunds   metric.Int64Counter
 	issues    metric.Int64Counter
 	storeErrs metric.Int64Counter
 	durations metric.Float64Histogram
@@ -91,6 +93,7 @@ type Observer struct {
 	evictions metric.Int64ObservableCounter
 
 	reqCache   cache[requestKey, []metric.AddOption]
+	refCache   cache[refundKey, []metric.AddOption]
 	issueCache cache[issueKey, []metric.AddOption]
 	errCache   cache[storeErrKey, []metric.AddOption]
 	durCache   cache[durationKey, []metric.RecordOption]
@@ -103,11 +106,14 @@ type requestKey struct {
 	bucket, handler string
 	outcome         limit.Outcome
 	source          limit.KeySource
+	plan            string
 }
+
+type refundKey struct{ bucket, reason string }
 
 type issueKey struct {
 	bucket string
-	issue  limit.Issue
+	kind   limit.Issue
 }
 
 type storeErrKey struct {
@@ -120,7 +126,7 @@ type durationKey struct{ store, op string }
 type skipKey struct{ store, reason string }
 
 // outcomes are created together, as promlimit creates them: the first event
-// of a (bucket, handler, key_source) also adds 0 to its other outcomes, so
+// of a (bucket, handler, key_source, plan) also adds 0 to its other outcomes, so
 // that a rate over the series sees the first limited or degraded request.
 var outcomes = [...]limit.Outcome{limit.OutcomeAllowed, limit.OutcomeLimited, limit.OutcomeDegraded}
 
@@ -147,10 +153,13 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	add := func(err error) { errs = append(errs, err) }
 	var err error
 	o.requests, err = m.Int64Counter(Requests, metric.WithUnit("{request}"),
-		metric.WithDescription("Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source)."))
+		metric.WithDescription("Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan (\"\" for an unnamed default plan). An allowed request later refunded is also in quotagate.refunds."))
 	add(err)
-	o.issues, err = m.Int64Counter(ClientAddressIssues, metric.WithUnit("{request}"),
-		metric.WithDescription("Requests whose client identity or route could not be derived as configured, by bucket and issue."))
+	o.refunds, err = m.Int64Counter(Refunds, metric.WithUnit("{request}"),
+		metric.WithDescription("Allowed requests whose charge was given back to the bucket, by bucket and reason (later-mount: a later mount limited the request; status: CountStatus did not count its status). Served = allowed - refunded."))
+	add(err)
+	o.issues, err = m.Int64Counter(Issues, metric.WithUnit("{request}"),
+		metric.WithDescription("Requests that met a configuration or input problem (client address, route, plan, a user function that failed), by bucket and kind."))
 	add(err)
 	o.storeErrs, err = m.Int64Counter(StoreErrors, metric.WithUnit("{call}"),
 		metric.WithDescription("Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied."))
@@ -194,7 +203,7 @@ var bg = context.Background()
 
 // Decision counts one decision in quotagate.requests.
 func (o *Observer) Decision(e limit.DecisionEvent) {
-	k := requestKey{e.Bucket, e.Handler, e.Outcome, e.KeySource}
+	k := requestKey{e.Bucket, e.Handler, e.Outcome, e.KeySource, e.Plan}
 	opts, ok := o.reqCache.get(k)
 	if !ok {
 		opts = o.resolveRequest(k)
@@ -203,11 +212,12 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 }
 
 func (o *Observer) resolveRequest(k requestKey) []metric.AddOption {
-	k = requestKey{label(k.bucket), label(k.handler), limit.Outcome(label(string(k.outcome))), limit.KeySource(label(string(k.source)))}
+	k = requestKey{label(k.bucket), label(k.handler), limit.Outcome(label(string(k.outcome))), limit.KeySource(label(string(k.source))), label(k.plan)}
 	set := func(k requestKey) []metric.AddOption {
 		return o.reqCache.put(k, addOpts(
 			attribute.String("bucket", k.bucket), attribute.String("handler", k.handler),
-			attribute.String("outcome", string(k.outcome)), attribute.String("key_source", string(k.source))))
+			attribute.String("outcome", string(k.outcome)), attribute.String("key_source", string(k.source)),
+			attribute.String("plan", k.plan)))
 	}
 	for _, out := range outcomes {
 		if out != k.outcome {
@@ -221,13 +231,24 @@ func (o *Observer) resolveRequest(k requestKey) []metric.AddOption {
 	return set(k)
 }
 
-// ClientAddressIssue counts one request in quotagate.client_address.issues.
-func (o *Observer) ClientAddressIssue(bucket string, issue limit.Issue) {
-	k := issueKey{bucket, issue}
+// Refund counts one given-back charge in quotagate.refunds.
+func (o *Observer) Refund(bucket, reason string) {
+	k := refundKey{bucket, reason}
+	opts, ok := o.refCache.get(k)
+	if !ok {
+		k = refundKey{label(bucket), label(reason)}
+		opts = o.refCache.put(k, addOpts(attribute.String("bucket", k.bucket), attribute.String("reason", k.reason)))
+	}
+	o.refunds.Add(bg, 1, opts...)
+}
+
+// Issue counts one request in quotagate.issues.
+func (o *Observer) Issue(bucket string, kind limit.Issue) {
+	k := issueKey{bucket, kind}
 	opts, ok := o.issueCache.get(k)
 	if !ok {
-		k = issueKey{label(bucket), limit.Issue(label(string(issue)))}
-		opts = o.issueCache.put(k, addOpts(attribute.String("bucket", k.bucket), attribute.String("issue", string(k.issue))))
+		k = issueKey{label(bucket), limit.Issue(label(string(kind)))}
+		opts = o.issueCache.put(k, addOpts(attribute.String("bucket", k.bucket), attribute.String("kind", string(k.kind))))
 	}
 	o.issues.Add(bg, 1, opts...)
 }

@@ -93,9 +93,9 @@ func TestDecisionsThroughTheEngine(t *testing.T) {
 		h.ServeHTTP(httptest.NewRecorder(), r)
 	}
 	equal(t, points(t, reader), []string{
-		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=allowed} 2",
-		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=degraded} 0",
-		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=limited} 1",
+		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=allowed,plan=} 2",
+		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=degraded,plan=} 0",
+		"quotagate.requests{bucket=2p60,handler=/v1/notes/{id},key_source=socket,outcome=limited,plan=} 1",
 		"quotagate.store.duration{op=take,store=custom} count=3",
 	})
 }
@@ -112,10 +112,10 @@ func TestStoreErrorsAndIssuesThroughTheEngine(t *testing.T) {
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	got := points(t, reader)
 	want := []string{
-		"quotagate.client_address.issues{bucket=2p60,issue=no-client-address} 1",
-		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=allowed} 0",
-		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=degraded} 1",
-		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=limited} 0",
+		"quotagate.issues{bucket=2p60,kind=no-client-address} 1",
+		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=allowed,plan=} 0",
+		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=degraded,plan=} 1",
+		"quotagate.requests{bucket=2p60,handler=,key_source=fallback,outcome=limited,plan=} 0",
 		"quotagate.store.duration{op=take,store=custom} count=1",
 		"quotagate.store.errors{bucket=2p60,failure_mode=open} 1",
 	}

@@ -16,8 +16,9 @@ import (
 // a dashboard in production.
 
 var docLabels = map[string][]string{
-	promlimit.RequestsTotal:                    {"bucket", "handler", "outcome", "key_source"},
-	promlimit.ClientAddressIssuesTotal:         {"bucket", "issue"},
+	promlimit.RequestsTotal:                    {"bucket", "handler", "outcome", "key_source", "plan"},
+	promlimit.RefundsTotal:                     {"bucket", "reason"},
+	promlimit.IssuesTotal:                      {"bucket", "kind"},
 	promlimit.StoreErrorsTotal:                 {"bucket", "failure_mode"},
 	promlimit.StoreDurationSeconds + "_bucket": {"store", "op", "le"},
 	promlimit.StoreDurationSeconds + "_sum":    {"store", "op"},

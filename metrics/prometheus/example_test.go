@@ -49,7 +49,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 2
-	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 0
-	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 2
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="degraded",plan=""} 0
+	// quotagate_requests_total{bucket="2p60",handler="/v1/notes/{id}",key_source="socket",outcome="limited",plan=""} 1
 }

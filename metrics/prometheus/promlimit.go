@@ -15,10 +15,11 @@ import (
 
 // Metric names, as exposed.
 const (
-	RequestsTotal            = "quotagate_requests_total"
-	ClientAddressIssuesTotal = "quotagate_client_address_issues_total"
-	StoreErrorsTotal         = "quotagate_store_errors_total"
-	StoreDurationSeconds     = "quotagate_store_duration_seconds"
+	RequestsTotal        = "quotagate_requests_total"
+	RefundsTotal         = "quotagate_refunds_total"
+	IssuesTotal          = "quotagate_issues_total"
+	StoreErrorsTotal     = "quotagate_store_errors_total"
+	StoreDurationSeconds = "quotagate_store_duration_seconds"
 )
 
 // ErrInvalidOption means New rejected an Option; the wrapped message names
@@ -79,11 +80,13 @@ func WithDurationBuckets(upper ...float64) Option {
 // testutil on it).
 type Observer struct {
 	requests  *prometheus.CounterVec
+	refunds   *prometheus.CounterVec
 	issues    *prometheus.CounterVec
 	storeErrs *prometheus.CounterVec
 	durations *prometheus.HistogramVec
 
 	reqCache   cache[requestKey, prometheus.Counter]
+	refCache   cache[refundKey, prometheus.Counter]
 	issueCache cache[issueKey, prometheus.Counter]
 	errCache   cache[storeErrKey, prometheus.Counter]
 	durCache   cache[durationKey, prometheus.Observer]
@@ -100,11 +103,14 @@ type requestKey struct {
 	bucket, handler string
 	outcome         limit.Outcome
 	source          limit.KeySource
+	plan            string
 }
+
+type refundKey struct{ bucket, reason string }
 
 type issueKey struct {
 	bucket string
-	issue  limit.Issue
+	kind   limit.Issue
 }
 
 type storeErrKey struct {
@@ -115,7 +121,7 @@ type storeErrKey struct {
 type durationKey struct{ store, op string }
 
 // outcomes are created together: the first event of a (bucket, handler,
-// key_source) also creates its other outcomes at 0, so that rate() and
+// key_source, plan) also creates its other outcomes at 0, so that rate() and
 // increase() see the first limited or degraded request of a series.
 // shadow-limited (a Policy.Shadow policy's would-be limits) is not among
 // them: only shadow policies produce it, and creating it for every label
@@ -146,12 +152,16 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	o := &Observer{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: RequestsTotal,
-			Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).",
-		}, []string{"bucket", "handler", "outcome", "key_source"}),
+			Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan (\"\" for an unnamed default plan). An allowed request later refunded is also in quotagate_refunds_total.",
+		}, []string{"bucket", "handler", "outcome", "key_source", "plan"}),
+		refunds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: RefundsTotal,
+			Help: "Allowed requests whose charge was given back to the bucket, by bucket and reason (later-mount: a later mount limited the request; status: CountStatus did not count its status). Served = allowed - refunded.",
+		}, []string{"bucket", "reason"}),
 		issues: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: ClientAddressIssuesTotal,
-			Help: "Requests whose client identity or route could not be derived as configured, by bucket and issue.",
-		}, []string{"bucket", "issue"}),
+			Name: IssuesTotal,
+			Help: "Requests that met a configuration or input problem (client address, route, plan, a user function that failed), by bucket and kind.",
+		}, []string{"bucket", "kind"}),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: StoreErrorsTotal,
 			Help: "Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.",
@@ -169,10 +179,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 	var done []prometheus.Collector
 	var err error
 	if o.requests, err = register(reg, RequestsTotal, o.requests, &done); err == nil {
-		if o.issues, err = register(reg, ClientAddressIssuesTotal, o.issues, &done); err == nil {
-			if o.storeErrs, err = register(reg, StoreErrorsTotal, o.storeErrs, &done); err == nil {
-				if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
-					err = o.side.register(reg, &done)
+		if o.refunds, err = register(reg, RefundsTotal, o.refunds, &done); err == nil {
+			if o.issues, err = register(reg, IssuesTotal, o.issues, &done); err == nil {
+				if o.storeErrs, err = register(reg, StoreErrorsTotal, o.storeErrs, &done); err == nil {
+					if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
+						err = o.side.register(reg, &done)
+					}
 				}
 			}
 		}
@@ -230,7 +242,7 @@ var (
 
 // Decision counts one decision in quotagate_requests_total.
 func (o *Observer) Decision(e limit.DecisionEvent) {
-	k := requestKey{e.Bucket, e.Handler, e.Outcome, e.KeySource}
+	k := requestKey{e.Bucket, e.Handler, e.Outcome, e.KeySource, e.Plan}
 	c, ok := o.reqCache.get(k)
 	if !ok {
 		c = o.resolveRequest(k)
@@ -239,9 +251,9 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 }
 
 func (o *Observer) resolveRequest(k requestKey) prometheus.Counter {
-	k = requestKey{label(k.bucket), label(k.handler), limit.Outcome(label(string(k.outcome))), limit.KeySource(label(string(k.source)))}
+	k = requestKey{label(k.bucket), label(k.handler), limit.Outcome(label(string(k.outcome))), limit.KeySource(label(string(k.source))), label(k.plan)}
 	child := func(k requestKey) prometheus.Counter {
-		c, err := o.requests.GetMetricWithLabelValues(k.bucket, k.handler, string(k.outcome), string(k.source))
+		c, err := o.requests.GetMetricWithLabelValues(k.bucket, k.handler, string(k.outcome), string(k.source), k.plan)
 		if err != nil {
 			return dropped
 		}
@@ -257,15 +269,30 @@ func (o *Observer) resolveRequest(k requestKey) prometheus.Counter {
 	return child(k)
 }
 
-// ClientAddressIssue counts one request in
-// quotagate_client_address_issues_total.
-func (o *Observer) ClientAddressIssue(bucket string, issue limit.Issue) {
-	k := issueKey{bucket, issue}
+// Refund counts one given-back charge in quotagate_refunds_total.
+func (o *Observer) Refund(bucket, reason string) {
+	k := refundKey{bucket, reason}
+	c, ok := o.refCache.get(k)
+	if !ok {
+		k = refundKey{label(bucket), label(reason)}
+		var err error
+		if c, err = o.refunds.GetMetricWithLabelValues(k.bucket, k.reason); err != nil {
+			c = dropped
+		} else {
+			c = o.refCache.put(k, c)
+		}
+	}
+	c.Inc()
+}
+
+// Issue counts one request in quotagate_issues_total.
+func (o *Observer) Issue(bucket string, kind limit.Issue) {
+	k := issueKey{bucket, kind}
 	c, ok := o.issueCache.get(k)
 	if !ok {
-		k = issueKey{label(bucket), limit.Issue(label(string(issue)))}
+		k = issueKey{label(bucket), limit.Issue(label(string(kind)))}
 		var err error
-		if c, err = o.issues.GetMetricWithLabelValues(k.bucket, string(k.issue)); err != nil {
+		if c, err = o.issues.GetMetricWithLabelValues(k.bucket, string(k.kind)); err != nil {
 			c = dropped
 		} else {
 			c = o.issueCache.put(k, c)
@@ -310,6 +337,7 @@ func (o *Observer) StoreDuration(store, op string, d time.Duration) {
 // Describe implements prometheus.Collector: the metrics' descriptors.
 func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.requests.Describe(ch)
+	o.refunds.Describe(ch)
 	o.issues.Describe(ch)
 	o.storeErrs.Describe(ch)
 	o.durations.Describe(ch)
@@ -321,6 +349,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector: the metrics' series.
 func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.requests.Collect(ch)
+	o.refunds.Collect(ch)
 	o.issues.Collect(ch)
 	o.storeErrs.Collect(ch)
 	o.durations.Collect(ch)

@@ -312,7 +312,7 @@ type nodeBackend struct {
 	n *nodeRoute
 }
 
-func (b *nodeBackend) Describe() limitstore.Info { return limitstore.Info{Name: "redis"} }
+func (b *nodeBackend) Describe() limitstore.Info { return limitstore.Info{Name: "redis", Shared: true} }
 
 // Take sends op to the node; a MOVED or ASK answer (the slot moved: the
 // script did not run) sends it again through the cluster client, which

@@ -23,7 +23,9 @@ func ExampleNewFromURL() {
 	if err := store.Ping(context.Background()); err != nil {
 		log.Printf("redis not reachable yet (%v): failing open until it is", err)
 	}
-	l := limittest.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute})
+	// The key prefix is the service's name: services on one Redis keep
+	// their own allowances (limit.New refuses the default prefix on it).
+	l := limittest.MustNew(store, limit.Policy{Limit: 100, Window: time.Minute}, limit.WithKeyPrefix("orders"))
 	d, _ := l.Consume(context.Background(), "user-42")
 	fmt.Println(d.Allowed, d.Outcome)
 }

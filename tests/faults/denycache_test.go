@@ -268,11 +268,11 @@ func TestLocalStoreWithoutFailLocalIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = limit.New(store, limit.Policy{Limit: 2}, limit.WithLocalStore(mem))
+	_, err = limit.New(store, limit.Policy{Limit: 2}, limit.WithKeyPrefix("faillocal"), limit.WithLocalStore(mem))
 	if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithLocalStore") || !strings.Contains(err.Error(), "FailLocal") {
 		t.Fatalf("New: %v; want ErrInvalidOption naming WithLocalStore and FailLocal", err)
 	}
-	lim, err := limit.New(store, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(mem))
+	lim, err := limit.New(store, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithKeyPrefix("faillocal"), limit.WithLocalStore(mem))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,8 @@ type breakerLog struct {
 }
 
 func (b *breakerLog) Decision(limit.DecisionEvent)                {}
-func (b *breakerLog) ClientAddressIssue(string, limit.Issue)      {}
+func (b *breakerLog) Issue(string, limit.Issue)                   {}
+func (b *breakerLog) Refund(string, string)                       {}
 func (b *breakerLog) StoreError(string, limit.FailureMode)        {}
 func (b *breakerLog) StoreDuration(string, string, time.Duration) {}
 func (b *breakerLog) StoreEvent(_, ev string) {

@@ -18,10 +18,11 @@ var seenDecision = limit.DecisionEvent{Bucket: "/v1/notes/{id} 100p60", Handler:
 func TestSeenLabelSetsAllocateNothing(t *testing.T) {
 	obs := promlimit.MustNew(nil)
 	events := map[string]func(){
-		"Decision":           func() { obs.Decision(seenDecision) },
-		"ClientAddressIssue": func() { obs.ClientAddressIssue("100p60", limit.Issue("no-client-address")) },
-		"StoreError":         func() { obs.StoreError("100p60", limit.FailOpen) },
-		"StoreDuration":      func() { obs.StoreDuration("memory", "take", 80*time.Microsecond) },
+		"Decision":      func() { obs.Decision(seenDecision) },
+		"Issue":         func() { obs.Issue("100p60", limit.Issue("no-client-address")) },
+		"Refund":        func() { obs.Refund("100p60", limit.RefundLaterMount) },
+		"StoreError":    func() { obs.StoreError("100p60", limit.FailOpen) },
+		"StoreDuration": func() { obs.StoreDuration("memory", "take", 80*time.Microsecond) },
 	}
 	for name, ev := range events {
 		ev() // first sight: resolves and caches

@@ -114,35 +114,35 @@ func TestScriptedRunExactSeries(t *testing.T) {
 	check(global, "/v1/notes/{id}", a, limit.OutcomeAllowed)
 
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan ("" for an unnamed default plan). An allowed request later refunded is also in quotagate_refunds_total.
 # TYPE quotagate_requests_total counter
-quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="allowed"} 2
-quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="degraded"} 0
-quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="limited"} 1
-quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="allowed"} 1
-quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="degraded"} 0
-quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="limited"} 0
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="allowed"} 1
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="degraded"} 0
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="limited"} 1
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 4
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 1
-quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
-# HELP quotagate_client_address_issues_total Requests whose client identity or route could not be derived as configured, by bucket and issue.
-# TYPE quotagate_client_address_issues_total counter
-quotagate_client_address_issues_total{bucket="2p60f",issue="route-unknown"} 1
-quotagate_client_address_issues_total{bucket="3p60f",issue="no-client-address"} 2
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="allowed",plan=""} 2
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="degraded",plan=""} 0
+quotagate_requests_total{bucket="/v1/login 2p60f",handler="/v1/login",key_source="socket",outcome="limited",plan=""} 1
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="allowed",plan=""} 1
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="degraded",plan=""} 0
+quotagate_requests_total{bucket="2p60f",handler="",key_source="socket",outcome="limited",plan=""} 0
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="allowed",plan=""} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="degraded",plan=""} 0
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="fallback",outcome="limited",plan=""} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 4
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="degraded",plan=""} 1
+quotagate_requests_total{bucket="3p60f",handler="/v1/notes/{id}",key_source="socket",outcome="limited",plan=""} 1
+# HELP quotagate_issues_total Requests that met a configuration or input problem (client address, route, plan, a user function that failed), by bucket and kind.
+# TYPE quotagate_issues_total counter
+quotagate_issues_total{bucket="2p60f",kind="route-unknown"} 1
+quotagate_issues_total{bucket="3p60f",kind="no-client-address"} 2
 # HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
 # TYPE quotagate_store_errors_total counter
 quotagate_store_errors_total{bucket="3p60f",failure_mode="open"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		promlimit.RequestsTotal, promlimit.ClientAddressIssuesTotal, promlimit.StoreErrorsTotal); err != nil {
+		promlimit.RequestsTotal, promlimit.IssuesTotal, promlimit.StoreErrorsTotal); err != nil {
 		t.Error(err)
 	}
 	// The same through the Observer as a Collector.
 	if err := testutil.CollectAndCompare(obs, strings.NewReader(want),
-		promlimit.RequestsTotal, promlimit.ClientAddressIssuesTotal, promlimit.StoreErrorsTotal); err != nil {
+		promlimit.RequestsTotal, promlimit.IssuesTotal, promlimit.StoreErrorsTotal); err != nil {
 		t.Error(err)
 	}
 	n, upper := histogram(t, reg, "memory", "take")
@@ -185,11 +185,13 @@ func TestStoreOutage(t *testing.T) {
 	}
 	local := limittest.MustNew(guarded, limit.Policy{Name: "local", Limit: 2, FailureMode: limit.FailLocal},
 		limit.WithObserver(obs), limit.WithLocalStore(newMemstore(t, clock)))
-	closed, err := local.With(limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed})
+	// Other failure modes come from a New of their own: With keeps
+	// WithLocalStore, which only FailLocal policies may use.
+	closed, err := limit.New(guarded, limit.Policy{Name: "closed", Limit: 100, FailureMode: limit.FailClosed}, limit.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	open, err := local.With(limit.Policy{Name: "open", Limit: 100})
+	open, err := limit.New(guarded, limit.Policy{Name: "open", Limit: 100}, limit.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,20 +217,20 @@ func TestStoreOutage(t *testing.T) {
 	}
 
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan ("" for an unnamed default plan). An allowed request later refunded is also in quotagate_refunds_total.
 # TYPE quotagate_requests_total counter
-quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
-quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 0
-quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 3
-quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
-quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 2
-quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 1
-quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="allowed"} 0
-quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="degraded"} 1
-quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="limited"} 0
-quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 0
-quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="degraded"} 7
-quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="limited"} 0
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 0
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="degraded",plan=""} 0
+quotagate_requests_total{bucket="closed",handler="/v1/notes/{id}",key_source="socket",outcome="limited",plan=""} 3
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 0
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="degraded",plan=""} 2
+quotagate_requests_total{bucket="local",handler="/v1/notes/{id}",key_source="socket",outcome="limited",plan=""} 1
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="allowed",plan=""} 0
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="degraded",plan=""} 1
+quotagate_requests_total{bucket="open",handler="",key_source="consume",outcome="limited",plan=""} 0
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 0
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="degraded",plan=""} 7
+quotagate_requests_total{bucket="open",handler="/v1/notes/{id}",key_source="socket",outcome="limited",plan=""} 0
 # HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
 # TYPE quotagate_store_errors_total counter
 quotagate_store_errors_total{bucket="closed",failure_mode="closed"} 3
@@ -340,11 +342,11 @@ func TestAlreadyRegisteredShares(t *testing.T) {
 	first.StoreDuration("memory", "take", time.Millisecond)
 	second.StoreDuration("memory", "take", time.Millisecond)
 	want := `
-# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).
+# HELP quotagate_requests_total Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan ("" for an unnamed default plan). An allowed request later refunded is also in quotagate_refunds_total.
 # TYPE quotagate_requests_total counter
-quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="allowed"} 3
-quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="degraded"} 0
-quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="limited"} 0
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="allowed",plan=""} 3
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="degraded",plan=""} 0
+quotagate_requests_total{bucket="100p60",handler="/a",key_source="socket",outcome="limited",plan=""} 0
 # HELP quotagate_store_errors_total Failed rate-limit store calls (errors, timeouts, panics) by bucket and the failure mode applied.
 # TYPE quotagate_store_errors_total counter
 quotagate_store_errors_total{bucket="100p60",failure_mode="open"} 2
@@ -391,8 +393,8 @@ func TestRegistrationConflict(t *testing.T) {
 			// registering a collector with the same descriptor succeeds.
 			again := prometheus.NewCounterVec(prometheus.CounterOpts{
 				Name: promlimit.RequestsTotal,
-				Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited) and identity source (key_source).",
-			}, []string{"bucket", "handler", "outcome", "key_source"})
+				Help: "Rate-limit decisions by bucket, route template (handler), outcome (allowed, limited, degraded, shadow-limited), identity source (key_source) and plan (\"\" for an unnamed default plan). An allowed request later refunded is also in quotagate_refunds_total.",
+			}, []string{"bucket", "handler", "outcome", "key_source", "plan"})
 			if err := reg.Register(again); err != nil {
 				t.Errorf("%s still registered after the failed New: %v", promlimit.RequestsTotal, err)
 			}
@@ -439,7 +441,7 @@ func TestUnsafeLabelValues(t *testing.T) {
 	t.Parallel()
 	obs := promlimit.MustNew(nil)
 	obs.Decision(limit.DecisionEvent{Bucket: "b\xff", Handler: "/x\xfe", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
-	obs.ClientAddressIssue("b\xff", limit.Issue("route-unknown"))
+	obs.Issue("b\xff", limit.Issue("route-unknown"))
 	obs.StoreError("b\xff", limit.FailOpen)
 	obs.StoreDuration("s\xff", "take", time.Millisecond)
 	if got := testutil.CollectAndCount(obs); got != 3+1+1+1 {
@@ -472,7 +474,7 @@ func TestConcurrentEvents(t *testing.T) {
 	var total float64
 	got := values(t, obs, promlimit.RequestsTotal)
 	for h := range handlers {
-		total += got["b|/h"+strconv.Itoa(h)+"|socket|allowed"]
+		total += got["b|/h"+strconv.Itoa(h)+"|socket|allowed|"]
 	}
 	if total != workers*perWorker {
 		t.Errorf("counted %v decisions, want %d", total, workers*perWorker)
@@ -486,13 +488,13 @@ func TestBeyondCacheBound(t *testing.T) {
 	const n = 5000 // > the 4096 cached label sets
 	for range 2 {
 		for i := range n {
-			obs.ClientAddressIssue("bucket-"+strconv.Itoa(i), limit.Issue("no-client-address"))
+			obs.Issue("bucket-"+strconv.Itoa(i), limit.Issue("no-client-address"))
 		}
 	}
-	if got := testutil.CollectAndCount(obs, promlimit.ClientAddressIssuesTotal); got != n {
+	if got := testutil.CollectAndCount(obs, promlimit.IssuesTotal); got != n {
 		t.Fatalf("%d series, want %d", got, n)
 	}
-	got := values(t, obs, promlimit.ClientAddressIssuesTotal)
+	got := values(t, obs, promlimit.IssuesTotal)
 	for i := range n {
 		if v := got["bucket-"+strconv.Itoa(i)+"|no-client-address"]; v != 2 {
 			t.Fatalf("bucket-%d: %v, want 2", i, v)
@@ -512,11 +514,61 @@ func TestHandlerServesQuotagateMetrics(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	line := `quotagate_requests_total{bucket="100p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed"} 1`
+	line := `quotagate_requests_total{bucket="100p60",handler="/v1/notes/{id}",key_source="socket",outcome="allowed",plan=""} 1`
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), line) {
 		t.Errorf("GET /metrics: %d\n%s\nwant a line %s", resp.StatusCode, body, line)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("Content-Type %q, want the text exposition format", ct)
+	}
+}
+
+// A global limit around a login limit: requests the login limit refuses are
+// refunded to the global one. quotagate_requests_total counts them allowed
+// there (the decision came first) and quotagate_refunds_total counts the
+// refunds, so allowed minus refunded is what the global bucket served; the
+// plan label carries the plan that decided, the named default plan too.
+func TestRefundsAndPlansInMetrics(t *testing.T) {
+	t.Parallel()
+	obs := promlimit.MustNew(nil)
+	clock := limittest.NewClock(epoch)
+	store := newMemstore(t, clock)
+	global, err := limit.New(store, limit.Policy{Name: "global", Limit: 100, Window: time.Minute,
+		DefaultPlan: "free", Plans: map[string][]limit.Rate{"pro": {{Limit: 1000, Window: time.Minute}}},
+		Plan: func(r limit.Request) (string, error) {
+			if r.Header != nil && len(r.Header.Values("X-Pro")) > 0 {
+				return "pro", nil
+			}
+			return "free", nil
+		}}, limit.WithObserver(obs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	login, err := global.With(limit.Policy{Name: "login", Limit: 27, Window: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	route := func(r *http.Request) (string, bool) { return r.URL.Path, false }
+	h := global.HTTPHandler(login.HTTPHandler(ok, route, nil), route, nil)
+	served := 0
+	for i := range 48 {
+		r := httptest.NewRequest("POST", "/login", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		if i%2 == 1 {
+			r.Header.Set("X-Pro", "1")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusNoContent {
+			served++
+		}
+	}
+	req := values(t, obs, promlimit.RequestsTotal)
+	allowed := req["global|/login|socket|allowed|free"] + req["global|/login|socket|allowed|pro"]
+	refunds := values(t, obs, promlimit.RefundsTotal)
+	if served != 27 || allowed != 48 || refunds["global|later-mount"] != 21 || req["global|/login|socket|allowed|free"] != 24 {
+		t.Fatalf("served %d; global allowed %v, refunds %v; want 27 served, 48 allowed (24 free, 24 pro), 21 later-mount refunds",
+			served, req, refunds)
 	}
 }

@@ -131,7 +131,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		prefixOnce(t, "Ping before connecting", s.Ping(context.Background()))
 		var hooked []error
 		lim, err := limit.New(s, limit.Policy{Limit: 10, Window: time.Minute, FailureMode: limit.FailOpen,
-			OnStoreError: func(_ context.Context, _ limit.Request, err error) { hooked = append(hooked, err) }})
+			OnStoreError: func(_ context.Context, _ limit.Request, err error) { hooked = append(hooked, err) }}, limit.WithKeyPrefix("errprefix"))
 		if err != nil {
 			t.Fatal(err)
 		}

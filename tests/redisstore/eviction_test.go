@@ -101,7 +101,7 @@ func TestNoevictionWithFullMemoryAppliesTheFailureMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailClosed} {
-		l := limittest.MustNew(s, limit.Policy{Name: "full-" + mode.String(), Limit: 5, Window: time.Minute, FailureMode: mode})
+		l := limittest.MustNew(s, limit.Policy{Name: "full-" + mode.String(), Limit: 5, Window: time.Minute, FailureMode: mode}, limit.WithKeyPrefix("eviction"))
 		start := time.Now()
 		d, err := l.Consume(context.Background(), "u")
 		if err == nil || !strings.Contains(err.Error(), "OOM") || !d.StoreFailed || d.Allowed != (mode == limit.FailOpen) {

@@ -159,7 +159,7 @@ func newOutageLimiters(t *testing.T, s *Store) *outageLimiters {
 		}
 		o.lims[i] = limittest.MustNew(s, limit.Policy{
 			Name: "outage-" + m.String(), Limit: outageQuota, Window: time.Minute, FailureMode: m,
-		}, opts...)
+		}, append(opts, limit.WithKeyPrefix("outage"))...)
 	}
 	return o
 }

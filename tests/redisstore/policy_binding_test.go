@@ -123,3 +123,36 @@ func TestBoundaryPoliciesKeepTTLsInRange(t *testing.T) {
 		}
 	})
 }
+
+// On Redis: two services (two Store values, as two processes) with the same
+// policy and the default key prefix drew on one allowance per client. New
+// now refuses the default prefix on Redis; with a prefix per service each
+// service has its own allowance, and a replica of one (a third Store value,
+// the same prefix) shares that service's.
+func TestTwoServicesOnOneRedisKeepTheirOwnAllowances(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		p := limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Hour}
+		if _, err := limit.New(newStore(t, be), p); !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithKeyPrefix") {
+			t.Fatalf("New on Redis with the default prefix: %v; want ErrInvalidOption naming WithKeyPrefix", err)
+		}
+		prefix := testPrefix(t)
+		orders := limittest.MustNew(newStore(t, be), p, limit.WithKeyPrefix(prefix+"-orders"))
+		users := limittest.MustNew(newStore(t, be), p, limit.WithKeyPrefix(prefix+"-users"))
+		replica := limittest.MustNew(newStore(t, be), p, limit.WithKeyPrefix(prefix+"-orders"))
+		ctx := context.Background()
+		admitted := func(l *limit.Limiter, n int) (k int) {
+			for range n {
+				if d, err := l.Consume(ctx, "c"); err == nil && d.Allowed {
+					k++
+				}
+			}
+			return k
+		}
+		if o, u := admitted(orders, 2), admitted(users, 2); o != 2 || u != 2 {
+			t.Fatalf("orders admitted %d of 2, users %d of 2; want each its own allowance", o, u)
+		}
+		if n := admitted(replica, 1); n != 0 {
+			t.Fatalf("a replica of orders admitted %d after orders spent the allowance; want 0 (one allowance per service)", n)
+		}
+	})
+}

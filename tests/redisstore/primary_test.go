@@ -33,7 +33,7 @@ func TestRepointedFailoverRecovers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l := limittest.MustNew(s, limit.Policy{Name: "failover", Limit: 1_000_000, FailureMode: limit.FailClosed})
+		l := limittest.MustNew(s, limit.Policy{Name: "failover", Limit: 1_000_000, FailureMode: limit.FailClosed}, limit.WithKeyPrefix("primary"))
 		ctx := context.Background()
 		for range 2 {
 			if _, err := l.Consume(ctx, "u"); err != nil {

@@ -119,19 +119,47 @@ func APIKey(r limit.Request) (string, error) {
 }
 
 // PlanOf is the export policy's Plan: "pro" for API keys starting with
-// "pro-", else the default plan. A real service would look the key's tier
-// up; returning constant strings allocates nothing.
+// "pro-", else "free", the default plan's name (Policy.DefaultPlan). A real
+// service would look the key's tier up; returning constant strings
+// allocates nothing.
 func PlanOf(r limit.Request) (string, error) {
 	if k, _ := APIKey(r); strings.HasPrefix(k, "pro-") {
 		return "pro", nil
 	}
-	return "", nil
+	return "free", nil
 }
 
-// Build creates the store and the limiters from c (-shadow puts every one
-// in shadow mode). searchCost prices a
-// search request (the framework's typed helper reading ?expensive=1).
-func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
+// KeyPrefix is the examples' namespace in the store: a service's name, so
+// that other services on the same Redis keep their own allowances (New
+// refuses the default prefix on a shared store).
+const KeyPrefix = "notes-example"
+
+// Env is what every example server's policies stand on, from the flags: the
+// store (memory, or Redis with the memory store as FailLocal's fallback),
+// the Limiter options (trust, observer, logger) and the policy fields the
+// flags set (Fill).
+type Env struct {
+	Store   limitstore.Store
+	Options []limit.Option
+	// StoreName describes the store for the start-up line.
+	StoreName string
+	// RedisStatus says whether Redis answered PING at start ("" with the
+	// memory store).
+	RedisStatus string
+	// Metrics serves the limiters' Prometheus metrics (quotagate_*).
+	Metrics http.Handler
+	// Flush, with -otel, exports the last measurements at shutdown; nil
+	// without -otel.
+	Flush      func(context.Context) error
+	disclosure limit.Disclosure
+	style      limit.HeaderStyle
+	failure    limit.FailureMode
+	shadow     bool
+}
+
+// NewEnv creates the store, the observer and the options of c; prefix is
+// the service's key prefix (limit.WithKeyPrefix).
+func NewEnv(c Config, prefix string) (*Env, error) {
 	trust, err := TrustOptions(c)
 	if err != nil {
 		return nil, err
@@ -150,9 +178,9 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One registry per server, never the global one: the three limiters
-	// share the observer (With keeps the options), so GET /metrics shows
-	// every bucket; the Redis store reports its protections to it too.
+	// One registry per server, never the global one: the limiters share
+	// the observer (With keeps the options), so GET /metrics shows every
+	// bucket; the Redis store reports its protections to it too.
 	reg := prometheus.NewRegistry()
 	var obs limit.Observer
 	var flush func(context.Context) error
@@ -164,22 +192,44 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var store limitstore.Store = local
-	storeName, failure, redisStatus := "memory (embedded default)", limit.FailOpen, ""
+	e := &Env{Store: local, StoreName: "memory (embedded default)", disclosure: disclosure, style: style,
+		failure: limit.FailOpen, shadow: c.Shadow, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})}
 	if c.Redis != "" {
 		rs, err := redisstore.NewFromURL(c.Redis, redisstore.WithObserver(obs), redisstore.WithLogger(logger))
 		if err != nil {
 			return nil, fmt.Errorf("-redis: %w", err)
 		}
-		store, storeName, failure = rs, "redis (fail-local to memory while Redis is down)", limit.FailLocal
+		e.Store, e.StoreName, e.failure = rs, "redis (fail-local to memory while Redis is down)", limit.FailLocal
 		trust = append(trust, limit.WithLocalStore(local))
-		redisStatus = PingRedis(rs, c.Redis)
+		e.RedisStatus = PingRedis(rs, c.Redis)
 	}
+	e.Options = append(trust, limit.WithKeyPrefix(prefix), limit.WithObserver(obs), limit.WithLogger(logger))
+	e.Flush = flush
+	return e, nil
+}
+
+// Fill sets the fields the flags decide on p: Disclosure, HeaderStyle,
+// FailureMode and Shadow.
+func (e *Env) Fill(p limit.Policy) limit.Policy {
+	p.Disclosure, p.HeaderStyle, p.FailureMode, p.Shadow = e.disclosure, e.style, e.failure, e.shadow
+	return p
+}
+
+// Build creates the store and the limiters from c (-shadow puts every one
+// in shadow mode). searchCost prices a
+// search request (the framework's typed helper reading ?expensive=1).
+func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
+	e, err := NewEnv(c, KeyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	store, storeName, redisStatus := e.Store, e.StoreName, e.RedisStatus
+	disclosure, style, failure := e.disclosure, e.style, e.failure
 	global, err := limit.New(store, limit.Policy{
 		Limit: 100, Window: 60 * time.Second, Algorithm: limit.SlidingWindow,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 		SkipPaths: []string{"/health", "/metrics"},
-	}, append(trust, limit.WithObserver(obs), limit.WithLogger(logger))...)
+	}, e.Options...)
 	if err != nil {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
@@ -207,7 +257,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	export, err := global.With(limit.Policy{
 		Name: "export", Limit: 5, Window: 60 * time.Second, Shadow: c.Shadow,
-		KeyFunc: APIKey, Plan: PlanOf,
+		KeyFunc: APIKey, Plan: PlanOf, DefaultPlan: "free",
 		Plans:      map[string][]limit.Rate{"pro": {{Limit: 20, Window: 60 * time.Second}}},
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure,
 	})
@@ -224,8 +274,8 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	}
 	return &Limiters{
 		Global: global, Login: login, Search: search, Reports: reports, Export: export, Signin: signin,
-		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: flush,
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
+		Metrics: e.Metrics,
 	}, nil
 }
 

@@ -315,6 +315,10 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return chilimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.URL.Query().Get(name), 10, 64); return n })
 }
 
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return chilimit.PlanFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	r := chi.NewRouter()
 	for _, l := range app.Global {

@@ -1,6 +1,8 @@
 package echolimit_test
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -38,6 +40,10 @@ func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 
 func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return echolimit.CostFunc(func(c echo.Context) int64 { n, _ := strconv.ParseInt(c.QueryParam(name), 10, 64); return n })
+}
+
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return echolimit.PlanFunc(func(c echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
 }
 
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
@@ -288,5 +294,103 @@ func TestMiddlewareAllocations(t *testing.T) {
 	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
 	if got := conformance.AllocsPerRequest(t, echoWith(l)); got > 1 {
 		t.Fatalf("%.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
+	}
+	// WithHTTPError adds none on the allowed path (its writer is pooled).
+	e := echo.New()
+	e.Use(echolimit.Middleware(l, echolimit.WithHTTPError()))
+	e.GET("/v1/notes/:id", func(echo.Context) error { return nil })
+	if got := conformance.AllocsPerRequest(t, e); got > 1 {
+		t.Fatalf("WithHTTPError: %.1f allocations per allowed request, want at most 1 (echo's per-request chain)", got)
+	}
+}
+
+// serveRecorded serves one request from 192.0.2.1 to e in process.
+func serveRecorded(e *echo.Echo, method, path string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, r)
+	return w
+}
+
+// A denial reaches the application's HTTPErrorHandler only under
+// WithHTTPError, as an *echo.HTTPError with the engine's status, its problem
+// body and ErrLimited inside, the header fields already on the response; by
+// default the middleware writes the engine's response and the handler is
+// never called. echo's own DefaultHTTPErrorHandler writes the same problem
+// document as JSON.
+func TestDenialThroughTheHTTPErrorHandler(t *testing.T) {
+	policy := limit.Policy{Name: "notes", Limit: 1, Window: time.Minute}
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "note") }
+
+	// The default: the middleware answers; the error handler is not called.
+	calls := 0
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) { calls++ }
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy)))
+	serveRecorded(e, "GET", "/n")
+	want := serveRecorded(e, "GET", "/n")
+	if want.Code != http.StatusTooManyRequests || calls != 0 || want.Header().Get("Content-Type") != "application/problem+json" || want.Header().Get("Retry-After") == "" {
+		t.Fatalf("default: %d %v %q, %d error handler calls; want the engine's 429 problem, 0 calls", want.Code, want.Header(), want.Body, calls)
+	}
+
+	// WithHTTPError: a custom handler writes the error.
+	var got []error
+	e = echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		got = append(got, err)
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			raw, _ := he.Message.(json.RawMessage)
+			_ = c.Blob(he.Code, "application/problem+json", raw)
+		}
+	}
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	if w := serveRecorded(e, "GET", "/n"); w.Code != http.StatusOK || len(got) != 0 {
+		t.Fatalf("WithHTTPError, first request: %d, %d errors; want 200 and none", w.Code, len(got))
+	}
+	w := serveRecorded(e, "GET", "/n")
+	var he *echo.HTTPError
+	if len(got) != 1 || !errors.As(got[0], &he) || he.Code != http.StatusTooManyRequests || !errors.Is(got[0], echolimit.ErrLimited) {
+		t.Fatalf("WithHTTPError: errors %v; want one *echo.HTTPError 429 wrapping ErrLimited", got)
+	}
+	if w.Code != want.Code || w.Body.String() != want.Body.String() || w.Header().Get("Retry-After") != want.Header().Get("Retry-After") ||
+		w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("WithHTTPError through the custom handler: %d %v %q; want %d %v %q", w.Code, w.Header(), w.Body, want.Code, want.Header(), want.Body)
+	}
+
+	// WithHTTPError under echo's default handler: the problem as JSON.
+	e = echo.New()
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	serveRecorded(e, "GET", "/n")
+	w = serveRecorded(e, "GET", "/n")
+	var gotBody, wantBody map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &gotBody); err != nil {
+		t.Fatalf("default handler body %q: %v", w.Body, err)
+	}
+	_ = json.Unmarshal(want.Body.Bytes(), &wantBody)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") ||
+		fmt.Sprint(gotBody) != fmt.Sprint(wantBody) {
+		t.Fatalf("WithHTTPError through echo's default handler: %d %v %q; want 429, Retry-After, application/json %q", w.Code, w.Header(), w.Body, want.Body)
+	}
+}
+
+// Under WithHTTPError stacked mounts still give the outer charge back when
+// the inner mount limits the request: the flag lives in the request.
+func TestHTTPErrorDenialRefundsEarlierMounts(t *testing.T) {
+	rec := &limittest.Recorder{}
+	store := limittest.NewStore(nil)
+	global := limittest.MustNew(store, limit.Policy{Name: "global", Limit: 10, Window: time.Minute}, limit.WithObserver(rec))
+	login := limittest.MustNew(store, limit.Policy{Name: "login", Limit: 1, Window: time.Minute}, limit.WithObserver(rec))
+	e := echo.New()
+	e.Use(echolimit.Middleware(global, echolimit.WithHTTPError()))
+	e.POST("/login", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) }, echolimit.Middleware(login, echolimit.WithHTTPError()))
+	for i, want := range []int{204, 429, 429} {
+		if w := serveRecorded(e, "POST", "/login"); w.Code != want {
+			t.Fatalf("login %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if n := rec.Refunds(limit.RefundLaterMount); n != 2 {
+		t.Fatalf("%d later-mount refunds of the global charge, want 2", n)
 	}
 }

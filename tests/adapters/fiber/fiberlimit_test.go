@@ -52,10 +52,10 @@ func BenchmarkHandler(b *testing.B) {
 			case "fiber-only":
 				app.Get("/v1/notes/:id", h)
 			case "shared":
-				app.Use(fiberlimit.New(limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute})))
+				app.Use(fiberlimit.New(limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute}, limit.WithKeyPrefix("bench"))))
 				app.Get("/v1/notes/:id", h)
 			case "per-route":
-				l := limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute})
+				l := limittest.MustNew(newStore(b), limit.Policy{Limit: 1 << 40 / 60_000, Window: time.Minute, Scope: limit.PerRoute}, limit.WithKeyPrefix("bench"))
 				app.Get("/v1/notes/:id", fiberlimit.New(l), h)
 			}
 			serve := serveOnce(app)
@@ -71,7 +71,7 @@ func BenchmarkHandler(b *testing.B) {
 // two copies it must make: the request path and the peer address text.
 func TestHandlerAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
-	l := limittest.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	l := limittest.MustNew(newStore(t), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute}, limit.WithKeyPrefix("allocs"))
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Get("/v1/notes/:id", fiberlimit.New(l), func(*fiber.Ctx) error { return nil })
 	serve := serveOnce(app)
@@ -117,6 +117,59 @@ func TestPerRouteBucketAtRouteLevel(t *testing.T) {
 		func(t *testing.T, mount string, l *limit.Limiter) string {
 			return serve(t, routes(mount, fiberlimit.New(l), func(c *fiber.Ctx) error { return c.SendString("note") }))
 		})
+}
+
+// Through Routes a group's routes each get the limiter at route level, so
+// the route template is known in a group, a nested group and a Route
+// block alike.
+func TestPerRouteBucketThroughRoutes(t *testing.T) {
+	conformance.CheckMounts(t, "/v1/notes/:id", []string{"routes-group", "routes-nested", "routes-route"},
+		func(t *testing.T, mount string, l *limit.Limiter) string {
+			app := newApp()
+			h := func(c *fiber.Ctx) error { return c.SendString("note") }
+			switch mount {
+			case "routes-group":
+				fiberlimit.Routes(app.Group("/v1"), l).Get("/notes/:id", h)
+			case "routes-nested":
+				fiberlimit.Routes(app, l).Group("/v1").Get("/notes/:id", h)
+			case "routes-route":
+				fiberlimit.Routes(app, l).Route("/v1", func(r fiber.Router) { r.Get("/notes/:id", h) })
+			}
+			return serve(t, app)
+		})
+}
+
+// A PerRoute policy on a group through Routes: each route of the group has
+// a bucket of its own (3 requests on /v1/a leave /v1/b's allowance whole),
+// with its handler label and no route-unknown issue; a Use middleware added
+// through Routes is the group's own and is not limited twice.
+func TestRoutesGivesAGroupPerRouteBuckets(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 3, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	app := newApp()
+	h := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	v1 := fiberlimit.Routes(app.Group("/v1"), l)
+	v1.Use(func(c *fiber.Ctx) error { c.Set("X-Group", "v1"); return c.Next() })
+	v1.Get("/a", h).Post("/b", h)
+	url := serve(t, app)
+	c := limittest.ClientFrom("127.0.0.9")
+	for i := range 3 {
+		if r := limittest.Do(t, c, "GET", url+"/v1/a"); r.Status != http.StatusOK || r.Header.Get("X-Group") != "v1" {
+			t.Fatalf("GET /v1/a %d: %d %v, want 200 through the group middleware", i+1, r.Status, r.Header)
+		}
+	}
+	if r := limittest.Do(t, c, "GET", url+"/v1/a"); r.Status != http.StatusTooManyRequests {
+		t.Fatalf("4th GET /v1/a: %d, want 429", r.Status)
+	}
+	if r := limittest.Do(t, c, "POST", url+"/v1/b"); r.Status != http.StatusOK {
+		t.Fatalf("POST /v1/b after /v1/a's allowance is spent: %d, want 200 (a bucket of its own)", r.Status)
+	}
+	if e := obs.Last(); e.Bucket != "/v1/b 3p60" || e.Handler != "/v1/b" {
+		t.Fatalf("event %+v, want bucket \"/v1/b 3p60\", handler /v1/b", e)
+	}
+	if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
+		t.Fatalf("%d route-unknown issues, want 0", n)
+	}
 }
 
 // In a Use mount fiber has not matched the route yet: PerRoute falls back to
@@ -303,6 +356,10 @@ func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
 
 func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return fiberlimit.CostFunc(func(c *fiber.Ctx) int64 { return int64(c.QueryInt(name)) })
+}
+
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return fiberlimit.PlanFunc(func(c *fiber.Ctx) (string, error) { return c.Get(name), nil })
 }
 
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {

@@ -149,6 +149,10 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return ginlimit.CostFunc(func(c *gin.Context) int64 { n, _ := strconv.ParseInt(c.Query(name), 10, 64); return n })
 }
 
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return ginlimit.PlanFunc(func(c *gin.Context) (string, error) { return c.GetHeader(name), nil })
+}
+
 func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
 	r := gin.New()
 	// 405 for a path served for other methods, as the other routers answer

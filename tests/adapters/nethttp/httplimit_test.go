@@ -255,6 +255,10 @@ func (harness) CostFunc(name string) func(limit.Request) int64 {
 	return httplimit.CostFunc(func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.FormValue(name), 10, 64); return n })
 }
 
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return httplimit.PlanFunc(func(r *http.Request) (string, error) { return r.Header.Get(name), nil })
+}
+
 // wrap mounts ls around h, the first limiter outermost.
 func wrap(ls []*limit.Limiter, h http.Handler) http.Handler {
 	for i := len(ls) - 1; i >= 0; i-- {
