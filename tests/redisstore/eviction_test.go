@@ -110,7 +110,7 @@ func TestNoevictionWithFullMemoryAppliesTheFailureMode(t *testing.T) {
 		if el := time.Since(start); el > 5*time.Second {
 			t.Fatalf("%v: the decision took %v", mode, el)
 		}
-		h := httplimit.Middleware(limittest.MustNew(s, limit.Policy{Name: "full-http-" + mode.String(), Limit: 5, Window: time.Minute, FailureMode: mode}))(
+		h := httplimit.Middleware(limittest.MustNew(s, limit.Policy{Name: "full-http-" + mode.String(), Limit: 5, Window: time.Minute, FailureMode: mode}, limit.WithKeyPrefix("eviction")))(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
 		want := map[limit.FailureMode]int{limit.FailOpen: http.StatusOK, limit.FailClosed: http.StatusServiceUnavailable}[mode]
 		for range 3 {
