@@ -35,7 +35,10 @@ type decisionRecord struct {
 // identities follow the failure mode (an error; or the deny cache's
 // copy of a denial Redis gave before) until its replica is promoted, and Redis decides them again within 1 s of the promotion.
 // Redis never admits more than the limit in a window, and every key left
-// has a TTL. The Store reports its breakers to its observer as one.
+// has a TTL. The Store reports its breakers to its observer as one. A
+// Store that sent nothing to the dead master's slots decides them by Redis
+// on its first try after the promotion (its slot map moved them without
+// traffic).
 func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 	t.Parallel()
 	cl := redisfault.StartCluster(t, 3, 1, time.Second,
@@ -96,6 +99,28 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 		}
 	}
 
+	// A fourth Store decides only for identities on the live masters: the
+	// dead master's slots see no traffic from it until the end.
+	quiet, err := NewFromURL(url, WithTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(quiet.Close)
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if id := i % ids; owner[id] != 0 {
+				op := oneQuota(keys[id], quota, 1)
+				quiet.Take(context.Background(), &op)
+				time.Sleep(10 * time.Millisecond) // a trickle
+			}
+		}
+	})
+
 	time.Sleep(time.Second) // load on the healthy Cluster
 	cl.Masters[0].Kill()
 	killed := time.Now()
@@ -112,6 +137,21 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // load after the promotion
 	close(stop)
 	wg.Wait()
+
+	// The quiet Store's first decisions on the dead master's slots, 1.5 s
+	// after the promotion: its slot map has moved them to the new master.
+	quietFailed := 0
+	for id := range ids {
+		if owner[id] != 0 {
+			continue
+		}
+		op := oneQuota(keys[id], quota, 1)
+		if _, err := quiet.Take(context.Background(), &op); err != nil {
+			quietFailed++
+			t.Errorf("identity %d, no traffic from this Store since before the kill: %v", id, err)
+		}
+	}
+	t.Logf("a Store without traffic on the dead master's slots: %d of its first decisions there failed after the promotion", quietFailed)
 
 	var healthy, healthyErr, healthyOpen, deadDown, deadDownOK, deadDownCached, deadAfter, deadAfterErr int
 	var firstBack time.Time
