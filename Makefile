@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := test
 
-FRAMEWORK   ?= chi            # demo: chi | echo | gin | fiber | nethttp | grpc
+FRAMEWORK   ?= chi            # demo: chi | echo | echov5 | gin | fiber | fiberv3 | nethttp | grpc
 REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
 BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
 PEERFLAGS   ?=                # extra flags for the Redis peer table, e.g. PEERFLAGS="-rounds 5 -dur 3s"

@@ -24,7 +24,10 @@ type Scenario struct {
 	// Failure wraps the store in a Flaky store that steps can break, behind
 	// a guard.New wrapper (timeout, breaker; no deny cache) with Timeout.
 	Failure bool
-	// Timeout is the Failure wrapper's timeout; 0: 10 s.
+	// Timeout is the Failure wrapper's timeout; 0: 10 s. A scenario whose
+	// last step hangs the store sets it short enough to keep the run quick
+	// and long enough that a healthy store's answer on a loaded machine
+	// (-race, two cores, every module testing at once) never exceeds it.
 	Timeout time.Duration
 	// App is the router the harness serves: which routes, and which
 	// policies are mounted where.
@@ -152,6 +155,10 @@ const (
 	problemJSON = "application/problem+json"
 	ok          = 200
 	limited     = 429
+
+	// failTimeout is the store timeout of the scenarios that end on a
+	// hanging store (see Scenario.Timeout).
+	failTimeout = 500 * time.Millisecond
 )
 
 func get(client, path string, want int) Step {
@@ -518,7 +525,7 @@ func Scenarios() []Scenario {
 			Name:     "15a-fail-open",
 			Failure:  true,
 			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 1, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailOpen}},
-			Timeout:  50 * time.Millisecond,
+			Timeout:  failTimeout,
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				get("127.0.0.2", "/a", ok),
@@ -534,7 +541,7 @@ func Scenarios() []Scenario {
 			Name:     "15b-fail-closed",
 			Failure:  true,
 			Policies: map[string]limit.Policy{"g": {Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute, AlignWindows: true, FailureMode: limit.FailClosed}},
-			Timeout:  50 * time.Millisecond,
+			Timeout:  failTimeout,
 			App:      AppSpec{Global: []string{"g"}, Routes: []RouteSpec{{Method: "GET", Path: "/a"}}},
 			Steps: []Step{
 				{Store: "fail", Client: "127.0.0.2", Method: "GET", Path: "/a", Want: Want{Status: 503, Handler: "not-run",

@@ -34,16 +34,19 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd -P)
 Q=github.com/quotagate/quotagate
 
 # Published modules (directory = module path suffix).
-published=(engine stores/memory stores/redis adapters/chi adapters/echo adapters/fiber
-  adapters/gin adapters/grpc adapters/nethttp metrics/prometheus metrics/otel client conformance)
+published=(engine stores/memory stores/redis adapters/chi adapters/echo adapters/echov5
+  adapters/fiber adapters/fiberv3 adapters/gin adapters/grpc adapters/nethttp metrics/prometheus
+  metrics/otel client conformance)
 
 # Third-party modules a published module brings, allowed only when it is imported.
 brings() {
   case "$1" in
     adapters/chi) echo github.com/go-chi/chi/v5 ;;
     adapters/echo) echo github.com/labstack/echo/v4 ;;
+    adapters/echov5) echo github.com/labstack/echo/v5 ;;
     adapters/gin) echo github.com/gin-gonic/gin ;;
     adapters/fiber) echo github.com/gofiber/fiber/v2 ;;
+    adapters/fiberv3) echo github.com/gofiber/fiber/v3 ;;
     adapters/grpc) echo google.golang.org/grpc ;;
     stores/redis) echo github.com/redis/rueidis ;;
     metrics/prometheus) echo github.com/prometheus/client_golang ;;

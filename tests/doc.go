@@ -13,6 +13,9 @@
 //     charge.
 //   - clienttest: the HTTP client transport (limitclient) against every
 //     adapter's middleware over loopback, run from tests/adapters/*.
+//   - adapters/*: each adapter's conformance harness, matrix and own tests;
+//     adapters/fiberv3 is a module of its own, so that fiber v3's fasthttp
+//     does not replace the one the fiber v2 tests here pin.
 //
 // scripts/test.sh runs it like every other module (GOWORK=off, -race).
 package tests

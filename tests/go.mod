@@ -8,10 +8,12 @@ require (
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/quotagate/quotagate/adapters/chi v0.0.0
 	github.com/quotagate/quotagate/adapters/echo v0.0.0
+	github.com/quotagate/quotagate/adapters/echov5 v0.0.0
 	github.com/quotagate/quotagate/adapters/fiber v0.0.0
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
 	github.com/quotagate/quotagate/adapters/grpc v0.0.0
@@ -82,6 +84,7 @@ require (
 replace (
 	github.com/quotagate/quotagate/adapters/chi => ../adapters/chi
 	github.com/quotagate/quotagate/adapters/echo => ../adapters/echo
+	github.com/quotagate/quotagate/adapters/echov5 => ../adapters/echov5
 	github.com/quotagate/quotagate/adapters/fiber => ../adapters/fiber
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
 	github.com/quotagate/quotagate/adapters/grpc => ../adapters/grpc

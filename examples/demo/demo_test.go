@@ -25,7 +25,7 @@ func TestDemo(t *testing.T) {
 func TestDemoUnknownFramework(t *testing.T) {
 	for _, fw := range []string{"foo", "", "../chi", "internal"} {
 		err := run(fw)
-		if err == nil || !strings.Contains(err.Error(), "valid frameworks are chi, echo, fiber, gin, nethttp, grpc") {
+		if err == nil || !strings.Contains(err.Error(), "valid frameworks are chi, echo, echov5, fiber, fiberv3, gin, nethttp, grpc") {
 			t.Errorf("run(%q): %v, want an error listing the valid frameworks", fw, err)
 		}
 	}
@@ -34,7 +34,7 @@ func TestDemoUnknownFramework(t *testing.T) {
 // Once a client's global 100 per minute was spent, every example used to
 // answer a preflight, an unknown method and an unknown path its own way
 // (echo and net/http: 429, chi, gin and fiber: 404/405, counting nothing).
-// Now one rule holds on all five: requests no route serves count
+// Now one rule holds on every example: requests no route serves count
 // in the global bucket and are limited, preflights are not.
 func TestUnmatchedRequestsSameAnswerOnEveryExample(t *testing.T) {
 	t.Chdir("..")

@@ -31,7 +31,7 @@ import (
 )
 
 // frameworks are the HTTP example servers, one directory of examples/ each.
-var frameworks = []string{"chi", "echo", "fiber", "gin", "nethttp"}
+var frameworks = []string{"chi", "echo", "echov5", "fiber", "fiberv3", "gin", "nethttp"}
 
 // grpcServer is the gRPC example server (examples/grpc), which runGRPC
 // drives with a gRPC client.
@@ -294,13 +294,16 @@ func start(framework string, flags ...string) (base, banner string, stop func(),
 // FOO /v1/notes/1 (they count in the global bucket like any request), while
 // its preflight OPTIONS /v1/notes/1 is not limited; a fresh client gets the
 // router's 404 and 405. One exception, from fiber itself: fiber answers a
-// method it does not know (FOO) with 400 before running any handler, so no
-// limiter sees it.
+// method it does not know (FOO) before running any handler, so no limiter
+// sees it (v2 with 400, v3 with 501 Not Implemented).
 func unmatched(framework, base string, check func(bool, string)) {
 	foo := http.StatusMethodNotAllowed
 	fooLimited := http.StatusTooManyRequests
-	if framework == "fiber" {
+	switch framework {
+	case "fiber":
 		foo, fooLimited = http.StatusBadRequest, http.StatusBadRequest
+	case "fiberv3":
+		foo, fooLimited = http.StatusNotImplemented, http.StatusNotImplemented
 	}
 	preflight := [][2]string{{"Origin", "https://app.example"}, {"Access-Control-Request-Method", "GET"}}
 	status := func(client, method, path string, header ...[2]string) (int, string) {

@@ -30,10 +30,20 @@ var LeakOptions = []goleak.Option{
 // to the server) would otherwise leave Serve accepting on ln for ever (a
 // leaked goroutine) and a cleanup that waits for it hanging.
 func Serve(t testing.TB, ln net.Listener, app *fiber.App) {
+	ServeFunc(t, ln, func(ln net.Listener) error { return app.Listener(ln) }, app.ShutdownWithTimeout)
+}
+
+// ServeFunc is Serve for an app of another fiber major version (v3, whose
+// Listener takes a ListenConfig): listen serves the app on ln until
+// shutdown, with a timeout, stops it. The timeout is 10 s: fasthttp v1.69
+// (fiber v3's) counts a connection that never sent a request as idle only
+// after 5 s, as net/http does, so a spare connection a client dialled holds
+// a shutdown for up to 5 s.
+func ServeFunc(t testing.TB, ln net.Listener, listen func(net.Listener) error, shutdown func(time.Duration) error) {
 	done := make(chan error, 1)
-	go func() { done <- app.Listener(ln) }()
+	go func() { done <- listen(ln) }()
 	t.Cleanup(func() {
-		if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+		if err := shutdown(10 * time.Second); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 		ln.Close()

@@ -1,0 +1,89 @@
+// Package fiberlimit mounts a quotagate limit.Limiter on a gofiber/fiber v3
+// app (fasthttp). It is the fiber v2 adapter's API for fiber v3 (the module
+// github.com/quotagate/quotagate/adapters/fiber serves v2): handlers and key
+// functions take the fiber.Ctx interface, and moving from v2 to v3 changes
+// the import path and the handlers' parameter type only.
+//
+//	l, err := limit.New(store, limit.Policy{Limit: 100, Window: time.Minute})
+//	if err != nil {
+//		log.Fatal(err) // names the offending field
+//	}
+//	app := fiber.New()
+//	app.Use(fiberlimit.New(l))
+//
+// # Routes and PerRoute buckets
+//
+// Fiber runs a Use mount (app.Use, Group.Use, app.Group(prefix, handler))
+// in front of the routes before it has matched one: c.Matched() is false
+// there, and c.Route() is the mount itself. So in a Use mount the route is
+// unknown, and a PerRoute policy falls back to its Shared bucket and
+// reports the route-unknown issue on every request, and the metrics'
+// handler label is empty. Shared policies (the usual global limit) decide
+// the same either way. For PerRoute buckets, mount the handler at route
+// level, where c.FullPath() is the matched template ("/v1/notes/:id",
+// spelled "/v1/notes/{id}" in bucket names):
+//
+//	perRoute, _ := l.With(limit.Policy{Scope: limit.PerRoute, Limit: 5, Window: time.Minute, Algorithm: limit.FixedWindow})
+//	byRoute := fiberlimit.New(perRoute)
+//	v1 := app.Group("/v1")
+//	v1.Post("/login", byRoute, login)
+//	v1.Get("/search", byRoute, search)
+//
+// or, for every route of a group, through Routes, which registers each
+// route with the handler in front:
+//
+//	v1 := fiberlimit.Routes(app.Group("/v1"), perRoute)
+//	v1.Post("/login", login)
+//	v1.Get("/search", search)
+//
+// Each of those routes has its own bucket. app.Get registers HEAD with the
+// same handlers and template, so HEAD and GET on one route share a bucket:
+// neither the method nor the raw path is ever part of a bucket. At route
+// level the route is the one fiber serves, whatever spelling it accepted (a
+// trailing slash unless StrictRouting, another letter case unless
+// CaseSensitive), so those count in the route's bucket.
+//
+// c.Matched() stays true for the rest of a request once a route has run:
+// a Use mount that a route handler reaches by calling c.Next() (fiber's
+// fall-through to the next matching handler) sees the Use mount's own path
+// as the template.
+//
+// # Requests no route matches, and CORS preflights
+//
+// A route-level mount never sees a request no route matches. Mount the same
+// Limiter with Unmatched after every route (app.Use(fiberlimit.Unmatched(l)))
+// and those requests, which fiber answers 404 or 405, count in its Shared
+// bucket, so that scanners are limited by the global limit too; an app.Use
+// mount in front of the routes sees every request already. Unlike fiber
+// v2, v3 registers a GET route's automatic HEAD route after every other
+// route and mount, so a HEAD request to a GET route passes the Unmatched
+// mount before its route: Unmatched therefore decides after c.Next(), and
+// only when no route served the request (c.Matched() is false). Fiber answers a
+// method outside Config.RequestMethods (e.g. FOO) with 501 before running
+// any handler: no mount sees it, and it costs the server no handler. CORS
+// preflights (OPTIONS with Access-Control-Request-Method) pass unlimited and
+// uncounted unless the policy sets LimitPreflights.
+//
+// # Client address
+//
+// The client address is the socket peer, c.RequestCtx().RemoteIP(). c.IP()
+// is never used: with TrustProxy and Config.ProxyHeader set it returns the
+// header's value, which any client can forge unless the proxy list is exact.
+// Configure trusted proxies on the Limiter instead; the adapter gives the
+// engine the request's header lines (every line of a repeated header) only
+// when it asks for them.
+//
+// # Buffers
+//
+// fasthttp reuses the memory behind the strings fiber.Ctx returns once the
+// handler has returned (unless Config.Immutable). Every string the adapter
+// hands the engine (path, peer, header values) is therefore a copy, or
+// memory the app owns: the method (one of Config.RequestMethods) and the
+// route's registered path; the denial body is copied into the response.
+//
+// The adapter holds no policy and writes nothing itself: it hands the engine
+// the request and fasthttp's response (limit.Limiter.Check, through the
+// limit.ResponseWriter the adapter implements over fasthttp), which writes
+// the header fields or the whole limited response, and then calls c.Next()
+// or returns nil.
+package fiberlimit

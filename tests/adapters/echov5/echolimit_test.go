@@ -1,0 +1,487 @@
+package echolimit_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v5"
+	echolimit "github.com/quotagate/quotagate/adapters/echov5"
+	"github.com/quotagate/quotagate/conformance"
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	"github.com/quotagate/quotagate/tests/redistest"
+)
+
+func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
+
+// harness builds an echo v5 server for a conformance App: global limiters
+// with e.Use, groups with e.Group(prefix, middleware...), route limiters as
+// route middleware.
+type harness struct{}
+
+func (harness) Name() string { return "echov5" }
+
+func (harness) KeyFunc(name string) func(limit.Request) (string, error) {
+	return echolimit.KeyFunc(func(c *echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
+}
+
+func (harness) CostFunc(name string) func(limit.Request) int64 {
+	return echolimit.CostFunc(func(c *echo.Context) int64 { n, _ := strconv.ParseInt(c.QueryParam(name), 10, 64); return n })
+}
+
+func (harness) PlanFunc(name string) func(limit.Request) (string, error) {
+	return echolimit.PlanFunc(func(c *echo.Context) (string, error) { return c.Request().Header.Get(name), nil })
+}
+
+func (harness) Serve(t testing.TB, ln net.Listener, app *conformance.App) {
+	e := echo.New()
+	for _, l := range app.Global {
+		e.Use(echolimit.Middleware(l))
+	}
+	mws := func(ls []*limit.Limiter) []echo.MiddlewareFunc {
+		var m []echo.MiddlewareFunc
+		for _, l := range ls {
+			m = append(m, echolimit.Middleware(l))
+		}
+		return m
+	}
+	handler := func(rt *conformance.Route) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			name, value, status, body := rt.Serve()
+			c.Response().Header().Set(name, value)
+			return c.String(status, body)
+		}
+	}
+	for _, g := range app.Groups {
+		grp := e.Group(g.Prefix, mws(g.Limiters)...)
+		for _, rt := range g.Routes {
+			grp.Add(rt.Method, conformance.ColonPath(rt.Relative(g.Prefix)), handler(rt), mws(rt.Limiters)...)
+		}
+	}
+	for _, rt := range app.Routes {
+		e.Add(rt.Method, conformance.ColonPath(rt.Path), handler(rt), mws(rt.Limiters)...)
+	}
+	conformance.ServeHandler(t, ln, e)
+}
+
+func serve(t *testing.T, e *echo.Echo) string {
+	t.Helper()
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// routes builds the same API under each kind of echo mount; mount says where
+// the limiter goes.
+func routes(mount string, mw echo.MiddlewareFunc, h echo.HandlerFunc) *echo.Echo {
+	e := echo.New()
+	both := []string{http.MethodGet, http.MethodHead}
+	switch mount {
+	case "echo-use":
+		e.Use(mw)
+		e.Match(both, "/v1/notes/:id", h)
+	case "group-arg":
+		e.Group("/v1", mw).Match(both, "/notes/:id", h)
+	case "group-use":
+		g := e.Group("/v1")
+		g.Use(mw)
+		g.Match(both, "/notes/:id", h)
+	case "route":
+		e.Match(both, "/v1/notes/:id", h, mw)
+	}
+	return e
+}
+
+// echo sets c.Path() before any e.Use middleware runs: every mount sees the
+// route, spelt echo's way in the handler label.
+func TestPerRouteBucketOnEveryMount(t *testing.T) {
+	conformance.CheckMounts(t, "/v1/notes/:id", []string{"echo-use", "group-arg", "group-use", "route"},
+		func(t *testing.T, mount string, l *limit.Limiter) string {
+			return serve(t, routes(mount, echolimit.Middleware(l), func(c *echo.Context) error { return c.String(http.StatusOK, "note") }))
+		})
+}
+
+// A GET route answers HEAD too when the router is configured to
+// (RouterConfig.AutoHandleHEAD): HEAD is then served by the GET route and
+// counts in its bucket.
+func TestAutoHandleHEADSharesTheGETBucket(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	e := echo.NewWithConfig(echo.Config{Router: echo.NewRouter(echo.RouterConfig{AutoHandleHEAD: true})})
+	e.Use(echolimit.Middleware(l))
+	e.GET("/v1/notes/:id", func(c *echo.Context) error { return c.String(http.StatusOK, "note") })
+	url := serve(t, e)
+	c := limittest.ClientFrom("127.0.0.7")
+	for i, method := range []string{"HEAD", "GET", "HEAD"} {
+		want := http.StatusOK
+		if i == 2 {
+			want = http.StatusTooManyRequests
+		}
+		if r := limittest.Do(t, c, method, url+"/v1/notes/1"); r.Status != want {
+			t.Fatalf("request %d (%s): %d, want %d", i+1, method, r.Status, want)
+		}
+		if got := obs.Last(); got.Bucket != "/v1/notes/{id} 2p60" || got.Handler != "/v1/notes/:id" {
+			t.Fatalf("request %d (%s): event %+v, want the GET route's bucket", i+1, method, got)
+		}
+	}
+}
+
+// Requests echo serves with no route (its 404, a group's RouteNotFound
+// catch-all, its 405) reach the middleware as unmatched: a PerRoute policy
+// counts them in its Shared bucket, with an empty handler label and no
+// route-unknown issue.
+func TestUnmatchedRoutes(t *testing.T) {
+	tests := []struct {
+		name, method, path string
+		group              bool
+		status             int
+	}{
+		{"root_not_found", "GET", "/nothing", false, http.StatusNotFound},
+		{"root_method_not_allowed", "DELETE", "/x", false, http.StatusMethodNotAllowed},
+		{"root_unknown_method", "FOO", "/x", false, http.StatusMethodNotAllowed},
+		{"root_automatic_options", "OPTIONS", "/x", false, http.StatusNoContent},
+		// Under a group, echo routes unmatched paths to the group's catch-all.
+		{"group_not_found", "GET", "/g/nothing", true, http.StatusNotFound},
+		{"group_prefix_alone", "GET", "/g", true, http.StatusNotFound},
+		{"group_method_not_allowed", "DELETE", "/g/x", true, http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			obs := &limittest.Recorder{}
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Scope: limit.PerRoute}, limit.WithObserver(obs))
+			e := echo.New()
+			h := func(c *echo.Context) error { return nil }
+			if tc.group {
+				e.Group("/g", echolimit.Middleware(l)).GET("/x", h)
+			} else {
+				e.Use(echolimit.Middleware(l))
+				e.GET("/x", h)
+			}
+			r := limittest.Do(t, limittest.ClientFrom("127.0.0.7"), tc.method, serve(t, e)+tc.path)
+			if r.Status != tc.status {
+				t.Fatalf("status %d, want echo's %d", r.Status, tc.status)
+			}
+			if got := obs.Last(); got.Bucket != "2p60" || got.Handler != "" {
+				t.Fatalf("event %+v, want the Shared bucket \"2p60\" and no handler label", got)
+			}
+			if n := obs.Issues(limit.Issue("route-unknown")); n != 0 {
+				t.Fatalf("%d route-unknown issues, want 0", n)
+			}
+			// A served request still has its route's bucket.
+			route := "/x"
+			if tc.group {
+				route = "/g/x"
+			}
+			limittest.Do(t, limittest.ClientFrom("127.0.0.7"), "GET", serve(t, e)+route)
+			if got := obs.Last(); got.Bucket != route+" 2p60" || got.Handler != route {
+				t.Fatalf("served request: event %+v, want the route's bucket", got)
+			}
+		})
+	}
+}
+
+// A route whose path is also a catch-all's (a group with middleware
+// registers RouteNotFound on "/g/*", the application GET "/g/*") is served
+// for its method and unmatched for the others, and routes registered after
+// the first request are known too.
+func TestRouteOnACatchAllPath(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 10, Scope: limit.PerRoute}, limit.WithObserver(obs))
+	e := echo.New()
+	g := e.Group("/g", echolimit.Middleware(l))
+	g.GET("/*", func(c *echo.Context) error { return c.String(http.StatusOK, "files") })
+	url := serve(t, e)
+	c := limittest.ClientFrom("127.0.0.7")
+	for _, q := range []struct {
+		method, path string
+		status       int
+		bucket       string
+		handler      string
+	}{
+		{"GET", "/g/a/b", http.StatusOK, "/g/* 10p60", "/g/*"},
+		{"DELETE", "/g/a/b", http.StatusNotFound, "10p60", ""},
+		{"POST", "/g/late", http.StatusOK, "/g/late 10p60", "/g/late"},
+	} {
+		if q.path == "/g/late" {
+			g.POST("/late", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+		}
+		if r := limittest.Do(t, c, q.method, url+q.path); r.Status != q.status {
+			t.Fatalf("%s %s: %d, want %d", q.method, q.path, r.Status, q.status)
+		}
+		if got := obs.Last(); got.Bucket != q.bucket || got.Handler != q.handler {
+			t.Fatalf("%s %s: event %+v, want bucket %q and handler %q", q.method, q.path, got, q.bucket, q.handler)
+		}
+	}
+}
+
+// An allowed handler's error still reaches echo's error handler.
+func TestHandlerErrorReachesTheErrorHandler(t *testing.T) {
+	e := echo.New()
+	e.Use(echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), limit.Policy{})))
+	e.GET("/err", func(c *echo.Context) error { return echo.NewHTTPError(http.StatusTeapot, "short and stout") })
+	if r := limittest.Do(t, limittest.ClientFrom("127.0.0.8"), "GET", serve(t, e)+"/err"); r.Status != http.StatusTeapot {
+		t.Fatalf("handler error: %d, want 418", r.Status)
+	}
+}
+
+// Policy.SkipPaths is compared with Request.Path, the path echo routes on:
+// r.URL.RawPath when the client escaped the path. "/%68ealth" decodes to
+// "/health", but echo serves it with the "/:page" handler, so the limiter
+// must not skip it.
+func TestSkipPathsComparesThePathEchoRoutes(t *testing.T) {
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1, SkipPaths: []string{"/health"}})
+	var health, page atomic.Int64
+	e := echo.New()
+	e.Use(echolimit.Middleware(l))
+	e.GET("/health", func(c *echo.Context) error { health.Add(1); return c.String(200, "ok") })
+	e.GET("/:page", func(c *echo.Context) error { page.Add(1); return c.String(200, "page") })
+
+	do := func(target string) int { return limittest.Serve(e, http.MethodGet, target, "192.0.2.30:1234").Code }
+	if c := do("/about"); c != 200 {
+		t.Fatalf("first page: %d", c)
+	}
+	if c := do("/about"); c != 429 {
+		t.Fatalf("second page: %d, want 429", c)
+	}
+	if c := do("/%68ealth"); c != 429 {
+		t.Errorf("GET /%%68ealth: %d (page handler calls %d, health %d); want 429: "+
+			"the limit of 1 is used up and echo did not route this to /health", c, page.Load(), health.Load())
+	}
+}
+
+// echo routes after its Pre middleware (where path rewriting such as
+// middleware.RemoveTrailingSlash goes) and before e.Use middleware: a
+// limiter on e.Use, as the package documentation says, counts every
+// spelling Pre rewrites to POST /v1/login in that route's bucket. (The
+// stand-in below does what RemoveTrailingSlash does, without importing
+// echo's middleware package and its dependencies.)
+func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
+	conformance.CheckSpellings(t, []string{"/v1/login/", "/v1/login//"},
+		func(t *testing.T, l *limit.Limiter) string {
+			e := echo.New()
+			e.Pre(func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c *echo.Context) error {
+					r := c.Request()
+					r.URL.Path = "/" + strings.Trim(r.URL.Path, "/")
+					return next(c)
+				}
+			})
+			e.Use(echolimit.Middleware(l))
+			e.POST("/v1/login", func(c *echo.Context) error { return c.NoContent(http.StatusOK) })
+			return serve(t, e)
+		})
+}
+
+// The status a CountStatus policy sees for a handler's error is the one
+// echo v5's default error handler answers with: echo.StatusCode of the
+// error (a wrapped *echo.HTTPError or predefined error included, which
+// echo v5 unwraps), 500 for an error without a status, and the status
+// already written when the handler wrote before returning the error.
+func TestCountStatusSeesTheStatusEchoAnswers(t *testing.T) {
+	tests := []struct {
+		name string
+		h    echo.HandlerFunc
+		want []int
+	}{
+		{"wrapped_predefined_error", func(c *echo.Context) error { return fmt.Errorf("signin: %w", echo.ErrUnauthorized) },
+			[]int{401, 401, 401, 401}},
+		{"predefined_server_error", func(c *echo.Context) error { return echo.ErrServiceUnavailable },
+			[]int{503, 503, 429, 429}},
+		{"wrapping_http_error", func(c *echo.Context) error {
+			return echo.NewHTTPError(http.StatusBadRequest, "bad").Wrap(errors.New("parse"))
+		}, []int{400, 400, 400, 400}},
+		{"plain_error", func(c *echo.Context) error { return errors.New("boom") },
+			[]int{500, 500, 429, 429}},
+		{"written_then_error", func(c *echo.Context) error {
+			if err := c.String(http.StatusAccepted, "queued"); err != nil {
+				return err
+			}
+			return errors.New("after the response")
+		}, []int{202, 202, 202, 202}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 2, Window: time.Hour,
+				CountStatus: func(s int) bool { return s >= 500 }})
+			e := echo.New()
+			e.Use(echolimit.Middleware(l))
+			e.GET("/x", tc.h)
+			url := serve(t, e)
+			c := limittest.ClientFrom("127.0.0.9")
+			var got []int
+			for range 4 {
+				got = append(got, limittest.Do(t, c, "GET", url+"/x").Status)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("%v, want %v (only the server errors the client saw count)", got, tc.want)
+			}
+		})
+	}
+}
+
+// echoWith is an echo server for GET /v1/notes/:id with l on e.Use, or echo
+// alone when l is nil.
+func echoWith(l *limit.Limiter) http.Handler {
+	e := echo.New()
+	if l != nil {
+		e.Use(echolimit.Middleware(l))
+	}
+	e.GET("/v1/notes/:id", func(*echo.Context) error { return nil })
+	return e
+}
+
+// BenchmarkMiddleware measures one allowed request through echo with the
+// middleware on e.Use, Shared and PerRoute; "echo-only" is echo alone.
+// Echo v5 builds its middleware chain once, when middleware is added, not
+// per request as v4 does.
+func BenchmarkMiddleware(b *testing.B) {
+	conformance.BenchmarkMiddleware(b, "echo-only", redistest.Memory, echoWith)
+}
+
+// On the allowed path at the default disclosure the middleware allocates
+// nothing: echo v5 builds its chain once, and the adapter reads the route
+// from c.Path() (c.RouteInfo() would copy it).
+func TestMiddlewareAllocations(t *testing.T) {
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Window: time.Hour, Scope: limit.PerRoute})
+	if got := conformance.AllocsPerRequest(t, echoWith(l)); got > 0 {
+		t.Fatalf("%.1f allocations per allowed request, want none", got)
+	}
+	// WithHTTPError adds none on the allowed path (its writer is pooled).
+	e := echo.New()
+	e.Use(echolimit.Middleware(l, echolimit.WithHTTPError()))
+	e.GET("/v1/notes/:id", func(*echo.Context) error { return nil })
+	if got := conformance.AllocsPerRequest(t, e); got > 0 {
+		t.Fatalf("WithHTTPError: %.1f allocations per allowed request, want none", got)
+	}
+}
+
+// serveRecorded serves one request from 192.0.2.1 to e in process.
+func serveRecorded(e *echo.Echo, method, path string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, nil)
+	r.RemoteAddr = "192.0.2.1:4711"
+	w := httptest.NewRecorder()
+	e.ServeHTTP(w, r)
+	return w
+}
+
+// A denial reaches the application's HTTPErrorHandler only under
+// WithHTTPError, as a *LimitedError with the engine's status, its problem
+// body and ErrLimited inside, the header fields already on the response; by
+// default the middleware writes the engine's response and the handler is
+// never called. echo's own default HTTPErrorHandler writes the same problem
+// document as JSON, and a HEAD request without a body.
+func TestDenialThroughTheHTTPErrorHandler(t *testing.T) {
+	policy := limit.Policy{Name: "notes", Limit: 1, Window: time.Minute}
+	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "note") }
+
+	// The default: the middleware answers; the error handler is not called.
+	calls := 0
+	e := echo.New()
+	e.HTTPErrorHandler = func(c *echo.Context, err error) { calls++ }
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy)))
+	serveRecorded(e, "GET", "/n")
+	want := serveRecorded(e, "GET", "/n")
+	if want.Code != http.StatusTooManyRequests || calls != 0 || want.Header().Get("Content-Type") != "application/problem+json" || want.Header().Get("Retry-After") == "" {
+		t.Fatalf("default: %d %v %q, %d error handler calls; want the engine's 429 problem, 0 calls", want.Code, want.Header(), want.Body, calls)
+	}
+
+	// WithHTTPError: a custom handler writes the error.
+	var got []error
+	e = echo.New()
+	e.HTTPErrorHandler = func(c *echo.Context, err error) {
+		got = append(got, err)
+		var le *echolimit.LimitedError
+		if errors.As(err, &le) {
+			_ = c.Blob(le.Status, le.ContentType, le.Body)
+		}
+	}
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	if w := serveRecorded(e, "GET", "/n"); w.Code != http.StatusOK || len(got) != 0 {
+		t.Fatalf("WithHTTPError, first request: %d, %d errors; want 200 and none", w.Code, len(got))
+	}
+	w := serveRecorded(e, "GET", "/n")
+	if len(got) != 1 || echo.StatusCode(got[0]) != http.StatusTooManyRequests || !errors.Is(got[0], echolimit.ErrLimited) {
+		t.Fatalf("WithHTTPError: errors %v; want one with echo.StatusCode 429 wrapping ErrLimited", got)
+	}
+	if w.Code != want.Code || w.Body.String() != want.Body.String() || w.Header().Get("Retry-After") != want.Header().Get("Retry-After") ||
+		w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("WithHTTPError through the custom handler: %d %v %q; want %d %v %q", w.Code, w.Header(), w.Body, want.Code, want.Header(), want.Body)
+	}
+
+	// WithHTTPError under echo's default handler: the problem as JSON.
+	e = echo.New()
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	e.HEAD("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	serveRecorded(e, "GET", "/n")
+	w = serveRecorded(e, "GET", "/n")
+	var gotBody, wantBody map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &gotBody); err != nil {
+		t.Fatalf("default handler body %q: %v", w.Body, err)
+	}
+	_ = json.Unmarshal(want.Body.Bytes(), &wantBody)
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" || !strings.HasPrefix(w.Header().Get("Content-Type"), "application/json") ||
+		fmt.Sprint(gotBody) != fmt.Sprint(wantBody) {
+		t.Fatalf("WithHTTPError through echo's default handler: %d %v %q; want 429, Retry-After, application/json %q", w.Code, w.Header(), w.Body, want.Body)
+	}
+	serveRecorded(e, "HEAD", "/n")
+	if w := serveRecorded(e, "HEAD", "/n"); w.Code != http.StatusTooManyRequests || w.Body.Len() != 0 || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("HEAD through echo's default handler: %d %q, want 429 with Retry-After and no body", w.Code, w.Body)
+	}
+}
+
+// A LimitedError of a bodiless or non-JSON response is written by echo's
+// default handler the way it writes an *echo.HTTPError: {"message": ...}.
+func TestLimitedErrorJSON(t *testing.T) {
+	tests := []struct {
+		name string
+		err  echolimit.LimitedError
+		want string
+	}{
+		{"problem", echolimit.LimitedError{Status: 429, Body: []byte(`{"status":429}`), ContentType: "application/problem+json"}, `{"status":429}`},
+		{"text", echolimit.LimitedError{Status: 429, Body: []byte("slow down"), ContentType: "text/plain"}, `{"message":"slow down"}`},
+		{"bodiless", echolimit.LimitedError{Status: 503}, `{"message":"Service Unavailable"}`},
+		{"invalid_json", echolimit.LimitedError{Status: 429, Body: []byte("{"), ContentType: "application/json"}, `{"message":"{"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := json.Marshal(&tc.err)
+			if err != nil || string(b) != tc.want {
+				t.Fatalf("json.Marshal = %s, %v; want %s", b, err, tc.want)
+			}
+			if echo.StatusCode(&tc.err) != tc.err.Status || !errors.Is(&tc.err, echolimit.ErrLimited) {
+				t.Fatalf("StatusCode %d, Is(ErrLimited) %v; want %d, true", echo.StatusCode(&tc.err), errors.Is(&tc.err, echolimit.ErrLimited), tc.err.Status)
+			}
+		})
+	}
+}
+
+// Under WithHTTPError stacked mounts still give the outer charge back when
+// the inner mount limits the request: the flag lives in the request.
+func TestHTTPErrorDenialRefundsEarlierMounts(t *testing.T) {
+	rec := &limittest.Recorder{}
+	store := limittest.NewStore(nil)
+	global := limittest.MustNew(store, limit.Policy{Name: "global", Limit: 10, Window: time.Minute}, limit.WithObserver(rec))
+	login := limittest.MustNew(store, limit.Policy{Name: "login", Limit: 1, Window: time.Minute}, limit.WithObserver(rec))
+	e := echo.New()
+	e.Use(echolimit.Middleware(global, echolimit.WithHTTPError()))
+	e.POST("/login", func(c *echo.Context) error { return c.NoContent(http.StatusNoContent) }, echolimit.Middleware(login, echolimit.WithHTTPError()))
+	for i, want := range []int{204, 429, 429} {
+		if w := serveRecorded(e, "POST", "/login"); w.Code != want {
+			t.Fatalf("login %d: %d, want %d", i+1, w.Code, want)
+		}
+	}
+	if n := rec.Refunds(limit.RefundLaterMount); n != 2 {
+		t.Fatalf("%d later-mount refunds of the global charge, want 2", n)
+	}
+}
