@@ -27,6 +27,7 @@ var docLabels = map[string][]string{
 	promlimit.WaitSeconds + "_sum":             {"bucket", "result"},
 	promlimit.WaitSeconds + "_count":           {"bucket", "result"},
 	promlimit.StoreEvictionsTotal:              {"store", "reason"},
+	promlimit.StoreMayEvict:                    {"store", "policy"},
 	promlimit.StoreSkippedTotal:                {"store", "reason"},
 	promlimit.StoreBreakerOpen:                 {"store"},
 	promlimit.StoreBreakerOpensTotal:           {"store"},
