@@ -27,24 +27,16 @@
 //     other calls (a late reply is queueing, not an outage).
 //
 // The call's context keeps the caller's values and its deadline, when that
-// comes before the timeout would, but not its cancellation: the store's
-// answer still counts, and a caller whose context was cancelled before the
-// call (a client that half-closed its connection) gets the same decision
-// as one that stays. A caller whose context is cancelled while the call
-// waits is released at once: Take returns an error wrapping
-// context.Canceled (the engine then admits nothing, whatever the failure
-// mode, so cancelling cannot make a FailOpen policy admit a client), and
-// the call goes on in the background, its answer recorded by the breaker
-// and the deny cache (what it did in the store stays done).
+// comes before the timeout would, but not its cancellation: a client that
+// goes away (or half-closes its connection) gets the same decision as one
+// that stays, so cancelling cannot make a FailOpen policy admit it.
 package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -82,7 +74,6 @@ type Store struct {
 	deny    *denyCache // nil: WithoutDenyCache
 	ticks   tickSource
 	ctxs    sync.Pool // *storeCtx
-	waits   sync.Pool // *releasable
 }
 
 // Option configures New. Options are checked by New, which names the
@@ -182,7 +173,6 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 	s.breaker.lastSuccess.Store(never)
 	s.ticks = tickSource{timeout: int64(s.timeout), store: s}
 	s.ctxs.New = func() any { return new(storeCtx) }
-	s.waits.New = func() any { return &releasable{ready: make(chan struct{}, 1)} }
 	return s, nil
 }
 
@@ -238,14 +228,6 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 	if short {
 		return s.takeBy(ctx, op, by)
 	}
-	if ctx.Done() != nil && ctx.Err() == nil {
-		return s.takeReleasable(ctx, op, now, verdict)
-	}
-	return s.takeShared(ctx, op, now, verdict)
-}
-
-// takeShared is Take's call under the shared deadline.
-func (s *Store) takeShared(ctx context.Context, op *limitstore.Op, now int64, verdict breakerVerdict) (limitstore.Result, error) {
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
 	sc.begin(ctx, dl)
@@ -344,81 +326,4 @@ type safeObserver struct{ o Observer }
 func (g safeObserver) StoreEvent(store, event string) {
 	defer func() { _ = recover() }()
 	g.o.StoreEvent(store, event)
-}
-
-// errCallerGone is what Take returns, with context.Canceled, for a caller
-// whose context was cancelled while the store call waited.
-var errCallerGone = errors.New("guard: the caller's context was cancelled while the store was asked; the call goes on without it")
-
-// releasable is a store call made on a goroutine of its own for a caller
-// that can be cancelled: Op and keys are copies (the engine reuses its Op
-// once Take returned), and whoever is last, the caller or the call, puts
-// it back in the pool.
-type releasable struct {
-	op    limitstore.Op
-	keys  []byte
-	ctx   context.Context
-	res   limitstore.Result
-	err   error
-	panic any           // the store's panic, re-raised on the caller's goroutine
-	ready chan struct{} // one send when the call is over, unless abandoned
-	state atomic.Int32  // waiting, then done or abandoned
-}
-
-const (
-	releasableWaiting int32 = iota
-	releasableDone
-	releasableAbandoned
-)
-
-// takeReleasable makes the call on its own goroutine and waits for it or
-// for the caller's cancellation, whichever comes first.
-func (s *Store) takeReleasable(ctx context.Context, op *limitstore.Op, now int64, verdict breakerVerdict) (limitstore.Result, error) {
-	rc := s.waits.Get().(*releasable)
-	rc.op, rc.ctx = *op, ctx
-	rc.keys = rc.keys[:0]
-	for i := range op.N {
-		rc.keys = append(rc.keys, op.Quotas[i].Key...)
-	}
-	from := 0
-	for i := range op.N {
-		n := len(op.Quotas[i].Key)
-		rc.op.Quotas[i].Key = rc.keys[from : from+n : from+n]
-		from += n
-	}
-	go s.runReleasable(rc, now, verdict)
-	select {
-	case <-rc.ready:
-	case <-ctx.Done():
-		if rc.state.CompareAndSwap(releasableWaiting, releasableAbandoned) {
-			return limitstore.Result{}, fmt.Errorf("%w: %w", errCallerGone, context.Canceled)
-		}
-		<-rc.ready // answered meanwhile
-	}
-	res, err, p := rc.res, rc.err, rc.panic
-	s.recycle(rc)
-	if p != nil {
-		panic(p) // the engine's to recover, as on the caller's own goroutine
-	}
-	return res, err
-}
-
-// runReleasable makes rc's call; a panic of the store is kept for the
-// caller (or dropped when it is gone: the breaker counted it).
-func (s *Store) runReleasable(rc *releasable, now int64, verdict breakerVerdict) {
-	func() {
-		defer func() { rc.panic = recover() }()
-		rc.res, rc.err = s.takeShared(rc.ctx, &rc.op, now, verdict)
-	}()
-	if rc.state.CompareAndSwap(releasableWaiting, releasableDone) {
-		rc.ready <- struct{}{}
-		return
-	}
-	s.recycle(rc) // abandoned: the caller is gone
-}
-
-func (s *Store) recycle(rc *releasable) {
-	rc.ctx, rc.res, rc.err, rc.panic = nil, limitstore.Result{}, nil, nil
-	rc.state.Store(releasableWaiting)
-	s.waits.Put(rc)
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
-	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
-	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
@@ -60,46 +58,4 @@ func TestWrapperKeepsTheStoresClaims(t *testing.T) {
 	}
 	mustNew(t, guarded(t, limittest.NewStore(nil)), p) // no Claims inside: not checked
 	mustNew(t, guarded(t, limittest.NewStore(nil)), p)
-}
-
-// A caller whose context is cancelled while the store is asked is released
-// at once, admitted by no failure mode (a client cannot cancel its way
-// past FailOpen), with an error wrapping context.Canceled; the call goes
-// on without it and its charge counts: the next caller meets it. A
-// caller cancelled before the call still gets the store's decision (a
-// client that half-closed its connection).
-func TestCancelledCallerIsReleasedAtOnce(t *testing.T) {
-	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed} {
-		t.Run(mode.String(), func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				inner := limittest.NewStore(nil)
-				store := guarded(t, limittest.SlowStore{Store: inner, Delay: 50 * time.Millisecond}, guard.WithTimeout(time.Second))
-				var opts []limit.Option
-				if mode == limit.FailLocal {
-					opts = append(opts, limit.WithLocalStore(limittest.NewStore(nil)))
-				}
-				l := mustNew(t, store, limit.Policy{Limit: 1, FailureMode: mode}, opts...)
-				ctx, cancel := context.WithCancel(context.Background())
-				time.AfterFunc(10*time.Millisecond, cancel)
-				start := time.Now()
-				d, err := l.Consume(ctx, "u")
-				if el := time.Since(start); el != 10*time.Millisecond {
-					t.Errorf("Consume returned %v after the call began, want 10 ms: at the cancellation", el)
-				}
-				if d.Allowed || !errors.Is(err, context.Canceled) {
-					t.Fatalf("cancelled caller: %+v, %v; want nothing admitted and context.Canceled", d, err)
-				}
-				time.Sleep(100 * time.Millisecond) // the abandoned call lands in the store
-				if d, err := l.Consume(context.Background(), "u"); err != nil || d.Allowed {
-					t.Fatalf("after the abandoned call: %+v, %v; want its charge to count (denied)", d, err)
-				}
-				gone, stop := context.WithCancel(context.Background())
-				stop()
-				l2 := mustNew(t, store, limit.Policy{Name: "fresh", Limit: 1, FailureMode: mode}, opts...)
-				if d, err := l2.Consume(gone, "v"); err != nil || !d.Allowed {
-					t.Fatalf("caller cancelled before the call: %+v, %v; want the store's own decision (admitted)", d, err)
-				}
-			})
-		})
-	}
 }
