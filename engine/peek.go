@@ -20,16 +20,21 @@ import (
 // OutcomeShadowLimited and Allowed, as a request would get.
 //
 // identity is what the policy keys requests by: with a KeyFunc, a value it
-// returns (or an identity given to Consume); without one, a client address
-// in any spelling ("192.0.2.1", "[2001:db8::1]:443", "::ffff:192.0.2.1", a
-// zone, or a prefix no wider than the grouping, "2001:db8::/64"), grouped
-// as requests are (IPv6 /64 by default, so 2001:db8::1 and 2001:db8::ff
-// are one identity). Decision.Identity returns it in this spelling. The
-// plan is the one Policy.Plan names for a Request whose Native is identity
-// (as for Consume), without reporting a fallback.
+// returns (or an identity given to Consume), as it is; without one, a
+// client address in any spelling ("192.0.2.1", "[2001:db8::1]:443",
+// "::ffff:192.0.2.1", with a zone, or a prefix no wider than the grouping,
+// "2001:db8::/64"), grouped as requests are (IPv6 /64 by default, so
+// 2001:db8::1 and 2001:db8::ff are one identity), and any text that is not
+// an address the identity given to Consume (a policy without KeyFunc whose
+// Consume identities can spell addresses needs a KeyFunc, any, for Peek
+// and Reset to read them as they are). Decision.Identity returns the
+// identity in this spelling. The plan is the one Policy.Plan names for a
+// Request whose Native is identity (as for Consume), without reporting a
+// fallback.
 //
 // The error wraps ErrInvalidIdentity for an identity the policy never keys
-// a request by (blank, or not an address for a policy without KeyFunc),
+// a request by (blank; text made only of address characters, one of
+// ".:[]/%" among them, that is no address; the unspecified address; a prefix wider than the grouping),
 // errors.ErrUnsupported for a PerRoute policy without a Name (one bucket
 // per route) or a store that is not a limitstore.Resetter, or is the
 // store's failure: no FailureMode applies, and a store protected by a
@@ -118,10 +123,14 @@ func (l *Limiter) adminTarget(identity string) (who, limitstore.Resetter, error)
 	return id, rs, nil
 }
 
-// identityOf reads identity the way the policy keys requests: a KeyFunc's
-// value as it is; else a client address, parsed as a socket peer is
-// (parseAddrText) or as a prefix, and grouped as requests are (group), so
-// that the key is the one a request from that address writes.
+// identityOf reads identity the way the policy keys requests: with a
+// KeyFunc, as it is (an application identity); without one, a client
+// address, parsed as a socket peer is (parseAddrText) or as a prefix, and
+// grouped as requests are (group), so that the key is the one a request
+// from that address writes; and any other text as the identity given to
+// Consume. Text made only of address characters, a separator among them,
+// that is no address, the
+// unspecified address, and a prefix wider than the grouping are errors.
 func (l *Limiter) identityOf(identity string) (who, error) {
 	if strings.TrimSpace(identity) == "" {
 		return who{}, fmt.Errorf("%w: the identity is blank: no request is keyed by a blank identity (they share the fallback bucket)", ErrInvalidIdentity)
@@ -129,30 +138,30 @@ func (l *Limiter) identityOf(identity string) (who, error) {
 	if l.policy.KeyFunc != nil {
 		return who{src: KeySourceKeyFunc, text: identity}, nil
 	}
-	a, ok := parseAddrText(identity, false)
-	if !ok {
-		pfx, err := netip.ParsePrefix(identity)
-		if err != nil {
-			return who{}, fmt.Errorf("%w: %q is not a client address, and the policy keys requests by client address (it has no KeyFunc): "+
-				"give an IP address (with or without port, brackets or zone) or a prefix no wider than the grouping", ErrInvalidIdentity, sanitize(identity))
-		}
-		a = pfx.Addr().Unmap()
-		bits := l.cfg.ipv6Bits
+	if a, ok := parseAddrText(identity, false); ok {
+		return who{src: KeySourceSocket, addr: l.group(a)}, nil
+	}
+	if pfx, err := netip.ParsePrefix(identity); err == nil {
+		a := pfx.Addr().Unmap()
+		bits, span := l.cfg.ipv6Bits, pfx.Bits()
 		if a.Is4() {
 			bits = l.cfg.ipv4Bits
 		}
-		span := pfx.Bits()
 		if pfx.Addr().Is4In6() {
 			span -= 96 // ::ffff:192.0.2.0/120 is 192.0.2.0/24
 		}
-		if span < bits {
-			return who{}, fmt.Errorf("%w: %s spans several identities: requests are grouped by /%d for this address family", ErrInvalidIdentity, pfx, bits)
-		}
-		if a.IsUnspecified() {
+		switch {
+		case span < bits:
+			return who{}, fmt.Errorf("%w: %s spans several identities: requests from addresses of its family are grouped by /%d", ErrInvalidIdentity, pfx, bits)
+		case a.IsUnspecified():
 			return who{}, fmt.Errorf("%w: %s is the unspecified address, never a client address", ErrInvalidIdentity, a)
 		}
+		return who{src: KeySourceSocket, addr: l.group(a)}, nil
 	}
-	return who{src: KeySourceSocket, addr: l.group(a)}, nil
+	if strings.Trim(identity, "0123456789abcdefABCDEF.:[]/%") == "" && strings.ContainsAny(identity, ".:[]/%") {
+		return who{}, fmt.Errorf("%w: %q is spelled like a client address but is none (nor a prefix); the unspecified addresses 0.0.0.0 and :: are never one", ErrInvalidIdentity, sanitize(identity))
+	}
+	return who{src: KeySourceConsume, text: identity}, nil
 }
 
 // quietPlan is the plan Policy.Plan names for identity (a Request whose
