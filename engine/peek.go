@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/quotagate/quotagate/engine/limitstore"
 )
@@ -50,7 +51,9 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	defer l.scratch.Put(sc)
 	op, _, _ := l.op(sc, &l.shared, &id, set, 1)
 	op.Peek = true
-	res, err := l.store.take(ctx, &l.store.primary, op) // primary.Store is rs
+	start := time.Now()
+	res, err := call(ctx, &l.store.primary, op) // primary.Store is the Resetter
+	l.store.timed(l.store.primary.name, "peek", start, err)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -86,9 +89,14 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 			keys = append(keys, op.Quotas[j].Key)
 		}
 	}
+	start := time.Now()
 	err = reset(ctx, rs, keys)
+	l.store.timed(l.store.primary.name, "reset", start, err)
 	if local, ok := l.store.local.Store.(limitstore.Resetter); ok {
-		if lerr := reset(ctx, local, keys); lerr != nil {
+		start = time.Now()
+		lerr := reset(ctx, local, keys)
+		l.store.timed(l.store.local.name, "reset", start, lerr)
+		if lerr != nil {
 			err = errors.Join(err, fmt.Errorf("limit: the local store (WithLocalStore) failed: %w", lerr))
 		}
 	}

@@ -73,6 +73,18 @@ func TestPeekWritesNothing(t *testing.T) {
 	if n := len(rec.Decisions()); n != 3 {
 		t.Fatalf("%d Decision events, want the 3 requests'", n)
 	}
+	if err := l.Reset(ctx, "198.51.100.1"); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, e := range rec.Events() {
+		if strings.HasPrefix(e, "duration ") {
+			ops = append(ops, strings.TrimPrefix(e, "duration custom|"))
+		}
+	}
+	if got := strings.Join(ops, " "); got != "peek take take peek peek peek take reset" {
+		t.Fatalf("store durations by op: %s", got)
+	}
 }
 
 // TestPeekAndResetIdentitySpellings: every spelling of one client address
