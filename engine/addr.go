@@ -28,30 +28,44 @@ func parsePeer(s string) (netip.Addr, bool) {
 // netip.Addr. Anything else (IPv6, zones, odd forms, 0.0.0.0) returns false
 // and takes the general path.
 func canonicalIPv4(s string) (string, bool) {
-	i, octets, zero := 0, 0, true
-	for octets < 4 {
-		start, v := i, 0
-		for i < len(s) && i-start < 3 && s[i] >= '0' && s[i] <= '9' {
-			v = v*10 + int(s[i]-'0')
-			i++
-		}
-		n := i - start
-		if n == 0 || v > 255 || (n > 1 && s[start] == '0') {
-			return "", false
-		}
-		if v != 0 {
-			zero = false
-		}
-		octets++
-		if octets < 4 {
+	i, zero := 0, true
+	for octet := 0; octet < 4; octet++ {
+		if octet > 0 {
 			if i >= len(s) || s[i] != '.' {
 				return "", false
 			}
 			i++
 		}
+		if i >= len(s) {
+			return "", false
+		}
+		c := s[i] - '0'
+		if c > 9 {
+			return "", false
+		}
+		i++
+		if c == 0 {
+			if i < len(s) && s[i]-'0' <= 9 {
+				return "", false // a leading zero
+			}
+			continue
+		}
+		v := uint(c)
+		for k := 0; k < 2 && i < len(s); k++ {
+			d := s[i] - '0'
+			if d > 9 {
+				break
+			}
+			v = v*10 + uint(d)
+			i++
+		}
+		if v > 255 {
+			return "", false
+		}
+		zero = false
 	}
 	if zero {
-		return "", false // 0.0.0.0 is not a client address
+		return "", false
 	}
 	host := s[:i]
 	if i == len(s) {
@@ -60,12 +74,13 @@ func canonicalIPv4(s string) (string, bool) {
 	if s[i] != ':' || i+1 == len(s) {
 		return "", false
 	}
-	port := 0
-	for _, c := range []byte(s[i+1:]) {
-		if c < '0' || c > '9' {
+	port := uint(0)
+	for j := i + 1; j < len(s); j++ {
+		d := s[j] - '0'
+		if d > 9 {
 			return "", false
 		}
-		if port = port*10 + int(c-'0'); port > 65535 {
+		if port = port*10 + uint(d); port > 65535 {
 			return "", false
 		}
 	}

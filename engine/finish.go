@@ -132,7 +132,8 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 		for i := range min(op.N, limitstore.MaxQuotas) {
 			op.Quotas[i].Window = c.windows[i]
 		}
-		if _, err := l.store.take(ctx, &l.store.primary, op); err != nil {
+		var res limitstore.Result
+		if err := l.store.take(ctx, &l.store.primary, op, &res); err != nil {
 			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 		} else {
 			l.store.rep.observer.Refund(c.bucket.name, reason)

@@ -33,6 +33,14 @@ import "net/http"
 // any mount charges none). The flag is left in place: a request is limited
 // once.
 func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Request) Decision {
+	var resp response
+	l.checkHTTP(w, r, &known, &resp)
+	return resp.Decision
+}
+
+// checkHTTP is CheckHTTP into resp, whose Decision the caller reads in
+// place (HTTPHandler: no copy of it).
+func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, known *Request, resp *response) {
 	req := Request{Route: known.Route, Unmatched: known.Unmatched, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: known.Native}
 	if req.Native == nil {
 		req.Native = r
@@ -43,11 +51,9 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 			req.Path = r.URL.Path
 		}
 	}
-	var resp response
-	l.check(r.Context(), &req, &resp)
+	l.check(r.Context(), &req, resp)
 	resp.writeHTTP(w)
 	settle(&resp.Decision, markOf(r.Header))
-	return resp.Decision
 }
 
 // HTTPHandler returns an http.Handler that decides every request with l
@@ -89,16 +95,18 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (temp
 		if route != nil {
 			known.Route, known.Unmatched = route(r)
 		}
-		d := l.CheckHTTP(w, r, known)
+		var resp response
+		l.checkHTTP(w, r, &known, &resp)
+		d := &resp.Decision
 		if !d.Allowed {
 			return
 		}
 		if observe != nil {
-			l.serveObserved(w, r, next, observe, &d)
+			l.serveObserved(w, r, next, observe, d)
 			return
 		}
 		next.ServeHTTP(w, r)
-		l.Finish(r.Context(), &d, 0)
+		l.Finish(r.Context(), d, 0)
 	})
 }
 

@@ -52,7 +52,8 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	op, _, _ := l.op(sc, &l.shared, &id, set, 1)
 	op.Peek = true
 	start := time.Now()
-	res, err := call(ctx, &l.store.primary, op) // primary.Store is the Resetter
+	var res limitstore.Result
+	err = call(ctx, &l.store.primary, op, &res) // primary.Store is the Resetter
 	l.store.timed(l.store.primary.name, "peek", start, err)
 	if err != nil {
 		return Decision{}, err

@@ -79,7 +79,8 @@ const failClosedRetryAfter = time.Second
 // and the failed calls are reported. The error, when not nil, is the store failure (for
 // OnStoreError and Consume's caller): never "limited".
 func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string, d *Decision) error {
-	res, err := c.take(ctx, &c.primary, op)
+	var res limitstore.Result
+	err := c.take(ctx, &c.primary, op, &res)
 	if err == nil {
 		d.fill(&res)
 		return nil
@@ -88,7 +89,7 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 	switch c.mode {
 	case FailLocal:
 		var lerr error
-		if res, lerr = c.take(ctx, &c.local, op); lerr == nil {
+		if lerr = c.take(ctx, &c.local, op, &res); lerr == nil {
 			d.fill(&res)
 			if d.Allowed {
 				d.Outcome = OutcomeDegraded
@@ -110,18 +111,20 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 	return err
 }
 
-// take asks one store about op, timed when an Observer is set: exactly one
-// duration event per call made, a failed or panicking one included; none
-// for a call the store's protections did not make (a cached denial, an
-// open breaker: the store reports those itself).
-func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op) (limitstore.Result, error) {
+// take asks one store about op and writes its Result into *res, timed
+// when an Observer is set: exactly one duration event per call made, a
+// failed or panicking one included; none for a call the store's
+// protections did not make (a cached denial, an open breaker: the store
+// reports those itself). The Result (a few hundred bytes) is copied once,
+// from the store's return into *res, instead of once per call level.
+func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op, res *limitstore.Result) error {
 	if !c.observing {
-		return call(ctx, s, op)
+		return call(ctx, s, op, res)
 	}
 	start := time.Now()
-	res, err := call(ctx, s, op)
+	err := call(ctx, s, op, res)
 	c.timed(s.name, "take", start, err)
-	return res, err
+	return err
 }
 
 // timed reports the duration of one store call of operation op that
@@ -135,11 +138,13 @@ func (c *storeCall) timed(store, op string, start time.Time, err error) {
 
 // call runs Store.Take with a recovered panic, which is a store failure
 // like any other: its error says "limit: store panicked: " and the value.
-func call(ctx context.Context, s *storeRef, op *limitstore.Op) (res limitstore.Result, err error) {
+// The Result goes into *res.
+func call(ctx context.Context, s *storeRef, op *limitstore.Op, res *limitstore.Result) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("limit: store panicked: %v", p)
 		}
 	}()
-	return s.Take(ctx, op)
+	*res, err = s.Take(ctx, op)
+	return err
 }

@@ -81,6 +81,10 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 	if r.n == 0 && r.status == 0 {
 		return
 	}
+	h := w.Header()
+	if r.status == 0 && r.n == 2 && r.fields[1].kind == valItem && len(h) == 0 && r.writeIETF(h) {
+		return
+	}
 	size, slots := r.textLen(), r.n+len(r.header)
 	if r.status != 0 {
 		slots++
@@ -88,7 +92,6 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 			size += decimalLen(n)
 		}
 	}
-	h := w.Header()
 	sink := fieldSink{h: h, empty: len(h) == 0}
 	var t text
 	sink.vals, t.buf = newBlock(slots, size)
@@ -101,6 +104,37 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 	if len(r.body) > 0 {
 		_, _ = w.Write(r.body)
 	}
+}
+
+// writeIETF writes the fields of the commonest response that carries any,
+// an allowed request of a policy with the IETF style alone, into h, which
+// holds no field yet (the limiter is the first to write): RateLimit-Policy
+// and RateLimit (fields[0] and fields[1], the member's numbers rendered),
+// what writeFields would write, without its merge rules, which an empty map
+// needs none of. Both values and their slots are one block of newBlock (64
+// or 80 bytes for the usual member). It reports false, writing nothing,
+// when the member is too long for one block.
+func (r *response) writeIETF(h http.Header) bool {
+	member := r.fields[1].value
+	size := len(member) + decimalLen(r.remaining) + len(";t=") + decimalLen(r.reset)
+	if size > len(block2x64{}.text) {
+		return false
+	}
+	slots, text := newBlock(2, size)
+	// Rendered in place: text has room for size bytes, and each byte is
+	// written before the string holding it exists.
+	n := copy(text, member)
+	l := decimalLen(r.remaining)
+	putDecimal(text[n:n+l], r.remaining)
+	n += l
+	n += copy(text[n:], ";t=")
+	l = decimalLen(r.reset)
+	putDecimal(text[n:n+l], r.reset)
+	n += l
+	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], n)
+	h[hRateLimitPolicy] = slots[0:1:1]
+	h[hRateLimit] = slots[1:2:2]
+	return true
 }
 
 // smallInts bounds the numbers that strconv renders without allocating (it
@@ -165,9 +199,43 @@ func (t *text) appendString(s string) {
 func (t *text) appendInt(n int64) {
 	size := decimalLen(n)
 	t.room(size)
-	strconv.AppendInt(t.buf[t.n:t.n], n, 10)
+	putDecimal(t.buf[t.n:t.n+size], n)
 	t.n += size
 }
+
+// putDecimal writes n in decimal into b, whose length is decimalLen(n): in
+// place, two digits per division, without strconv's buffer and copy.
+func putDecimal(b []byte, n int64) {
+	if n < 0 {
+		strconv.AppendInt(b[:0], n, 10) // cap(b) >= its length: in place
+		return
+	}
+	u, i := uint64(n), len(b)
+	for u >= 100 {
+		q := u / 100
+		r := (u - q*100) * 2
+		i -= 2
+		b[i], b[i+1] = digitPairs[r], digitPairs[r+1]
+		u = q
+	}
+	if u >= 10 {
+		b[i-2], b[i-1] = digitPairs[u*2], digitPairs[u*2+1]
+		return
+	}
+	b[i-1] = byte('0' + u)
+}
+
+// digitPairs holds 00 to 99, two bytes each.
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
 
 // cut returns the bytes rendered since start as a string.
 func (t *text) cut(start int) string {

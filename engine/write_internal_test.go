@@ -112,3 +112,60 @@ func TestTextGrowsMidValue(t *testing.T) {
 		}
 	}
 }
+
+// headerWriterOf is a ResponseWriter over a net/http header map: writeTo
+// through it takes the general path (writeFields and its merge rules).
+type headerWriterOf struct{ http.Header }
+
+func (headerWriterOf) Send(int, []byte) {}
+
+// The fields of an allowed response of an IETF policy written into an
+// empty net/http header map (writeIETF) are those the general path writes,
+// value for value, for short and long policy names and numbers of every
+// length; the values and their slots share one allocation, and an Add to
+// either field afterwards never writes into the other's.
+func TestIETFFieldsAsTheGeneralPath(t *testing.T) {
+	for _, name := range []string{"", "api", "a-policy-name-of-forty-bytes-for-the-tes"} {
+		l, err := New(&mapStore{now: 1_767_225_610_500, m: map[string]limitstore.State{}}, Policy{Name: name, Limit: 1 << 28, Window: time.Hour, Disclosure: DiscloseAlways})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tmpl response
+		r := Request{Method: "GET", Path: "/", Peer: "192.0.2.1:4711"}
+		l.check(context.Background(), &r, &tmpl)
+		for _, remaining := range []int64{0, 7, 99, 100, 12345, maxHeaderInt} {
+			for _, reset := range []int64{0, 1, 3600, maxDelayMS / 1000} {
+				resp := tmpl
+				resp.remaining, resp.reset = remaining, reset
+				fast := &sink{h: http.Header{}}
+				resp.writeHTTP(fast)
+				general := headerWriterOf{http.Header{}}
+				resp.writeTo(general)
+				if len(fast.h) != 2 || len(fast.h) != len(general.Header) {
+					t.Fatalf("name %q: %v, want %v", name, fast.h, general.Header)
+				}
+				for k, vs := range general.Header {
+					if got := fast.h[k]; len(got) != 1 || got[0] != vs[0] || cap(got) != 1 {
+						t.Fatalf("name %q, %d, %d: %s = %q (cap %d), want %q", name, remaining, reset, k, got, cap(got), vs)
+					}
+				}
+				fast.h.Add(hRateLimitPolicy, "x")
+				if fast.h.Get(hRateLimit) != general.Header.Get(hRateLimit) {
+					t.Fatalf("an Add to RateLimit-Policy changed RateLimit: %q", fast.h.Get(hRateLimit))
+				}
+			}
+		}
+	}
+	l, _ := New(&mapStore{now: 1_767_225_610_500, m: map[string]limitstore.State{}}, Policy{Limit: 1 << 28, Window: time.Hour, Disclosure: DiscloseAlways})
+	var tmpl response
+	r := Request{Method: "GET", Path: "/", Peer: "192.0.2.1:4711"}
+	l.check(context.Background(), &r, &tmpl)
+	w := &sink{h: http.Header{}}
+	if n := testing.AllocsPerRun(100, func() {
+		clear(w.h)
+		resp := tmpl
+		resp.writeHTTP(w)
+	}); n != 1 {
+		t.Fatalf("%v allocations per response, want 1", n)
+	}
+}

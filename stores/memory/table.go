@@ -1,9 +1,11 @@
 package memstore
 
 import (
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -146,6 +148,15 @@ type shardData struct {
 	full  int     // buckets at the cap: the fewest that hold max
 	// sweep is the next slot the incremental sweep looks at.
 	sweep int
+	// due is at most the earliest expiry of an entry held (MaxInt64: none
+	// held), so that a sweep step before it is skipped: nothing can have
+	// expired. It is written under mu and read without it by other shards'
+	// decisions (trySweep), hence atomic. passMin is the earliest expiry the
+	// current pass of the sweep has seen behind its cursor, or that was
+	// written since the pass began (see wrote): at the end of a pass, which
+	// has then seen every entry, it becomes due.
+	due     atomic.Int64
+	passMin int64
 	// ticks counts decisions, to schedule sweeps.
 	ticks uint32
 	// reclaimed counts expired entries removed; evicted counts live entries
@@ -153,8 +164,25 @@ type shardData struct {
 	reclaimed, evicted uint64
 }
 
-func newShard(max int) shardData {
-	return shardData{max: max, full: bucketsFor(max)}
+func newShard(max int) *shardData {
+	sh := new(shardData)
+	sh.init(max)
+	return sh
+}
+
+// init makes sh an empty shard of at most max entries.
+func (sh *shardData) init(max int) {
+	sh.max, sh.full, sh.passMin = max, bucketsFor(max), math.MaxInt64
+	sh.due.Store(math.MaxInt64)
+}
+
+// wrote records that an entry expiring at exp was written or moved: it may
+// lower due, and the current pass's passMin.
+func (sh *shardData) wrote(exp int64) {
+	sh.passMin = min(sh.passMin, exp)
+	if exp < sh.due.Load() {
+		sh.due.Store(exp)
+	}
 }
 
 // capacity is the most entries a table of nb buckets holds.
@@ -212,6 +240,7 @@ func (sh *shardData) putFree(b int, h *head, w *words) bool {
 	for j := range sh.bucket(b) {
 		if i := b*bucketSlots + j; sh.heads[i].id == 0 {
 			sh.heads[i], sh.words[i] = *h, *w
+			sh.wrote(h.exp())
 			return true
 		}
 	}
@@ -309,7 +338,7 @@ func (sh *shardData) grown(nb int) int {
 func (sh *shardData) resize(nb int, now int64) {
 	heads, ws := sh.heads, sh.words
 	sh.heads, sh.words = make([]head, nb*bucketSlots), make([]words, nb*bucketSlots)
-	sh.n, sh.sweep = 0, 0
+	sh.n, sh.sweep, sh.passMin = 0, 0, math.MaxInt64 // a new pass
 	for i := range heads {
 		switch h := heads[i]; {
 		case h.id == 0:
@@ -387,21 +416,31 @@ func kept(id uint64, keep []uint64) bool {
 
 // sweepSome looks at up to k slots from the sweep cursor on and removes the
 // expired entries, then shrinks the table when it has become mostly empty
-// (and drops it when empty).
+// (and drops it when empty). Before due nothing can have expired, and it
+// looks at nothing: a store whose entries are all live pays no sweep.
 func (sh *shardData) sweepSome(now int64, k int) {
 	n := len(sh.heads)
-	if n == 0 {
+	if n == 0 || now < sh.due.Load() {
 		return
 	}
 	i := sh.sweep
 	for ; k > 0; k-- {
-		if i >= n {
+		if i >= n { // a pass ends: it has seen every entry
 			i = 0
+			sh.due.Store(sh.passMin)
+			sh.passMin = math.MaxInt64
+			if now < sh.due.Load() {
+				break
+			}
 		}
-		if h := &sh.heads[i]; h.id != 0 && h.exp() <= now {
-			sh.heads[i], sh.words[i] = head{}, words{}
-			sh.n--
-			sh.reclaimed++
+		if h := &sh.heads[i]; h.id != 0 {
+			if exp := h.exp(); exp <= now {
+				sh.heads[i], sh.words[i] = head{}, words{}
+				sh.n--
+				sh.reclaimed++
+			} else {
+				sh.passMin = min(sh.passMin, exp)
+			}
 		}
 		i++
 	}
@@ -409,6 +448,8 @@ func (sh *shardData) sweepSome(now int64, k int) {
 	switch nb := n / bucketSlots; {
 	case sh.n == 0 && nb > 1:
 		sh.heads, sh.words, sh.sweep = nil, nil, 0
+		sh.due.Store(math.MaxInt64)
+		sh.passMin = math.MaxInt64
 	case sh.n < capacity(nb)/4:
 		if l := sh.sizeFor(2 * sh.n); l < nb {
 			sh.resize(l, now)

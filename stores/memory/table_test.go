@@ -117,10 +117,10 @@ func TestTableMatchesModel(t *testing.T) {
 				sh.sweepSome(now, sweepSlots)
 			}
 			if step%997 == 0 {
-				check(t, &sh)
+				check(t, sh)
 			}
 		}
-		check(t, &sh)
+		check(t, sh)
 		if liveGone > sh.evicted {
 			t.Fatalf("max %d: %d live entries gone, %d evicted", max, liveGone, sh.evicted)
 		}
@@ -274,9 +274,63 @@ func TestKicksRunningOut(t *testing.T) {
 			t.Fatalf("max %d: %d buckets for 16 entries, want 3", c.max, nb)
 		}
 		sh.add(head{ids[16], packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(ids[16] >> 1)}, now, nil)
-		check(t, &sh)
+		check(t, sh)
 		if nb := len(sh.heads) / bucketSlots; nb != c.wantBuckets || sh.evicted != c.wantEvicted || sh.n != c.wantN {
 			t.Fatalf("max %d: %d buckets, %d evicted, %d held; want %d, %d, %d", c.max, nb, sh.evicted, sh.n, c.wantBuckets, c.wantEvicted, c.wantN)
 		}
+	}
+}
+
+// The sweep looks at no slot while every entry held is live (due: the
+// earliest expiry is still ahead), and once one may have expired, a whole
+// pass reclaims every expired entry: those it saw, and those rewritten to
+// expire sooner behind its cursor while it ran.
+func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	sh := newShard(4096)
+	now := int64(1_000)
+	put := func(exp int64) {
+		id := rng.Uint64() | 1
+		sh.add(head{id, packMeta(limit.FixedWindow, exp, 1, 3)}, words{int64(id >> 1)}, now, nil)
+	}
+	for i := range 3000 {
+		if i%2 == 0 {
+			put(now + 1_000 + rng.Int64N(1_000))
+		} else {
+			put(now + 100_000)
+		}
+	}
+	for range 10_000 {
+		sh.sweepSome(now, sweepSlots)
+	}
+	if sh.sweep != 0 || sh.reclaimed != 0 {
+		t.Fatalf("cursor %d, %d reclaimed: the sweep ran while every entry was live", sh.sweep, sh.reclaimed)
+	}
+	now += 2_000 // the first half has expired: a pass starts
+	for sh.sweep < len(sh.heads)/2 {
+		sh.sweepSome(now, sweepSlots)
+	}
+	// Behind the cursor: entries rewritten to expire soon.
+	for j := 0; j < sh.sweep; j += 17 {
+		if sh.heads[j].id != 0 {
+			sh.heads[j].meta = packMeta(limit.FixedWindow, now+1+rng.Int64N(50), 1, 3)
+			sh.wrote(sh.heads[j].exp())
+		}
+	}
+	for range len(sh.heads) / sweepSlots { // the pass ends
+		sh.sweepSome(now, sweepSlots)
+	}
+	now += 100 // the short-lived entries have expired
+	for range 2*len(sh.heads)/sweepSlots + 1 {
+		sh.sweepSome(now, sweepSlots)
+	}
+	check(t, sh)
+	for i, h := range sh.heads {
+		if h.id != 0 && h.exp() <= now {
+			t.Fatalf("slot %d: expired at %d, now %d, two passes later", i, h.exp(), now)
+		}
+	}
+	if want := uint64(1500); sh.reclaimed < want {
+		t.Fatalf("%d reclaimed, want at least %d", sh.reclaimed, want)
 	}
 }

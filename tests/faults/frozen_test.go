@@ -118,8 +118,12 @@ func TestFrozenRedisCostsOneTimeout(t *testing.T) {
 	if afterOpen.fast < 0.95 {
 		t.Errorf("after the breaker opened %.1f%% of requests answered within %v, want >= 95%%", 100*afterOpen.fast, fastBound())
 	}
-	if bound := storeTimeout + 10*time.Millisecond + latencyMargin(); during.max > bound {
-		t.Errorf("a request during the freeze took %v, want at most the store timeout + 10 ms (+ %v margin) = %v", during.max, latencyMargin(), bound)
+	// The margin is the machine's own noise on this run: the slowest round
+	// trip before the freeze, when nothing waited for a store, if that is
+	// more than latencyMargin.
+	margin := max(latencyMargin(), warmStats.max)
+	if bound := storeTimeout + 10*time.Millisecond + margin; during.max > bound {
+		t.Errorf("a request during the freeze took %v, want at most the store timeout + 10 ms (+ %v margin) = %v", during.max, margin, bound)
 	}
 	if perSec := float64(connsFrozen) / freeze.Seconds(); perSec > 1 {
 		t.Errorf("%d new connections to the hung server in %v (%.2f/s), want at most 1/s", connsFrozen, freeze, perSec)
