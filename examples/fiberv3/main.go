@@ -42,7 +42,7 @@ func main() {
 	a := fiber.New()
 	a.Get("/health", text(app.HealthBody))
 	a.Get("/metrics", l.Metrics) // fiber v3 serves an http.Handler as a route handler
-	if l.Admin != nil { // -admin-token
+	if l.Admin != nil {          // -admin-token
 		a.Get(app.AdminPrefix+"*", l.Admin)
 		a.Delete(app.AdminPrefix+"*", l.Admin)
 	}
