@@ -42,7 +42,8 @@ func main() {
 	a := fiber.New()
 	a.Get("/health", text(app.HealthBody))
 	a.Get("/metrics", l.Metrics) // fiber v3 serves an http.Handler as a route handler
-	if l.Admin != nil {          // -admin-token
+	// The admin routes, with -admin-token.
+	if l.Admin != nil {
 		a.Get(app.AdminPrefix+"*", l.Admin)
 		a.Delete(app.AdminPrefix+"*", l.Admin)
 	}
