@@ -33,10 +33,13 @@ import (
 // Request whose Native is identity (as for Consume), without reporting a
 // fallback.
 //
+// (With a KeyFunc, the requests it left to the client address cannot be
+// named: their identity is read as a KeyFunc value.)
+//
 // The error wraps ErrInvalidIdentity for an identity the policy never keys
 // a request by (blank; text made only of address characters, one of
-// ".:[]/%" among them, that is no address; the unspecified address; a prefix wider than the grouping),
-// errors.ErrUnsupported for a PerRoute policy without a Name (one bucket
+// ".:[]/%" among them, that is no address; the unspecified address; a
+// prefix wider than the grouping), errors.ErrUnsupported for a PerRoute policy without a Name (one bucket
 // per route) or a store that is not a limitstore.Resetter, or is the
 // store's failure: no FailureMode applies, and a store protected by a
 // guard (the Redis store) answers within its store timeout.
