@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -186,7 +187,7 @@ func runGRPC() error {
 	tw.Flush()
 	fmt.Printf("TestService/StreamingInputCall from 127.0.0.7: one stream of 25 messages: %d received, then %v (trailer retry-after %q)\n",
 		upload, status.Code(uploadErr), uploadTrailer.Get("retry-after"))
-	fmt.Printf("grpc.health.v1.Health/Check from 127.0.0.5 after its 100 calls: %d x OK %s\n", healthOK, healthErr)
+	fmt.Printf("grpc.health.v1.Health/Check from 127.0.0.5 after its 100 calls: %d x OK%s\n", healthOK, others(slices.DeleteFunc([]string{healthErr}, func(e string) bool { return e == "" })))
 	fmt.Printf("EmptyCall from %s after its 8 UnaryCalls: ratelimit: %s\n\n", loginClient, stackedRL)
 
 	var problems []string
@@ -218,7 +219,7 @@ func runGRPC() error {
 		fmt.Sprintf("-shadow: nothing limited (8 of 8 UnaryCalls OK, %d of 25 messages received)", shadowUpload))
 	check(stacked.ok == 1 && strings.Contains(stackedRL, `"100p60";r=94;`), "stacked interceptors: the 3 limited UnaryCalls charged the global limit nothing (r=94, not 91)")
 	for _, r := range rows {
-		check(len(r.other) == 0, fmt.Sprintf("%s from %s: no code other than OK/ResourceExhausted %v", r.method, r.client, r.other))
+		check(len(r.other) == 0, fmt.Sprintf("%s from %s: no code other than OK/ResourceExhausted%s", r.method, r.client, others(r.other)))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
@@ -279,4 +280,13 @@ func retryInfo(err error) time.Duration {
 		}
 	}
 	return -1
+}
+
+// others is the codes a row got besides OK and ResourceExhausted, for its
+// check line: "" when there were none.
+func others(codes []string) string {
+	if len(codes) == 0 {
+		return ""
+	}
+	return " (got " + strings.Join(codes, ", ") + ")"
 }

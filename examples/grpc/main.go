@@ -113,7 +113,7 @@ func build(c app.Config) (*grpc.Server, string, *app.Env, error) {
 			})}, testpb.TestService_CacheableUnaryCall_FullMethodName, nil},
 		{"export", limit.Policy{Name: "export", Limit: 5, Window: time.Minute,
 			KeyFunc: grpclimit.KeyFunc(func(c *grpclimit.Call) (string, error) { return c.Metadata("x-api-key"), nil }),
-			Plan:    app.PlanOf, Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}}},
+			Plan:    app.PlanOf, DefaultPlan: "free", Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}}},
 			testpb.TestService_StreamingOutputCall_FullMethodName, nil},
 		{"upload", limit.Policy{Name: "upload-messages", Limit: 20, Window: time.Minute},
 			testpb.TestService_StreamingInputCall_FullMethodName, []grpclimit.Option{grpclimit.PerMessage()}},

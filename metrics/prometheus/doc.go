@@ -17,6 +17,7 @@
 //	quotagate_store_errors_total{bucket,failure_mode}                 counter
 //	quotagate_store_duration_seconds{store,op}                        histogram
 //	quotagate_store_evictions_total{store,reason}                     counter (NewEvictionsCollector)
+//	quotagate_store_may_evict{store,policy}                           gauge (NewEvictionPolicyCollector)
 //	quotagate_store_skipped_total{store,reason}                       counter
 //	quotagate_store_breaker_open{store}                               gauge
 //	quotagate_store_breaker_opens_total{store}                        counter

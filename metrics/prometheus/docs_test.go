@@ -24,6 +24,7 @@ var docLabels = map[string][]string{
 	promlimit.StoreDurationSeconds + "_sum":    {"store", "op"},
 	promlimit.StoreDurationSeconds + "_count":  {"store", "op"},
 	promlimit.StoreEvictionsTotal:              {"store", "reason"},
+	promlimit.StoreMayEvict:                    {"store", "policy"},
 	promlimit.StoreSkippedTotal:                {"store", "reason"},
 	promlimit.StoreBreakerOpen:                 {"store"},
 	promlimit.StoreBreakerOpensTotal:           {"store"},

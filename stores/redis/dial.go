@@ -156,8 +156,7 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	opt.DialCtxFn = s.conns.wrap(opt.DialCtxFn)
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
-		s.client.Store(newClientRef(c))
-		s.checkEviction(c)
+		s.adopt(c)
 		return s, nil
 	}
 	if !transient(err) {
@@ -189,8 +188,7 @@ func (s *Store) connectLoop(opt rueidis.ClientOption) {
 		c, err := rueidis.NewClient(opt)
 		if err == nil {
 			// Published before stopped is closed, so Close sees and closes it.
-			s.client.Store(newClientRef(c))
-			s.checkEviction(c)
+			s.adopt(c)
 			return
 		}
 		s.lastErr.Store(&errRef{err})

@@ -24,11 +24,16 @@
 //     "{...}" is the Cluster hash tag the keys of one Op share (see
 //     DESIGN.md, "Store keys");
 //   - a denied request only reads; an admitted one writes each state, with
-//     SETRANGE over the 40 bytes (which keeps the key's deadline) while
-//     that deadline covers the state's life and SET ... PXAT (PX on a caller's clock) when it must move, so every key
-//     the store writes has a time to live, within the policy's bound. The
-//     one write a denial makes is a state the clock has fallen far behind (a
-//     backward clock step), normalized as limitstore.Op.Apply says.
+//     SETRANGE over the 40 bytes (which keeps the key's deadline, and
+//     PEXPIREAT ... NX gives a key that lost it, PERSIST from outside, its
+//     deadline back) while that deadline covers the state's life and SET
+//     ... PXAT (PX on a caller's clock) when it must move, so every key the
+//     store writes has a time to live after any write, within the policy's
+//     bound: a fixed window's the end of the window plus 1 s, a sliding
+//     window's the end of the next window, a token bucket's the time until
+//     it is full plus at most 1 s. The one write a denial makes is a state
+//     the clock has fallen far behind (a backward clock step), normalized as
+//     limitstore.Op.Apply says.
 //
 // Peek and Reset (limitstore.Resetter, for limit.Limiter's Peek and Reset):
 // a Peek is one call of lua/peek.lua, which reads TIME and MGETs the states
@@ -112,6 +117,40 @@
 // second, not one per request. Sentinel URLs give the sentinels the same
 // dialer and TLS settings. Calls are bounded by the Store's own timeout
 // (WithTimeout, default 100 ms: see package guard) through their context.
+// A Store reads every node's maxmemory-policy and loads its scripts there
+// when it gets its client (at most 2 s), so its first decision is one
+// EVALSHA on an open connection, decided by Redis.
+//
+// # Cluster
+//
+// On a Cluster client the Store keeps one guard (timeout, circuit breaker,
+// deny cache) per master and its own map of the hash slots to the masters
+// (CLUSTER SLOTS, read again when a decision finds it a second old, and at
+// once while a master's breaker is open, on a goroutine that ends with the
+// reading); each decision goes to its key's master through the cluster
+// client's connection to that node. A master that dies or hangs opens the
+// breaker, and the failure mode, for its own slots only: the identities on
+// the other masters keep being decided by Redis. Once its replica is
+// promoted the map moves its slots to the new master within about 100 ms,
+// whether or not they had traffic. Run the Cluster with
+// cluster-require-full-coverage no: with the default (yes), the live
+// masters refuse every command (CLUSTERDOWN) from the moment the dead
+// master is marked failed until its replica takes over.
+//
+// # Eviction
+//
+// Every key the Store writes has a time to live, so under any allkeys-* or
+// volatile-* maxmemory-policy Redis may evict a limited client's key, and
+// that client starts again with a fresh quota (volatile-* evicts the
+// limiter's keys first: they are the ones with a TTL). The Store logs a
+// warning once and reports the policy in EvictionPolicy (and, through
+// promlimit.NewEvictionPolicyCollector, the quotagate_store_may_evict
+// gauge). The safe setups: maxmemory-policy noeviction, or a Redis of the
+// limiter's own whose maxmemory it never reaches. Under noeviction a full
+// Redis answers the script's writes OOM: each decision then follows its
+// policy's FailureMode (through an HTTP adapter the handler's answer with
+// FailOpen, a 503 with FailClosed; never a 500), and after 5 such answers
+// the breaker opens until a probe succeeds.
 //
 // # Failure
 //

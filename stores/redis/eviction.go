@@ -33,27 +33,47 @@ func evicting(policy string) bool {
 	return strings.HasPrefix(policy, "allkeys-") || strings.HasPrefix(policy, "volatile-")
 }
 
-// checkEviction reads maxmemory-policy from every node of c (one on a
-// standalone or Sentinel client), records the first that evicts (or any
-// other), and logs once when Redis may evict the limiter's state.
-func (s *Store) checkEviction(c rueidis.Client) {
+// adopt prepares c and then makes it the Store's client: within
+// evictionCheckTimeout in all, it reads maxmemory-policy and loads the
+// scripts on every node (prepareNodes: the first decision then costs one
+// EVALSHA on a connection already open, not a dial, a NOSCRIPT and an
+// EVAL that a short store timeout would fail), and, on a guarded Cluster
+// Store, reads the slots' masters (see cluster.go).
+func (s *Store) adopt(c rueidis.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), evictionCheckTimeout)
 	defer cancel()
+	s.prepareNodes(ctx, c)
+	if s.guard != nil && c.Mode() == rueidis.ClientModeCluster {
+		s.startCluster(ctx, c)
+	}
+	s.client.Store(newClientRef(c))
+}
+
+// prepareNodes reads maxmemory-policy from every node of c (one on a
+// standalone or Sentinel client) and loads the scripts there (SCRIPT
+// LOAD; a node that refuses it loads them on first use), records the
+// first policy that evicts (or any other), and logs once when Redis may
+// evict the limiter's state.
+func (s *Store) prepareNodes(ctx context.Context, c rueidis.Client) {
 	nodes := c.Nodes()
 	if len(nodes) == 0 {
 		nodes = map[string]rueidis.Client{"": c}
 	}
 	policy, node := "", ""
 	for addr, n := range nodes {
-		m, err := n.Do(ctx, n.B().ConfigGet().Parameter("maxmemory-policy").Build()).AsStrMap()
+		cmds := rueidis.Commands{
+			n.B().ConfigGet().Parameter("maxmemory-policy").Build(),
+			n.B().ScriptLoad().Script(takeSource).Build(),
+		}
+		if batches(c) {
+			cmds = append(cmds, n.B().ScriptLoad().Script(batchSource).Build())
+		}
+		m, err := n.DoMulti(ctx, cmds...)[0].AsStrMap()
 		if err != nil || m["maxmemory-policy"] == "" {
 			continue // CONFIG renamed or refused (managed Redis), or the node is away
 		}
-		if policy == "" || evicting(m["maxmemory-policy"]) {
+		if policy == "" || (evicting(m["maxmemory-policy"]) && !evicting(policy)) {
 			policy, node = m["maxmemory-policy"], addr
-		}
-		if evicting(policy) {
-			break
 		}
 	}
 	if policy == "" {

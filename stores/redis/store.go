@@ -61,9 +61,15 @@ var (
 type Store struct {
 	limitstore.Claims // the unnamed Limiters built on this Store
 
-	guard    *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
-	logger   *slog.Logger
-	eviction atomic.Pointer[string] // maxmemory-policy as read (checkEviction); nil: not read
+	guard  *guard.Store // the timeout, breaker and deny cache in front of the script calls; nil: WithoutGuard
+	logger *slog.Logger
+	// On a Cluster client, guarded: one guard per master (see cluster.go),
+	// made with guardOpts and observer; guard then serves the slots no
+	// known master serves.
+	cluster   atomic.Pointer[clusterRoutes]
+	guardOpts []guard.Option
+	observer  guard.Observer
+	eviction  atomic.Pointer[string] // maxmemory-policy as read (prepareNodes); nil: not read
 
 	// A client the Store dialled: its connections, dropped when Redis
 	// answers READONLY or MASTERDOWN (notPrimary); nil for New's client.
@@ -105,6 +111,7 @@ type config struct {
 	clock     func() time.Time
 	client    func(*rueidis.ClientOption)
 	guard     []guard.Option
+	observer  guard.Observer
 	unguarded bool
 	logger    *slog.Logger
 }
@@ -124,13 +131,16 @@ func WithTimeout(d time.Duration) Option {
 
 // WithObserver sets the receiver of the Store's protection events (its
 // deny cache's answers and its circuit breaker's skips and transitions:
-// see guard.Observer); promlimit's Observer is one. nil is an error.
+// see guard.Observer); promlimit's Observer is one. On a Cluster, where
+// each master has a breaker, every opening is reported and a closing once
+// no master's breaker is open. nil is an error.
 func WithObserver(o guard.Observer) Option {
 	return func(c *config) error {
 		if o == nil {
 			return fmt.Errorf("%w: WithObserver(nil)", ErrInvalidOption)
 		}
 		c.guard = append(c.guard, guard.WithObserver(o))
+		c.observer = o
 		return nil
 	}
 }
@@ -185,7 +195,7 @@ func newStore(cfg *config) *Store {
 	if err != nil {
 		panic(err) // every option was checked when it was applied
 	}
-	s.guard = g
+	s.guard, s.guardOpts, s.observer = g, opts, cfg.observer
 	return s
 }
 
@@ -239,7 +249,9 @@ func buildConfig(opts []Option) (*config, error) {
 // open. Any rueidis client works (standalone, Sentinel, Cluster); build it
 // with DisableCache: true unless you use client-side caching elsewhere (the
 // Store never reads through the cache). New reads maxmemory-policy from
-// Redis (at most 2 s: see EvictionPolicy). A nil client is an error.
+// Redis and loads the scripts on every node (at most 2 s in all: see
+// EvictionPolicy), so that the first decision costs one script call. A nil
+// client is an error.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
@@ -249,8 +261,7 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := newStore(cfg)
-	s.client.Store(newClientRef(client))
-	s.checkEviction(client)
+	s.adopt(client)
 	return s, nil
 }
 
@@ -267,7 +278,7 @@ func (b *backend) Describe() limitstore.Info { return limitstore.Info{Name: "red
 
 func (b *backend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if op.Peek {
-		return (*Store)(b).peek(ctx, op)
+		return (*Store)(b).peek(ctx, op, nil)
 	}
 	return (*Store)(b).script(ctx, op)
 }
@@ -283,12 +294,14 @@ func (s *Store) Client() rueidis.Client {
 
 // Take implements limitstore.Store: one script call, which concurrent Takes
 // may share (group commit: see Store), behind the Store's guard (its
-// timeout, circuit breaker and deny cache; see package guard): ctx's values
-// and its deadline reach the call, its cancellation does not (WithoutGuard:
-// ctx as it is). The error is non-nil when Redis could not be asked or did
-// not answer in time; the request may still have been counted when the
-// deadline expired after the script ran, but never when the call ended
-// while it waited for a call to share. The error's text starts with
+// timeout, circuit breaker and deny cache; see package guard; on a Cluster,
+// the guard of the key's master): ctx's values and its deadline reach the
+// call, its cancellation does not, but a ctx cancelled while the call
+// waits makes Take return at once with an error wrapping context.Canceled
+// (the call goes on; WithoutGuard: ctx as it is). The error is non-nil
+// when Redis could not be asked or did not answer in time; the request may
+// still have been counted when the deadline expired after the script ran,
+// but never when the call ended while it waited for a call to share. The error's text starts with
 // "redisstore: ", once, whatever path produced it; errors.Is finds the
 // sentinels (ErrClosed, ErrNotConnected, ErrBadReply, ErrReconnectBackoff),
 // context.DeadlineExceeded and, for a call the open breaker did not make,
@@ -297,7 +310,13 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 	if s.guard == nil {
 		return checked((*backend)(s).Take(ctx, op))
 	}
-	res, err := s.guard.Take(ctx, op)
+	g := s.guard
+	if cr := s.cluster.Load(); cr != nil {
+		if n := cr.route(s, op); n != nil {
+			g = n.guard
+		}
+	}
+	res, err := g.Take(ctx, op)
 	if err != nil {
 		return res, prefixed(err) // the guard's own: a timeout, an open breaker
 	}
@@ -307,15 +326,22 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 // script is Take without the protections: one script call; an answer that
 // the server is not a usable primary makes the Store dial again.
 func (s *Store) script(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	res, err := s.scriptCall(ctx, op)
+	return s.scriptVia(ctx, op, nil)
+}
+
+// scriptVia is script through via, a client of one Cluster node (nil: the
+// Store's client).
+func (s *Store) scriptVia(ctx context.Context, op *limitstore.Op, via rueidis.Client) (limitstore.Result, error) {
+	res, err := s.scriptCall(ctx, op, via)
 	if err != nil {
 		s.notPrimary(err)
 	}
 	return res, err
 }
 
-// scriptCall encodes op and makes (or joins) its script call.
-func (s *Store) scriptCall(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+// scriptCall encodes op and makes (or joins) its script call, through via
+// when it is not nil.
+func (s *Store) scriptCall(ctx context.Context, op *limitstore.Op, via rueidis.Client) (limitstore.Result, error) {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
 		return limitstore.Result{}, s.unusable()
@@ -339,6 +365,9 @@ func (s *Store) scriptCall(ctx context.Context, op *limitstore.Op) (limitstore.R
 	}
 	w := s.batch.waiters.Get().(*waiter)
 	w.encode(op, now)
+	if via != nil {
+		return checked(s.call(ctx, via, op, w))
+	}
 	if !r.batches {
 		return checked(s.call(ctx, r.c, op, w))
 	}

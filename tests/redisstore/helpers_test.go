@@ -240,15 +240,15 @@ func pttl(t testing.TB, c rueidis.Client, key string) int64 {
 
 // ttlBound is the longest time to live a key of quota q may carry without
 // clock steps (DESIGN.md, "Store keys"): FixedWindow a window plus 1 s of
-// grace, SlidingWindow two windows, TokenBucket twice the time to fill the
-// bucket (the state's life, plus one refill time of slack so that a busy
-// key moves its deadline at most once per refill time).
+// grace, SlidingWindow two windows, TokenBucket the time to fill the
+// bucket plus its slack (its refill time, at most 1 s: a busy key moves
+// its deadline at most once a second).
 func ttlBound(q *limitstore.Quota) int64 {
 	switch q.Algorithm {
 	case limit.FixedWindow:
 		return q.WindowMS + 1000
 	case limit.TokenBucket:
-		return 2 * refillMS(q)
+		return refillMS(q) + bucketSlackMS(q)
 	}
 	return 2 * q.WindowMS
 }
@@ -258,6 +258,10 @@ func refillMS(q *limitstore.Quota) int64 {
 	return max((q.Burst*q.WindowMS+q.Limit-1)/q.Limit, 1)
 }
 
+// bucketSlackMS is how far past its state's expiry a token bucket's key
+// may live: its refill time, at most 1 s.
+func bucketSlackMS(q *limitstore.Quota) int64 { return min(refillMS(q), 1000) }
+
 // keyBound is the bound on the deadline of a key written with a Result
 // whose TTLMS is ttl: ttlBound, or, after the clock stepped back (a window
 // decided at a stored window up to 1 s ahead), the state's own TTL plus the
@@ -265,7 +269,7 @@ func refillMS(q *limitstore.Quota) int64 {
 func keyBound(q *limitstore.Quota, ttl int64) int64 {
 	slack := int64(0)
 	if q.Algorithm == limit.TokenBucket {
-		slack = refillMS(q)
+		slack = bucketSlackMS(q)
 	}
 	return max(ttlBound(q), ttl+slack)
 }

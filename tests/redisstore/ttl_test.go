@@ -144,3 +144,114 @@ func TestForeignValuesGetADeadline(t *testing.T) {
 		}
 	})
 }
+
+// A key's deadline in Redis (server TIME) is at most the state's own time
+// to live plus 1 s of grace, for every algorithm; a token bucket's key in
+// particular lives at most its time to full plus the grace (5 per 60 s,
+// one request taken: full after 12 s, so PTTL <= 13 s). A second request
+// (a write in place) keeps that bound.
+func TestKeyDeadlineWithinStateLifePlusGrace(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		s, err := New(client, WithoutGuard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range algorithms {
+			q := limitstore.Quota{Algorithm: alg, Limit: 5, Burst: 5, WindowMS: 60_000, PhaseMS: 777}
+			if alg == limit.TokenBucket {
+				q.PhaseMS = 0
+			}
+			op := oneQuota(opKey(prefix, "5p60", alg, "grace"), q, 1)
+			k := string(op.Quotas[0].Key)
+			for i := range 2 {
+				res, err := s.Take(ctxT(t), &op)
+				if err != nil || !res.Allowed {
+					t.Fatalf("%v #%d: %+v %v", alg, i+1, res, err)
+				}
+				ttl, p := res.Quotas[0].TTLMS, pttl(t, client, k)
+				if p <= 0 || p > ttl+1000 {
+					t.Errorf("%v #%d: PTTL %d ms, want 0 < PTTL <= the state's %d ms + 1000", alg, i+1, p, ttl)
+				}
+				if alg == limit.TokenBucket && p > 12_000*int64(i+1)+1000 {
+					t.Errorf("token bucket after %d requests: PTTL %d ms, want at most its time to full (%d ms) + 1000", i+1, p, 12_000*(i+1))
+				}
+			}
+		}
+	})
+}
+
+// A key that lost its deadline (PERSIST from outside) gets one back from
+// the next write, whichever path writes it: a first-window admission, a
+// count-only write in place, an Op of two quotas, a refund.
+func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		s, err := New(client, WithoutGuard())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxT(t)
+		persist := func(k string) {
+			t.Helper()
+			if err := client.Do(ctx, client.B().Persist().Key(k).Build()).Error(); err != nil {
+				t.Fatalf("PERSIST %s: %v", k, err)
+			}
+			if p := pttl(t, client, k); p != -1 {
+				t.Fatalf("PERSIST %s: PTTL %d, want -1", k, p)
+			}
+		}
+		check := func(what string, q *limitstore.Quota) {
+			t.Helper()
+			if p, b := pttl(t, client, string(q.Key)), ttlBound(q); p <= 0 || p > b {
+				t.Errorf("%v %s: PTTL %d ms after the write, want 0 < PTTL <= %d", q.Algorithm, what, p, b)
+			}
+		}
+		for _, alg := range algorithms {
+			q := limitstore.Quota{Algorithm: alg, Limit: 100, Burst: 100, WindowMS: 60_000, PhaseMS: 99}
+			if alg == limit.TokenBucket {
+				q.PhaseMS = 0
+			}
+			one := oneQuota(opKey(prefix, "100p60", alg, "one"), q, 1)
+			res, err := s.Take(ctx, &one)
+			if err != nil || !res.Allowed {
+				t.Fatalf("%v: %+v %v", alg, res, err)
+			}
+			persist(string(one.Quotas[0].Key))
+			if res, err = s.Take(ctx, &one); err != nil || !res.Allowed {
+				t.Fatalf("%v: %+v %v", alg, res, err)
+			}
+			check("one quota", &one.Quotas[0])
+
+			two := one
+			two.N = 2
+			two.Quotas[1] = q
+			two.Quotas[1].Key = []byte(taggedKey(prefix, hashTag("100p60\x00one"), "100p60b", alg, "one"))
+			if res, err = s.Take(ctx, &two); err != nil || !res.Allowed {
+				t.Fatalf("%v two quotas: %+v %v", alg, res, err)
+			}
+			persist(string(two.Quotas[0].Key))
+			persist(string(two.Quotas[1].Key))
+			charged := two
+			for j := range two.N {
+				charged.Quotas[j].Window = res.Quotas[j].Window
+			}
+			if res, err = s.Take(ctx, &two); err != nil || !res.Allowed {
+				t.Fatalf("%v two quotas: %+v %v", alg, res, err)
+			}
+			check("two quotas", &two.Quotas[0])
+			check("two quotas", &two.Quotas[1])
+
+			persist(string(two.Quotas[0].Key))
+			charged.Refund = true
+			if res, err = s.Take(ctx, &charged); err != nil || !res.Allowed {
+				t.Fatalf("%v refund: %+v %v", alg, res, err)
+			}
+			check("refund", &two.Quotas[0])
+		}
+	})
+}

@@ -31,10 +31,14 @@
 -- write) only its 8 bytes (SETRANGE key 8): packing one integer costs Redis
 -- 1.2k instructions, five 3.3k. Window algorithms set the deadline to the
 -- state's expiry (once per window and key); a token bucket to its expiry
--- plus the bucket's refill time, so that a busy key moves its deadline at
--- most once per refill time. A key thus always has a deadline, never before
--- its state dies and never further than the policy's bound (DESIGN.md,
--- "Store keys"). A value that does not decode is no state (the next write
+-- (the time until the bucket is full) plus a slack of its refill time, at
+-- most 1 s (the grace a fixed window's key gets), so that a busy key moves
+-- its deadline at most once a second. A write in place also sends
+-- PEXPIREAT ... NX (PEXPIRE with a caller's clock): a lookup when the key
+-- has its deadline, and the deadline back when something removed it
+-- (PERSIST). A key thus always has a deadline after any write, never
+-- before its state dies and never further than the policy's bound
+-- (DESIGN.md, "Store keys"). A value that does not decode is no state (the next write
 -- replaces it and sets a deadline); a key of another type is a WRONGTYPE
 -- error, never silently deleted: MGET reads such a key as none, so a key
 -- without a value is read again with GET (which raises WRONGTYPE) before
@@ -202,8 +206,8 @@ local function library(call, floor, byte, sunpack, spack, K)
 
   -- gcra: the token bucket's new state, Quota.gcra: TAT = now +
   -- floor(off/lim), fraction off mod lim, ttl = max(ceil(off/lim), 1); the
-  -- key's bound is twice the refill time, its slack one refill time (in
-  -- 1/lim ms: tau).
+  -- key's slack (in 1/lim ms) is the refill time tau, at most 1 s; its
+  -- bound the refill time plus 1 s (and 2 ms of rounding).
   local function gcra(off, now, lim, tau)
     local na, nb, nc, ttl, slack, bound
     -- inline: gcra begin
@@ -223,7 +227,10 @@ local function library(call, floor, byte, sunpack, spack, K)
       ttl = 1
     end
     slack = tau
-    bound = 2 * tau / lim + 2
+    if slack > 1000 * lim then
+      slack = 1000 * lim
+    end
+    bound = tau / lim + 1002
     -- inline: gcra end
     return na, nb, nc, ttl, slack, bound
   end
@@ -332,16 +339,28 @@ local function library(call, floor, byte, sunpack, spack, K)
   local function write(k, na, nb, nc, e, pe, sa, sc, ex, px, now, servertime, again)
     local val
     -- inline: write begin
+    local keep = false
     if not again and na == sa and nc == sc and e == ex and pe == px then
       call('SETRANGE', k, '8', spack('<i8', nb))
+      keep = true
     else
       val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
       if pe == px then
         call('SETRANGE', k, '0', val)
+        keep = true
       elseif servertime then
         call('SET', k, val, 'PXAT', pe)
       else
         call('SET', k, val, 'PX', pe - now)
+      end
+    end
+    -- A write in place keeps the key's deadline; NX gives one back to a
+    -- key that lost it (PERSIST from outside), and costs a lookup else.
+    if keep then
+      if servertime then
+        call('PEXPIREAT', k, pe, 'NX')
+      else
+        call('PEXPIRE', k, pe - now, 'NX')
       end
     end
     -- inline: write end
@@ -459,6 +478,11 @@ local function library(call, floor, byte, sunpack, spack, K)
             if ex > now and (na ~= sa or nb ~= sb or nc ~= sc) then
               val = spack('<i8i8i8i8i8', na, nb, nc, ex, px)
               call('SETRANGE', K[ki], '0', val)
+              if servertime then
+                call('PEXPIREAT', K[ki], px, 'NX')
+              else
+                call('PEXPIRE', K[ki], px - now, 'NX')
+              end
             end
           elseif ttl > 0 then
             local e, pe = deadline(now, ttl, px, bound, slack, lim)

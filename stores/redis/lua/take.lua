@@ -140,7 +140,10 @@ if n == 1 and not refund then
         ttl = 1
       end
       slack = tau
-      bound = 2 * tau / lim + 2
+      if slack > 1000 * lim then
+        slack = 1000 * lim
+      end
+      bound = tau / lim + 1002
       -- inline: gcra end
     end
   else
@@ -217,16 +220,28 @@ if n == 1 and not refund then
     end
     -- inline: deadline end
     -- inline: write begin
+    local keep = false
     if not again and na == sa and nc == sc and e == ex and pe == px then
       call('SETRANGE', k, '8', spack('<i8', nb))
+      keep = true
     else
       val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
       if pe == px then
         call('SETRANGE', k, '0', val)
+        keep = true
       elseif servertime then
         call('SET', k, val, 'PXAT', pe)
       else
         call('SET', k, val, 'PX', pe - now)
+      end
+    end
+    -- A write in place keeps the key's deadline; NX gives one back to a
+    -- key that lost it (PERSIST from outside), and costs a lookup else.
+    if keep then
+      if servertime then
+        call('PEXPIREAT', k, pe, 'NX')
+      else
+        call('PEXPIRE', k, pe - now, 'NX')
       end
     end
     -- inline: write end

@@ -1,0 +1,69 @@
+package redisstore_test
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
+	. "github.com/quotagate/quotagate/stores/redis"
+)
+
+// A Store built fresh, on a Redis that answers, decides its very first
+// request by Redis under the default store timeout (100 ms): its
+// connections are open and its scripts loaded before it is returned, on
+// every node. 50 fresh Stores of each kind: standalone, Sentinel and
+// Cluster (each Store's first identity lands on any of the masters).
+func TestFreshStoreDecidesFirstRequestByRedis(t *testing.T) {
+	urls := map[string]string{}
+	if u := os.Getenv(envURL); u != "" {
+		urls["standalone"] = u
+	}
+	if s, m := os.Getenv("QUOTAGATE_REDIS_SENTINEL"), os.Getenv("QUOTAGATE_REDIS_SENTINEL_MASTER"); s != "" && m != "" {
+		hosts := strings.Split(s, ",")
+		urls["sentinel"] = "redis://" + hosts[0] + "?master_set=" + m
+		for _, h := range hosts[1:] {
+			urls["sentinel"] += "&addr=" + h
+		}
+	}
+	if c := os.Getenv(envCluster); c != "" {
+		hosts := strings.Split(c, ",")
+		urls["cluster"] = "redis://" + hosts[0] + "?addr=" + strings.Join(hosts[1:], "&addr=")
+	}
+	for _, kind := range []string{"standalone", "sentinel", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			url, ok := urls[kind]
+			if !ok {
+				t.Skipf("!!! SKIPPED: no %s Redis configured, so this run did NOT happen (run `make test` with redis-server on PATH)", kind)
+			}
+			prefix := testPrefix(t)
+			failed, slowest := 0, time.Duration(0)
+			for i := range 50 {
+				s, err := NewFromURL(url)
+				if err != nil {
+					t.Fatalf("store %d: %v", i, err)
+				}
+				op := oneQuota(opKey(prefix, "5p60", limit.SlidingWindow, "fresh"+strconv.Itoa(i)),
+					limitstore.Quota{Algorithm: limit.SlidingWindow, Limit: 5, WindowMS: 60_000}, 1)
+				start := time.Now()
+				res, err := s.Take(context.Background(), &op)
+				slowest = max(slowest, time.Since(start))
+				if err != nil || !res.Allowed {
+					failed++
+					t.Errorf("store %d: first decision %+v, %v; want admitted by Redis", i, res, err)
+				}
+				if i < 49 {
+					s.Close()
+					continue
+				}
+				deleteKeys(t, s.Client(), prefix)
+				s.Close()
+			}
+			t.Logf("%d of 50 fresh stores decided their first request by Redis; the slowest first decision took %v", 50-failed, slowest)
+		})
+	}
+}
