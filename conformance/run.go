@@ -179,6 +179,10 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 				t.Fatalf("step %d: unknown store mode %q", i, st.Store)
 			}
 		}
+		if st.Admin != nil {
+			admin(t, i, limiters[st.Admin.Policy], st.Admin)
+			continue
+		}
 		n := max(st.Times, 1)
 		for k := 0; k < n; k++ {
 			before := hits()
@@ -224,6 +228,30 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 			outcomes[limit.OutcomeLimited] != responses[limit.OutcomeLimited] || outcomes[limit.OutcomeDegraded] != 0 {
 			t.Fatalf("events %v, responses %v: want one event per response with the same outcome", outcomes, responses)
 		}
+	}
+}
+
+// admin runs step i, a call of Limiter.Peek or Reset on l.
+func admin(t *testing.T, i int, l *limit.Limiter, a *Admin) {
+	t.Helper()
+	if l == nil {
+		t.Fatalf("step %d: Admin names unknown policy %q", i, a.Policy)
+	}
+	ctx := context.Background()
+	if a.Reset {
+		if err := l.Reset(ctx, a.Identity); err != nil {
+			t.Fatalf("step %d: Reset(%q): %v", i, a.Identity, err)
+		}
+		return
+	}
+	d, err := l.Peek(ctx, a.Identity)
+	switch {
+	case err != nil:
+		t.Fatalf("step %d: Peek(%q): %v", i, a.Identity, err)
+	case d.Allowed != a.Allowed || d.Remaining != a.Remaining:
+		t.Errorf("step %d: Peek(%q) = allowed %v, remaining %d; want %v, %d", i, a.Identity, d.Allowed, d.Remaining, a.Allowed, a.Remaining)
+	case a.WantIdentity != "" && d.Identity() != a.WantIdentity:
+		t.Errorf("step %d: Peek(%q).Identity() = %q, want %q", i, a.Identity, d.Identity(), a.WantIdentity)
 	}
 }
 

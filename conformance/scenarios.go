@@ -108,6 +108,26 @@ type Step struct {
 	Times int
 	// Want is the response every request of the step must get.
 	Want Want
+	// Admin, when set, makes the step a call of Limiter.Peek or Reset
+	// instead of a request (Client, Method, Path, Times and Want unused).
+	Admin *Admin
+}
+
+// Admin is a step that looks up or resets an identity directly on a
+// scenario's Limiter, with the identity as the adapter's requests key it
+// (the client address the adapter passed as the socket peer).
+type Admin struct {
+	// Policy names the scenario policy whose Limiter is asked.
+	Policy string
+	// Identity is the identity given to Peek or Reset.
+	Identity string
+	// Reset resets Identity; otherwise the step Peeks it.
+	Reset bool
+	// Allowed and Remaining are the Peek's expected Decision fields, and
+	// Identity() must be WantIdentity (when not "").
+	Allowed      bool
+	Remaining    int64
+	WantIdentity string
 }
 
 // Want is the expected response.
@@ -897,6 +917,30 @@ func Scenarios() []Scenario {
 					"RateLimit": `"global";r=1;t=60`}}},
 				{Client: "127.0.0.2", Method: "POST", Path: "/bad", Want: Want{Status: limited, Header: map[string]string{
 					"RateLimit": `"global";r=1;t=60`}}},
+			},
+		},
+		{
+			// Peek and Reset take the identity as the adapter's requests
+			// key it: the client address, in any spelling; a Peek spends
+			// nothing, and a Reset gives the client its whole quota back
+			// while another client keeps its count.
+			Name: "35-peek-and-reset-by-client-address",
+			Policies: map[string]limit.Policy{"l": {Name: "login", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute,
+				AlignWindows: true}},
+			App: AppSpec{Routes: []RouteSpec{{Method: "POST", Path: "/v1/login", Mounts: []string{"l"}}}},
+			Steps: []Step{
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.2", Allowed: true, Remaining: 2, WantIdentity: "127.0.0.2"}},
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/v1/login", Want: Want{Status: ok}}, 3),
+				{Client: "127.0.0.3", Method: "POST", Path: "/v1/login", Want: Want{Status: ok}},
+				{Client: "127.0.0.2", Method: "POST", Path: "/v1/login", Want: Want{Status: limited}},
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.2", Allowed: false, Remaining: 0}},
+				{Admin: &Admin{Policy: "l", Identity: "[::ffff:127.0.0.2]:80", Allowed: false, Remaining: 0, WantIdentity: "127.0.0.2"}},
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.3", Allowed: true, Remaining: 1}},
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.2:5", Reset: true}},
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.2", Allowed: true, Remaining: 2}},
+				times(Step{Client: "127.0.0.2", Method: "POST", Path: "/v1/login", Want: Want{Status: ok}}, 3),
+				{Client: "127.0.0.2", Method: "POST", Path: "/v1/login", Want: Want{Status: limited}},
+				{Admin: &Admin{Policy: "l", Identity: "127.0.0.3", Allowed: true, Remaining: 1}},
 			},
 		},
 	}

@@ -22,7 +22,10 @@ import (
 // with the engine's own math (limitstore.Op.Apply over a plain map), concurrency
 // exactness on one key, key independence, the numbers of policies on the
 // boundary of what limit.New accepts, and Limiters of several quotas and
-// plans deciding as on the reference store.
+// plans deciding as on the reference store; and, for a
+// limitstore.Resetter, the same differential with Peeks and Resets mixed
+// in, Limiter.Peek and Reset as on the reference store, and a Reset racing
+// 200 requests.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -37,6 +40,11 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("keys-are-independent", func(t *testing.T) { independence(t, newStore) })
 	t.Run("accepted-policies-give-in-range-numbers", func(t *testing.T) { bounds(t, newStore) })
 	t.Run("several-quotas-and-plans-as-the-reference", func(t *testing.T) { policies(t, newStore) })
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
+		t.Run("peek-and-reset-differential-"+alg.String(), func(t *testing.T) { peekResetDifferential(t, alg, newStore) })
+	}
+	t.Run("peek-and-reset-through-limiters-as-the-reference", func(t *testing.T) { peekResetPolicies(t, newStore) })
+	t.Run("reset-races-200-requests", func(t *testing.T) { resetRacesRequests(t, newStore) })
 }
 
 // model is the reference: the engine's math over a map with TTLs, written

@@ -85,6 +85,27 @@ type Decision struct {
 	// decision until the slot it reserved begins (the latest quota's);
 	// 0: admitted at once.
 	waitMS int64
+	// who is the identity decided for (see Identity).
+	who who
+}
+
+// Identity returns the identity the Decision is about, in the spelling
+// Limiter.Peek and Limiter.Reset take: what KeyFunc returned (or the
+// identity given to Consume), or the client address grouped by the
+// configured prefix ("2001:db8::" for 2001:db8::1 under the default /64,
+// "192.0.2.1" under /32). It is "" for the fallback bucket (no identity)
+// and for a skipped request. It allocates only for an address (its text
+// is built on each call), never on the request path.
+func (d Decision) Identity() string {
+	switch {
+	case d.who.src == KeySourceFallback:
+		return ""
+	case d.who.text != "":
+		return d.who.text
+	case d.who.addr.IsValid():
+		return d.who.addr.String()
+	}
+	return ""
 }
 
 // Outcome is what the engine did with a request; it is the outcome label of

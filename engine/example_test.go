@@ -157,3 +157,32 @@ func ExamplePolicy_plans() {
 	// pro-acme: plan "pro", 19 of 20 left
 	// free-bob: plan "", 4 of 5 left
 }
+
+// Peek looks at an identity without spending anything; Reset gives it its
+// whole allowance back (after a successful password reset, say). The
+// identity is the one requests are keyed by: here, for a policy keyed by
+// client address, any spelling of the address.
+func ExampleLimiter_Reset() {
+	ctx := context.Background()
+	clock := limittest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	l := limittest.MustNew(limittest.NewStore(clock.Now), limit.Policy{Name: "login", Algorithm: limit.FixedWindow, Limit: 3, Window: time.Minute, AlignWindows: true})
+	var id string
+	for range 4 { // 3 admitted, the 4th limited
+		r := httptest.NewRequest("POST", "/v1/login", nil)
+		r.RemoteAddr = "[2001:db8::7]:4711"
+		id = l.CheckHTTP(httptest.NewRecorder(), r, limit.Request{}).Identity()
+	}
+	d, _ := l.Peek(ctx, "2001:db8::99") // the same /64
+	fmt.Println(id, d.Allowed, d.RetryAfter)
+	if err := l.Reset(ctx, id); err != nil {
+		fmt.Println(err)
+	}
+	d, _ = l.Peek(ctx, "[2001:db8::1]:443")
+	fmt.Println(d.Allowed, d.Remaining)
+	_, err := l.Peek(ctx, "2001:db8::/48")
+	fmt.Println(err)
+	// Output:
+	// 2001:db8:: false 1m0s
+	// true 2
+	// limit: invalid identity: 2001:db8::/48 spans several identities: requests from addresses of its family are grouped by /64
+}

@@ -245,7 +245,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	}
 	sc := l.scratch.Get().(*scratch)
 	op, over, quota := l.op(sc, bucket, id, set, cost)
-	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota}
+	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota, who: *id}
 	var err error
 	waiter := false
 	if over {

@@ -128,7 +128,8 @@ type Observer interface {
 	// StoreDuration is called after every store call, failed ones included
 	// (not for a call a guarded store's open breaker refused), with the
 	// store's name (limitstore.Info.Name; "custom" when the store does not
-	// describe itself) and the operation ("take").
+	// describe itself) and the operation: "take" (a decision or a refund),
+	// "peek" (Limiter.Peek) or "reset" (Limiter.Reset).
 	StoreDuration(store, op string, d time.Duration)
 	// StoreEvent is called by a guarded store (package guard: the Redis
 	// store is one) given this Observer, never by the engine, with the

@@ -10,7 +10,7 @@ import "github.com/quotagate/quotagate/engine/limitstore"
 // of the first quota the cost exceeds.
 func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cost int64) (op *limitstore.Op, over bool, quota int) {
 	op = &sc.op
-	op.Refund, op.N, op.Cost, op.WaitMS = false, set.n, cost, 0
+	op.Refund, op.Peek, op.N, op.Cost, op.WaitMS = false, false, set.n, cost, 0
 	a := l.policy.Algorithm
 	for i := range set.n {
 		s, q := &set.q[i], &op.Quotas[i]

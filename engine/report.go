@@ -46,8 +46,8 @@ func (r *reporter) decision(e DecisionEvent) {
 }
 
 // storeDuration emits the duration of one store call.
-func (r *reporter) storeDuration(store string, d time.Duration) {
-	r.observer.StoreDuration(store, "take", d)
+func (r *reporter) storeDuration(store, op string, d time.Duration) {
+	r.observer.StoreDuration(store, op, d)
 }
 
 // storeFailure reports one failed store call (or one not made, the

@@ -124,10 +124,17 @@ func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op, re
 	}
 	start := time.Now()
 	err := call(ctx, s, op, res)
-	if err == nil || !errors.Is(err, limitstore.ErrCircuitOpen) {
-		c.rep.storeDuration(s.name, time.Since(start))
-	}
+	c.timed(s.name, "take", start, err)
 	return err
+}
+
+// timed reports the duration of one store call of operation op that
+// started at start, unless the store's open breaker refused it (err wraps
+// limitstore.ErrCircuitOpen).
+func (c *storeCall) timed(store, op string, start time.Time, err error) {
+	if c.observing && (err == nil || !errors.Is(err, limitstore.ErrCircuitOpen)) {
+		c.rep.storeDuration(store, op, time.Since(start))
+	}
 }
 
 // call runs Store.Take with a recovered panic, which is a store failure

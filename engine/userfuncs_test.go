@@ -31,7 +31,7 @@ func TestSkipPaths(t *testing.T) {
 	}
 	// Exact match only: neither a trailing slash nor a prefix is skipped.
 	for _, path := range []string{"/health/", "/healthz", "/metrics/x", "/HEALTH"} {
-		store.Reset()
+		store.Clear()
 		if resp := check(l, context.Background(), req("192.0.2.1:1", path)); resp.Decision.Outcome != limit.OutcomeAllowed {
 			t.Fatalf("%s: outcome %q, want it limited as usual", path, resp.Decision.Outcome)
 		}

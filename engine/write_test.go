@@ -59,7 +59,7 @@ func TestTwoLimitersMergeHeaders(t *testing.T) {
 	login := mustNew(t, store, limit.Policy{Name: "login", Limit: 5, Window: 10 * time.Second, AlignWindows: true, Algorithm: limit.FixedWindow, Disclosure: limit.DiscloseAlways, HeaderStyle: all})
 	policyMember := map[*limit.Limiter]string{global: `"global";q=100;w=60`, login: `"login";q=5;w=10`}
 	for _, order := range [][]*limit.Limiter{{global, login}, {login, global}} {
-		store.Reset()
+		store.Clear()
 		h, ds := stack(req("192.0.2.9:1", "/login"), order...)
 		first, second := ds[0].Bucket, ds[1].Bucket
 		if got, want := h.Values("Ratelimit-Policy"), []string{policyMember[order[0]], policyMember[order[1]]}; !slices.Equal(got, want) {

@@ -90,6 +90,7 @@ type measurement struct {
 	commands           int64         // every command counted, harness excluded
 	scriptCalls        int64         // EVAL/EVALSHA calls
 	writes             int64         // SET and SETRANGE calls (quotagate's state writes)
+	deadlines          int64         // PEXPIREAT and PEXPIRE calls (a write in place keeps its key's TTL)
 	mallocs            uint64
 }
 
@@ -387,6 +388,9 @@ func measure(srv *server, admin rueidis.Client, f decideFunc, g int, d time.Dura
 		m.commands += st.calls
 		if cmd == "set" || cmd == "setrange" {
 			m.writes += st.calls
+		}
+		if cmd == "pexpireat" || cmd == "pexpire" {
+			m.deadlines += st.calls
 		}
 		if scriptCommands[cmd] {
 			m.redisUsec += st.usec

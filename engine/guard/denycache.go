@@ -163,3 +163,18 @@ func (c *denyCache) drop(op *limitstore.Op) {
 		}
 	}
 }
+
+// dropKeys drops the cached denials whose first key is one of keys (a
+// Reset's).
+func (c *denyCache) dropKeys(keys [][]byte) {
+	if c == nil {
+		return
+	}
+	for _, k := range keys {
+		h := maphash.Bytes(c.seed, k)
+		s := c.slot(h)
+		if e := s.Load(); e != nil && e.key0 == h {
+			s.CompareAndSwap(e, nil)
+		}
+	}
+}

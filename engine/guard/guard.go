@@ -34,6 +34,7 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -209,15 +210,54 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // wrapped store's, context.DeadlineExceeded when the store did not answer
 // in time, or limitstore.ErrCircuitOpen (wrapping the failure that opened the
 // breaker) when the store was not called. A panic of the wrapped store is
-// the engine's to recover.
+// the engine's to recover. A Peek is never answered by the deny cache nor
+// cached (it is a look at the store's own numbers), and fails with an error
+// wrapping errors.ErrUnsupported when the wrapped store is not a
+// limitstore.Resetter.
 func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	now := s.now()
-	if op.Refund {
+	switch {
+	case op.Peek:
+		if _, ok := s.next.(limitstore.Resetter); !ok {
+			return limitstore.Result{}, errNoResetter
+		}
+	case op.Refund:
 		s.deny.drop(op)
-	} else if res, ok := s.deny.lookup(op, now); ok {
-		s.obs.StoreEvent(s.name, "deny-cache")
-		return res, nil
+	default:
+		if res, ok := s.deny.lookup(op, now); ok {
+			s.obs.StoreEvent(s.name, "deny-cache")
+			return res, nil
+		}
 	}
+	return s.guarded(ctx, op, nil, now)
+}
+
+// Reset implements limitstore.Resetter: it drops the deny cache's denials of
+// the keys, then calls the wrapped store's Reset behind the breaker and
+// under the shared deadline, as Take. The wrapped store must be a
+// limitstore.Resetter (else an error wrapping errors.ErrUnsupported). No
+// keys: nothing to do.
+func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
+	if _, ok := s.next.(limitstore.Resetter); !ok {
+		return errNoResetter
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	s.deny.dropKeys(keys)
+	_, err := s.guarded(ctx, nil, keys, s.now())
+	s.deny.dropKeys(keys) // a denial of a Take that raced the Reset
+	return err
+}
+
+// errNoResetter is the error of a Peek or Reset through a wrapper whose
+// store cannot do them.
+var errNoResetter = fmt.Errorf("guard: the wrapped store does not implement limitstore.Resetter (Peek and Reset): %w", errors.ErrUnsupported)
+
+// guarded makes one call of the wrapped store, started at now: Take(op),
+// or, when op is nil, Reset(keys); behind the breaker, under the shared
+// deadline (or the caller's, when it comes sooner).
+func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, now int64) (limitstore.Result, error) {
 	by, hasBy := ctx.Deadline()
 	short := hasBy && time.Until(by) < s.timeout
 	verdict := s.breaker.allow(now, !short)
@@ -226,12 +266,12 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 		return limitstore.Result{}, s.breaker.skipError()
 	}
 	if short {
-		return s.takeBy(ctx, op, by)
+		return s.takeBy(ctx, op, keys, by)
 	}
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
 	sc.begin(ctx, dl)
-	res, err := s.call(sc, op, verdict)
+	res, err := s.call(sc, op, keys, verdict)
 	sc.end()
 	s.ctxs.Put(sc)
 	end := s.now()
@@ -239,7 +279,9 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 		if s.breaker.succeeded(end) {
 			s.transitionClosed(end)
 		}
-		s.deny.store(op, &res, now, end)
+		if op != nil && !op.Peek {
+			s.deny.store(op, &res, now, end)
+		}
 		return res, nil
 	}
 	silent := dl.why.Load() == whyStoreSilent
@@ -275,13 +317,13 @@ func (s *Store) transitionClosed(end int64) {
 // nothing about the store (such a caller is never the probe: see
 // breaker.allow). This path allocates a context per call; a request
 // without such a deadline takes the shared one.
-func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time) (limitstore.Result, error) {
+func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by time.Time) (limitstore.Result, error) {
 	if !time.Now().Before(by) {
 		return limitstore.Result{}, context.DeadlineExceeded
 	}
 	start := s.now()
 	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
-	res, err := s.call(cctx, op, callStore)
+	res, err := s.call(cctx, op, keys, callStore)
 	cut := cctx.Err() != nil
 	cancel()
 	end := s.now()
@@ -289,7 +331,9 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time) (li
 		if s.breaker.succeeded(end) {
 			s.transitionClosed(end)
 		}
-		s.deny.store(op, &res, start, end)
+		if op != nil && !op.Peek {
+			s.deny.store(op, &res, start, end)
+		}
 		return res, nil
 	}
 	if !cut && s.breaker.failed(end, false, false, err) {
@@ -298,16 +342,21 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, by time.Time) (li
 	return res, err
 }
 
-// call runs the wrapped Take. A panic counts as a failed call for the
+// call runs the wrapped Take (Reset when op is nil). A panic counts as a failed call for the
 // breaker (a probe that panics must not leave the breaker probing for
 // ever) and is then re-raised for the engine to recover and report.
-func (s *Store) call(ctx context.Context, op *limitstore.Op, verdict breakerVerdict) (limitstore.Result, error) {
+func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verdict breakerVerdict) (limitstore.Result, error) {
 	done := false
 	defer func() {
 		if !done && s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked) {
 			s.transitionOpened(false, errPanicked)
 		}
 	}()
+	if op == nil {
+		err := s.next.(limitstore.Resetter).Reset(ctx, keys)
+		done = true
+		return limitstore.Result{}, err
+	}
 	res, err := s.next.Take(ctx, op)
 	done = true
 	return res, err

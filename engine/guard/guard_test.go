@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limitstore"
@@ -58,4 +59,62 @@ func TestWrapperKeepsTheStoresClaims(t *testing.T) {
 	}
 	mustNew(t, guarded(t, limittest.NewStore(nil)), p) // no Claims inside: not checked
 	mustNew(t, guarded(t, limittest.NewStore(nil)), p)
+}
+
+// TestPeekAndResetThroughTheGuard: a Peek is never answered by the deny
+// cache (the store is asked each time) and never fills it; a Reset drops
+// the cached denials of its keys, so the next request reaches the store and
+// is admitted; both fail with the store's error behind an open breaker, and
+// with errors.ErrUnsupported when the wrapped store has no Reset.
+func TestPeekAndResetThroughTheGuard(t *testing.T) {
+	ctx := context.Background()
+	ref := ioStore(nil)
+	flaky := &limittest.FlakyStore{Store: ref}
+	g := guarded(t, flaky)
+	l := mustNew(t, g, limit.Policy{Limit: 1, Window: time.Hour})
+	for range 2 {
+		check(l, ctx, req("192.0.2.1:1", "/"))
+	}
+	calls := flaky.Calls()
+	if d := check(l, ctx, req("192.0.2.1:1", "/")).Decision; d.Allowed || flaky.Calls() != calls {
+		t.Fatalf("the denial was not cached: %+v, %d calls", d, flaky.Calls()-calls)
+	}
+	for range 3 {
+		if d, err := l.Peek(ctx, "192.0.2.1"); err != nil || d.Allowed {
+			t.Fatalf("Peek: %+v, %v", d, err)
+		}
+	}
+	if n := flaky.Calls() - calls; n != 3 {
+		t.Fatalf("3 Peeks made %d store calls, want 3 (the deny cache answers no Peek)", n)
+	}
+	if err := l.Reset(ctx, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if d := check(l, ctx, req("192.0.2.1:1", "/")).Decision; !d.Allowed {
+		t.Fatalf("after Reset the cached denial answered: %+v", d)
+	}
+	flaky.Fail()
+	if _, err := l.Peek(ctx, "192.0.2.1"); !errors.Is(err, limittest.ErrDown) {
+		t.Fatalf("Peek on a failing store: %v", err)
+	}
+	for range 5 {
+		_ = l.Reset(ctx, "192.0.2.1")
+	}
+	if err := l.Reset(ctx, "192.0.2.1"); !errors.Is(err, limitstore.ErrCircuitOpen) {
+		t.Fatalf("Reset behind the open breaker: %v", err)
+	}
+	bare := guarded(t, takeOnly{ref})
+	if err := bare.Reset(ctx, [][]byte{[]byte("k")}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Reset through a guard on a Take-only store: %v", err)
+	}
+	if _, err := bare.Take(ctx, &limitstore.Op{Peek: true, N: 1, Cost: 1}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Peek through a guard on a Take-only store: %v", err)
+	}
+}
+
+// takeOnly hides every method of its store but Take.
+type takeOnly struct{ s limitstore.Store }
+
+func (o takeOnly) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	return o.s.Take(ctx, op)
 }

@@ -59,6 +59,13 @@ type Op struct {
 	// Refund gives Cost back to each quota (see Quota.Window) instead of
 	// taking it.
 	Refund bool
+	// Peek asks for the Result the same Op would get taken now, with
+	// nothing written: Apply decides on copies of the States and reports
+	// every TTLMS as 0, so the store creates no key, changes no State and
+	// no time to live. Refund is false on a Peek. The engine sends a Peek
+	// only to a store that implements Resetter (so a store written before
+	// Peek existed never takes one for a Take).
+	Peek bool
 	// Cost is what the request takes from every quota, >= 0. The engine
 	// never sends more than a quota's capacity (Limit, or Burst) plus 1, so
 	// a store may assume 0 <= Cost <= capacity+1; Apply denies any Cost
@@ -189,7 +196,13 @@ type Result struct {
 // For a Refund op it updates the states it can refund and reports Allowed
 // with the new numbers; the store writes each State whose TTLMS > 0,
 // keeping the key's existing expiry, and never creates a key.
+//
+// For a Peek op it returns what the same Op taken would return and leaves
+// states alone; every TTLMS is 0 (nothing to write).
 func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
+	if op.Peek {
+		return op.peek(states, now)
+	}
 	n := min(max(op.N, 0), MaxQuotas)
 	res.NowMS, res.N = now, n
 	switch {
@@ -218,6 +231,18 @@ func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
 		}
 	}
 	res.Allowed = all
+	return res
+}
+
+// peek is Apply for a Peek: the take's answer on copies of the states,
+// with nothing to write.
+func (op *Op) peek(states *[MaxQuotas]State, now int64) Result {
+	take, view := *op, *states
+	take.Peek, take.Refund = false, false
+	res := take.Apply(&view, now)
+	for i := range res.N {
+		res.Quotas[i].TTLMS = 0
+	}
 	return res
 }
 

@@ -73,7 +73,9 @@ func randomQuota(rng *rand.Rand, alg Algorithm, waiting bool) (Quota, refmodel.Q
 // quotas of mixed algorithms, costs 0..capacity+1, refunds of earlier
 // charges, clock steps forwards and backwards, small and large) through
 // Op.Apply and the models, and compares every field of every Result, which
-// states are written, and the time to live of each written state.
+// states are written, and the time to live of each written state. Peeks
+// (the models' answer from copies, nothing written) and resets (every
+// state forgotten) are mixed in.
 func TestApplyAgainstReferenceModels(t *testing.T) {
 	const steps = 40_000
 	for _, mix := range []string{"fixed-window", "sliding-window", "token-bucket", "mixed", "waiting-token-bucket", "waiting-mixed"} {
@@ -138,6 +140,38 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					o = charges[rng.IntN(len(charges))]
 					o.Refund = true
 				}
+				switch r := rng.IntN(100); {
+				case r < 8 && !o.Refund:
+					// A Peek: the answer of the same Op taken, from
+					// copies of the models; nothing written, no state
+					// changed.
+					o.Peek = true
+					views := make([]refmodel.Quota, len(models))
+					for j, m := range models {
+						views[j] = m.Clone()
+					}
+					want, _ := refOp(t, views, &o, now)
+					before := sts
+					got := o.Apply(&sts, now)
+					for j := range got.N {
+						if got.Quotas[j].TTLMS != 0 {
+							t.Fatalf("step %d: Peek quota %d has TTLMS %d", i, j, got.Quotas[j].TTLMS)
+						}
+					}
+					if got != want || sts != before {
+						t.Fatalf("step %d: Peek (%+v, now %d, states %+v -> %+v):\n got %+v\nwant %+v", i, o, now, before, sts, got, want)
+					}
+					counts[3]++
+					continue
+				case r < 10:
+					// A Reset: the store deletes every state.
+					sts = [MaxQuotas]State{}
+					for _, m := range models {
+						m.Forget()
+					}
+					charges = charges[:0]
+					continue
+				}
 				before := sts
 				want, write := refOp(t, models, &o, now)
 				got := o.Apply(&sts, now)
@@ -184,7 +218,7 @@ func TestApplyAgainstReferenceModels(t *testing.T) {
 					counts[2]++
 				}
 			}
-			t.Logf("%d refunds, %d admitted (%d with a reserved slot), %d denied", counts[0], counts[1], waited, counts[2])
+			t.Logf("%d refunds, %d admitted (%d with a reserved slot), %d denied, %d peeks", counts[0], counts[1], waited, counts[2], counts[3])
 			if strings.HasPrefix(mix, "waiting") && waited < steps/50 {
 				t.Errorf("only %d admissions reserved a slot", waited)
 			}

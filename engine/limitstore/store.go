@@ -38,6 +38,24 @@ type Store interface {
 	Take(ctx context.Context, op *Op) (Result, error)
 }
 
+// Resetter is a Store that can also look without writing and forget: it
+// honours Op.Peek in Take (the Result the Op would get, nothing written)
+// and implements Reset. limit.Limiter's Peek and Reset need one; on any
+// other Store they return an error wrapping errors.ErrUnsupported, and the
+// engine never sends it a Peek.
+//
+// Reset deletes the States under keys, every one of them or none, as one
+// atomic step: a concurrent Take on any of the keys runs wholly before or
+// wholly after it. The engine passes the keys of one identity, which share
+// one Redis Cluster hash tag ("{...}"), at most a few hundred of them.
+// Deleting an absent key is no error (Reset is idempotent). As for Take, a
+// non-nil error means the backend failed; the store must honour ctx's
+// deadline and keep no key after it returns.
+type Resetter interface {
+	Store
+	Reset(ctx context.Context, keys [][]byte) error
+}
+
 // Info is what a Store tells the engine about itself: a Store that has a
 // method
 //

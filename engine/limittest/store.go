@@ -3,6 +3,7 @@ package limittest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +37,10 @@ type entry struct {
 }
 
 var (
-	_ limitstore.Store                        = (*Store)(nil)
+	_ limitstore.Resetter                     = (*Store)(nil)
+	_ limitstore.Resetter                     = FailingStore{}
+	_ limitstore.Resetter                     = SlowStore{}
+	_ limitstore.Resetter                     = (*FlakyStore)(nil)
 	_ interface{ Describe() limitstore.Info } = (*Store)(nil)
 )
 
@@ -93,7 +97,7 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, e
 // Describe describes the store to the engine (limitstore.Info): it returns Info.
 func (s *Store) Describe() limitstore.Info { return s.Info }
 
-// Calls returns how many times Take was called.
+// Calls returns how many times Take or Reset was called.
 func (s *Store) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,8 +111,20 @@ func (s *Store) Keys() []string {
 	return append([]string(nil), s.keys...)
 }
 
-// Reset forgets every key.
-func (s *Store) Reset() {
+// Reset implements limitstore.Resetter: it deletes the keys, all under the
+// store's one lock.
+func (s *Store) Reset(_ context.Context, keys [][]byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	for _, k := range keys {
+		delete(s.m, string(k))
+	}
+	return nil
+}
+
+// Clear forgets every key.
+func (s *Store) Clear() {
 	s.mu.Lock()
 	clear(s.m)
 	s.keys = nil
@@ -137,6 +153,16 @@ func (f FailingStore) Take(context.Context, *limitstore.Op) (limitstore.Result, 
 	}
 	return limitstore.Result{}, ErrDown
 }
+
+// Reset implements limitstore.Resetter: it fails (or panics) as Take does.
+func (f FailingStore) Reset(ctx context.Context, _ [][]byte) error {
+	_, err := f.Take(ctx, nil)
+	return err
+}
+
+// errNoReset is the error of a wrapper's Reset whose Store is not a
+// limitstore.Resetter.
+var errNoReset = fmt.Errorf("limittest: the wrapped store does not implement limitstore.Resetter: %w", errors.ErrUnsupported)
 
 // SlowStore passes every call to Store after Delay, as a backend that
 // answers late; Delay 0 means never (a backend that stopped answering: the
@@ -167,6 +193,30 @@ func (s SlowStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Resu
 	case <-wait:
 	}
 	return s.Store.Take(ctx, op)
+}
+
+// Reset implements limitstore.Resetter: Store's Reset, after Delay, as
+// Take.
+func (s SlowStore) Reset(ctx context.Context, keys [][]byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var wait <-chan time.Time
+	if s.Delay > 0 {
+		t := time.NewTimer(s.Delay)
+		defer t.Stop()
+		wait = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wait:
+	}
+	r, ok := s.Store.(limitstore.Resetter)
+	if !ok {
+		return errNoReset
+	}
+	return r.Reset(ctx, keys)
 }
 
 // FlakyStore passes calls to Store until switched: Fail makes every call
@@ -211,7 +261,27 @@ func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	return f.Store.Take(ctx, op)
 }
 
-// Calls returns how many times Take was called.
+// Reset implements limitstore.Resetter: Store's Reset, failing or hanging
+// as Take does (and counted with Take's calls).
+func (f *FlakyStore) Reset(ctx context.Context, keys [][]byte) error {
+	f.calls.Add(1)
+	switch f.mode.Load() {
+	case failing:
+		f.fails.Add(1)
+		return ErrDown
+	case hanging:
+		f.fails.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	r, ok := f.Store.(limitstore.Resetter)
+	if !ok {
+		return errNoReset
+	}
+	return r.Reset(ctx, keys)
+}
+
+// Calls returns how many times Take or Reset was called.
 func (f *FlakyStore) Calls() int64 { return f.calls.Load() }
 
 // Failures returns how many calls failed (or hung) because of Fail or Hang.

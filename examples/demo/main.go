@@ -12,6 +12,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -69,7 +70,7 @@ func run(framework string) error {
 	// -disclosure always: every response carries the RateLimit fields, so
 	// the demo can show the quotas of /v1/reports and the plans of
 	// /v1/export.
-	base, banner, stop, err := start(framework, "-disclosure", "always")
+	base, banner, stop, err := start(framework, "-disclosure", "always", "-admin-token", adminToken)
 	if err != nil {
 		return err
 	}
@@ -162,6 +163,7 @@ func run(framework string) error {
 	defer stopShadow()
 	shadowLogin := sendTo(shadowBase, "-shadow: POST /v1/login", "127.0.0.2", "POST", "/v1/login", 8)
 	shadowReports := sendTo(shadowBase, "-shadow: GET /v1/reports", "127.0.0.2", "GET", "/v1/reports", 4)
+	noAdmin, _, _ := request(limittest.ClientFrom("127.0.0.31"), "GET", shadowBase+"/admin/limits/127.0.0.2", [2]string{"Authorization", "Bearer " + adminToken})
 	shadowLines, err := metricLines(shadowBase + "/metrics")
 	if err != nil {
 		return err
@@ -219,8 +221,9 @@ func run(framework string) error {
 	check(exportNone.ok == 5 && exportNone.limited == 1, "export: no key: keyed by client address, 5 per 60 s")
 	check(strings.Contains(proPolicy, `"export";q=20;w=60`) && strings.Contains(freePolicy, `"export";q=5;w=60`),
 		"export: RateLimit-Policy shows the plan's numbers: "+proPolicy+" / "+freePolicy)
+	check(noAdmin == http.StatusNotFound, fmt.Sprintf("admin: a server without -admin-token has no admin route (GET /admin/limits/127.0.0.2: %d, want 404)", noAdmin))
 	check(shadowLogin.ok == 8 && shadowReports.ok == 4, "-shadow: no 429 at all (8 logins and 4 reports admitted)")
-	check(shadowLoginLimited == 3 && shadowM.sum("/v1/reports", false, "shadow-limited") == 2 && shadowM.total("limited") == 0,
+	check(shadowLoginLimited == 3 && shadowM.sum("/v1/reports", true, "shadow-limited") == 2 && shadowM.total("limited") == 0,
 		"-shadow: /metrics counts the would-be limits as outcome=\"shadow-limited\" (3 logins, 2 reports) and no limited")
 	for _, r := range rows {
 		check(r.other == 0, fmt.Sprintf("%s from %s: no status other than 200/429", r.route, r.client))
@@ -252,6 +255,7 @@ func run(framework string) error {
 	check(m.handlers["/health"] == 0 && m.handlers["/metrics"] == 0, "metrics: /health and /metrics are not limited, so not counted")
 	unmatched(framework, base, check)
 	signinAndStacked(base, loginClient, check)
+	adminReset(base, loginClient, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -423,6 +427,54 @@ func signinAndStacked(base, loginClient string, check func(bool, string)) {
 	check(strings.Contains(rl, `"100p60";r=94;`), "stacked mounts: the 3 limited logins charged the global limit nothing (global member r=94, not 91)")
 }
 
+// adminToken is the demo server's -admin-token.
+const adminToken = "demo-token"
+
+// adminReset shows the admin routes: loginClient spent its login quota
+// above; GET /admin/limits/{identity} shows it limited (without the token:
+// 401), DELETE resets it (204), and its next login is admitted.
+func adminReset(base, loginClient string, check func(bool, string)) {
+	c := limittest.ClientFrom("127.0.0.30")
+	defer c.CloseIdleConnections()
+	bearer := [2]string{"Authorization", "Bearer " + adminToken}
+	url := base + "/admin/limits/" + loginClient
+	noToken, _, _ := request(c, "GET", url)
+	before, beforeOK := adminPeek(c, url, bearer)
+	del, _, _ := request(c, "DELETE", url, bearer)
+	after, afterOK := adminPeek(c, url, bearer)
+	lc := limittest.ClientFrom(loginClient)
+	defer lc.CloseIdleConnections()
+	login, _, _ := request(lc, "POST", base+"/v1/login")
+	fmt.Printf("\nGET /admin/limits/%s: login %s\nDELETE: %d; GET again: login %s; POST /v1/login from %s: %d\n",
+		loginClient, before, del, after, loginClient, login)
+	check(noToken == http.StatusUnauthorized, "admin: without the Bearer token the admin routes answer 401")
+	check(beforeOK && strings.Contains(before, `"allowed":false`) && !strings.Contains(before, `"retry_after_ms":0`),
+		"admin: GET /admin/limits/{identity} shows the spent login limit with its Retry-After, and spends nothing")
+	check(del == http.StatusNoContent && afterOK && strings.Contains(after, `"allowed":true`) && strings.Contains(after, `"remaining":4`) && login == http.StatusOK,
+		"admin: DELETE /admin/limits/{identity} resets it (204): the next login is admitted")
+}
+
+// adminPeek returns the login part of GET url's JSON.
+func adminPeek(c *http.Client, url string, header ...[2]string) (string, bool) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return err.Error(), false
+	}
+	for _, h := range header {
+		req.Header.Add(h[0], h[1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer resp.Body.Close()
+	var body map[string]json.RawMessage
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return fmt.Sprintf("status %d", resp.StatusCode), false
+	}
+	return string(body["login"]), true
+}
+
 // metricLines fetches a Prometheus text exposition and returns its
 // quotagate_ sample lines.
 func metricLines(url string) ([]string, error) {
@@ -513,12 +565,16 @@ func label(line, name string) string {
 	return ""
 }
 
+// globalBucket is the global limit's bucket: its signature (100 per 60 s,
+// sliding window, unnamed).
+const globalBucket = "100p60"
+
 // sum adds the samples of handler with outcome, in the route's own bucket
-// (perRoute: the bucket starts with the route template) or in the global one.
+// (perRoute: any bucket but the global one) or in the global one.
 func (rs requestSeries) sum(handler string, perRoute bool, outcome string) float64 {
 	var n float64
 	for _, s := range rs.samples {
-		if s.handler == handler && s.outcome == outcome && strings.HasPrefix(s.bucket, "/") == perRoute {
+		if s.handler == handler && s.outcome == outcome && (s.bucket != globalBucket) == perRoute {
 			n += s.value
 		}
 	}

@@ -4,12 +4,13 @@
 //	GET  /health          not limited
 //	GET  /metrics         Prometheus metrics (quotagate_*), not limited
 //	GET  /v1/notes/:id    global limit only (HEAD too)
-//	POST /v1/login        + per-route fixed window 5/60s
+//	POST /v1/login        + fixed window 5/60s (bucket "login")
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/feed         + token bucket 5/s, burst 1: waits up to 2 s for a slot (MaxWait)
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
+//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global and login limiters
 //
 // Run: go run ./fiber -addr 127.0.0.1:8080
 package main
@@ -43,6 +44,10 @@ func main() {
 	a := fiber.New(fiber.Config{DisableStartupMessage: true})
 	a.Get("/health", text(app.HealthBody))
 	a.Get("/metrics", adaptor.HTTPHandler(l.Metrics))
+	if l.Admin != nil { // -admin-token
+		a.Get(app.AdminPrefix+"*", adaptor.HTTPHandler(l.Admin))
+		a.Delete(app.AdminPrefix+"*", adaptor.HTTPHandler(l.Admin))
+	}
 	// Every limiter sits at route level: in a Use mount in front of the
 	// routes (app.Use, app.Group(prefix, handler)) fiber has not matched the
 	// route yet, so the PerRoute limits could not find their buckets and the

@@ -4,12 +4,13 @@
 //	GET  /health          not limited
 //	GET  /metrics         Prometheus metrics (quotagate_*), not limited
 //	GET  /v1/notes/:id    global limit only (HEAD too)
-//	POST /v1/login        + per-route fixed window 5/60s
+//	POST /v1/login        + fixed window 5/60s (bucket "login")
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/feed         + token bucket 5/s, burst 1: waits up to 2 s for a slot (MaxWait)
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
+//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global and login limiters
 //
 // Run: go run ./gin -addr 127.0.0.1:8080
 package main
@@ -41,6 +42,10 @@ func main() {
 		r.Use(ginlimit.Middleware(l.Global))
 		r.GET("/health", text(app.HealthBody))
 		r.GET("/metrics", gin.WrapH(l.Metrics))
+		if l.Admin != nil { // -admin-token
+			r.GET(app.AdminPrefix+"*identity", gin.WrapH(l.Admin))
+			r.DELETE(app.AdminPrefix+"*identity", gin.WrapH(l.Admin))
+		}
 		r.GET("/v1/notes/:id", func(c *gin.Context) { text(app.NoteBody(c.Param("id")))(c) })
 		r.HEAD("/v1/notes/:id", text(""))
 		r.POST("/v1/login", ginlimit.Middleware(l.Login), text(app.LoginBody))

@@ -318,6 +318,9 @@ func (b *nodeBackend) Describe() limitstore.Info { return limitstore.Info{Name: 
 // script did not run) sends it again through the cluster client, which
 // follows the redirection, and asks for a new reading of the slots.
 func (b *nodeBackend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if op.Peek {
+		return b.peek(ctx, op)
+	}
 	var via rueidis.Client
 	if cb := b.n.client.Load(); cb != nil {
 		via = cb.c

@@ -35,6 +35,12 @@
 //     the clock has fallen far behind (a backward clock step), normalized as
 //     limitstore.Op.Apply says.
 //
+// Peek and Reset (limitstore.Resetter, for limit.Limiter's Peek and Reset):
+// a Peek is one call of lua/peek.lua, which reads TIME and MGETs the states
+// and writes nothing (Take then runs limitstore.Op.Apply on them as for a
+// decision); a Reset is one DEL of the identity's keys, atomic and on one
+// Cluster slot (they share its hash tag). Both go through the Store's guard.
+//
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
 // rejects policies that could exceed it. Per call the store allocates once
 // (rueidis' reply), so under load less than once per decision; a decision

@@ -20,6 +20,8 @@ import (
 //     algorithm, or a refund): one EVALSHA per decision.
 //   - lua/batch.lua decides a flight of Ops one after the other, each as
 //     take.lua would (group commit, see batch.go).
+//   - lua/peek.lua reads the clock and the states of a Peek (peek.go), and
+//     writes nothing; it is sent alone, without the prelude.
 //
 // Both pack their integers with the struct library of the server's Lua
 // (Redis, Valkey) and fall back to plain Lua where there is none
@@ -35,6 +37,9 @@ var takeBody string
 //go:embed lua/batch.lua
 var batchBody string
 
+//go:embed lua/peek.lua
+var peekSource string
+
 // takeSource is the script of one decision: lua/prelude.lua, then
 // lua/take.lua. batchSource is the script of a flight of several Ops:
 // lua/prelude.lua, then lua/batch.lua. Joined once, at init.
@@ -48,4 +53,5 @@ var (
 var (
 	takeScript  = rueidis.NewLuaScript(takeSource)
 	batchScript = rueidis.NewLuaScript(batchSource)
+	peekScript  = rueidis.NewLuaScript(peekSource)
 )

@@ -26,14 +26,16 @@ import (
 )
 
 // scriptFiles are the store's scripts by file, as the store sends them:
-// lua/prelude.lua, then the file.
+// lua/prelude.lua, then the file; or, alone, the file by itself.
 var scriptFiles = map[string]struct {
 	body   string       // the embedded text of the file
-	source string       // the script sent: the prelude, then the file
-	script *rueidis.Lua // the object store.go and batch.go call
+	source string       // the script sent: the prelude, then the file (alone: the file)
+	script *rueidis.Lua // the object store.go, batch.go and peek.go call
+	alone  bool         // sent without the prelude
 }{
-	"take.lua":  {takeBody, takeSource, takeScript},
-	"batch.lua": {batchBody, batchSource, batchScript},
+	"take.lua":  {takeBody, takeSource, takeScript, false},
+	"batch.lua": {batchBody, batchSource, batchScript, false},
+	"peek.lua":  {peekSource, peekSource, peekScript, true},
 }
 
 // preludeFile is the file every script begins with.
@@ -70,8 +72,8 @@ func (r *recorder) Do(_ context.Context, cmd rueidis.Completed) rueidis.RedisRes
 	return rueidis.RedisResult{}
 }
 
-// TestScriptFilesAreTheScriptsSent: every file in lua/ is the prelude or a
-// script the store sends after it, as it is: the SHA-1 of the prelude and
+// TestScriptFilesAreTheScriptsSent: every file in lua/ is the prelude, a
+// script the store sends after it, or one it sends alone, as it is: the SHA-1 of the prelude and
 // the file on disk, joined, is the one the store's rueidis.Lua sends with
 // EVALSHA (and EVAL, on NOSCRIPT, sends the text whose SHA-1 that is).
 func TestScriptFilesAreTheScriptsSent(t *testing.T) {
@@ -80,7 +82,7 @@ func TestScriptFilesAreTheScriptsSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(files) != len(scriptFiles)+1 {
-		t.Errorf("lua/ holds %v; the store sends %d scripts after %s", files, len(scriptFiles), preludeFile)
+		t.Errorf("lua/ holds %v; the store sends %d scripts besides %s", files, len(scriptFiles), preludeFile)
 	}
 	if preludeSource != readScript(t, preludeFile) {
 		t.Errorf("%s: the embedded text differs from the file", preludeFile)
@@ -99,6 +101,9 @@ func TestScriptFilesAreTheScriptsSent(t *testing.T) {
 			t.Errorf("%s: the embedded text differs from the file", name)
 		}
 		src := readSource(t, name)
+		if s.alone {
+			src = readScript(t, name)
+		}
 		if s.source != src {
 			t.Errorf("%s: the script sent is not %s and the file, joined", name, preludeFile)
 		}
@@ -210,7 +215,13 @@ func TestInlineCopies(t *testing.T) {
 	// take.lua first: its blocks are the originals of those prelude.lua
 	// does not mark.
 	names := []string{"take.lua", "batch.lua"}
-	if !slices.Equal(slices.Sorted(maps.Keys(scriptFiles)), slices.Sorted(slices.Values(names))) {
+	var after []string // the scripts sent after the prelude (peek.lua is sent alone)
+	for name, s := range scriptFiles {
+		if !s.alone {
+			after = append(after, name)
+		}
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(after)), slices.Sorted(slices.Values(names))) {
 		t.Fatalf("TestInlineCopies reads %v; the store sends %v", names, slices.Collect(maps.Keys(scriptFiles)))
 	}
 	copies := map[string]int{}

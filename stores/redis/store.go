@@ -277,6 +277,9 @@ type backend Store
 func (b *backend) Describe() limitstore.Info { return limitstore.Info{Name: "redis", Shared: true} }
 
 func (b *backend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if op.Peek {
+		return (*Store)(b).peek(ctx, op, nil)
+	}
 	return (*Store)(b).script(ctx, op)
 }
 
@@ -305,7 +308,7 @@ func (s *Store) Client() rueidis.Client {
 // limitstore.ErrCircuitOpen (wrapping the failure that opened it).
 func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if s.guard == nil {
-		return s.script(ctx, op)
+		return checked((*backend)(s).Take(ctx, op))
 	}
 	g := s.guard
 	if cr := s.cluster.Load(); cr != nil {
@@ -487,8 +490,18 @@ func decideStates(op *limitstore.Op, r int64, s string) (limitstore.Result, erro
 	if now == 0 {
 		return limitstore.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
-	var sts [limitstore.MaxQuotas]limitstore.State
-	for i := 0; i < n && len(s) > 0; i++ {
+	sts := readStates(op, now, s)
+	res := op.Apply(&sts, now)
+	if res.Allowed != allowed {
+		return limitstore.Result{}, fmt.Errorf("%w: the script decided %v, the engine %v on states %v at %d", ErrBadReply, allowed, res.Allowed, sts, now)
+	}
+	return res, nil
+}
+
+// readStates decodes the values a script read for op's quotas (stateLen
+// bytes each, or none at all) at now.
+func readStates(op *limitstore.Op, now int64, s string) (sts [limitstore.MaxQuotas]limitstore.State) {
+	for i := 0; i < op.N && len(s) > 0; i++ {
 		v := s[stateLen*i:]
 		// The script's rule (lua/take.lua, "the state read"): a state
 		// counts only while its expiry is after now, and not absurdly far
@@ -503,11 +516,7 @@ func decideStates(op *limitstore.Op, r int64, s string) (limitstore.Result, erro
 			sts[i].Window, sts[i].Count, sts[i].Prev = a, b, c
 		}
 	}
-	res := op.Apply(&sts, now)
-	if res.Allowed != allowed {
-		return limitstore.Result{}, fmt.Errorf("%w: the script decided %v, the engine %v on states %v at %d", ErrBadReply, allowed, res.Allowed, sts, now)
-	}
-	return res, nil
+	return sts
 }
 
 // maxClockMS is the latest caller's clock reading a Take accepts (Unix ms,

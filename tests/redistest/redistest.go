@@ -107,3 +107,11 @@ func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	}
 	return n.Store.Take(ctx, &o)
 }
+
+func (n *namespaced) Reset(ctx context.Context, keys [][]byte) error {
+	ks := make([][]byte, len(keys))
+	for i, k := range keys {
+		ks[i] = append([]byte(n.ns), k...)
+	}
+	return n.Store.Reset(ctx, ks)
+}

@@ -44,7 +44,32 @@ type Quota interface {
 	ResetAfter(t int64) int64
 	// TTLBound is the longest time to live a state may get.
 	TTLBound() int64
+	// Clone returns an independent copy: what a look that writes nothing
+	// (a Peek) works on.
+	Clone() Quota
+	// Forget makes the quota fresh, as a store that deleted its state (a
+	// Reset).
+	Forget()
 }
+
+// Clone implements Quota.
+func (m *Window) Clone() Quota {
+	c := *m
+	c.total = make(map[int64]int64, len(m.total))
+	for k, v := range m.total {
+		c.total[k] = v
+	}
+	return &c
+}
+
+// Forget implements Quota.
+func (m *Window) Forget() { m.stored, m.total = 0, map[int64]int64{} }
+
+// Clone implements Quota.
+func (m *Bucket) Clone() Quota { c := *m; return &c }
+
+// Forget implements Quota.
+func (m *Bucket) Forget() { m.level, m.t0 = m.burst*m.w, 0 }
 
 // Remaining is how many cost-1 requests m admits at t: the largest n that
 // fits.

@@ -46,6 +46,7 @@ type Config struct {
 	Headers        string
 	Shadow         bool
 	Otel           bool
+	AdminToken     string
 }
 
 // ParseFlags parses the example servers' flags from os.Args.
@@ -59,6 +60,7 @@ func ParseFlags() Config {
 	flag.StringVar(&c.Disclosure, "disclosure", "retry-after", "none|retry-after|on-limit|always")
 	flag.StringVar(&c.Headers, "headers", "ietf", "comma-separated header styles: ietf,triplet,legacy")
 	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
+	flag.StringVar(&c.AdminToken, "admin-token", "", "serve GET and DELETE "+AdminPrefix+"{identity} (the Peek and the Reset of the global and login limiters) to callers sending Authorization: Bearer TOKEN; empty: no admin routes")
 	flag.BoolVar(&c.Otel, "otel", false, "record quotagate's metrics through the OpenTelemetry SDK (otellimit), printed as JSON by the stdout exporter on stderr every 10 s, instead of on GET /metrics")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -74,7 +76,8 @@ type Limiters struct {
 	// 405) included, so that a scanner is limited like any client. CORS
 	// preflights are not limited (the engine's default).
 	Global *limit.Limiter
-	// Login: PerRoute fixed window, 5 per 60 s, on POST /v1/login.
+	// Login: fixed window, 5 per 60 s, on POST /v1/login (named "login":
+	// one bucket, which the admin routes can look up and reset).
 	Login *limit.Limiter
 	// Search: PerRoute token bucket, 1 per second with a burst of 5, on
 	// GET /v1/search; ?expensive=1 costs 3.
@@ -104,7 +107,11 @@ type Limiters struct {
 	// Metrics serves the limiters' Prometheus metrics (quotagate_*) for
 	// GET /metrics, which every example mounts outside the limiter.
 	Metrics http.Handler
-	shadow  bool
+	// Admin serves GET and DELETE AdminPrefix+"{identity}" (the Peek and
+	// the Reset of Global and Login) to callers with the -admin-token; nil
+	// without the flag, and then the examples mount no admin route.
+	Admin  http.Handler
+	shadow bool
 	// flush, with -otel, exports the last measurements at shutdown.
 	flush func(context.Context) error
 }
@@ -238,7 +245,7 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, fmt.Errorf("global policy: %w", err)
 	}
 	login, err := global.With(limit.Policy{
-		Scope: limit.PerRoute, Algorithm: limit.FixedWindow, Limit: 5, Window: 60 * time.Second,
+		Name: "login", Algorithm: limit.FixedWindow, Limit: 5, Window: 60 * time.Second,
 		Disclosure: disclosure, HeaderStyle: style, FailureMode: failure, Shadow: c.Shadow,
 	})
 	if err != nil {
@@ -280,11 +287,15 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signin policy: %w", err)
 	}
-	return &Limiters{
+	l := &Limiters{
 		Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
-	}, nil
+	}
+	if c.AdminToken != "" {
+		l.Admin = &adminHandler{token: c.AdminToken, names: []string{"global", "login"}, limiters: []*limit.Limiter{global, login}}
+	}
+	return l, nil
 }
 
 // FeedMaxWait is how long a GET /v1/feed request waits for its slot.
@@ -448,13 +459,16 @@ func SigninStatus(password string) int {
 // Describe is the start-up line's policy part.
 func (l *Limiters) Describe() string {
 	d := "policies: global " + limit.SlidingWindow.String() + " 100/60s shared; " +
-		"POST /v1/login fixed-window 5/60s per route; " +
+		"POST /v1/login fixed-window 5/60s (bucket login); " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
 		"GET /v1/feed token-bucket 5/s burst 1, waits up to 2s for a slot; " +
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
 		"a request a per-route limit answers 429 charges the global limit nothing"
+	if l.Admin != nil {
+		d += "; admin routes GET|DELETE " + AdminPrefix + "{identity} (Bearer token)"
+	}
 	if l.shadow {
 		d += "; SHADOW MODE: nothing is limited, would-be limits are counted (outcome=shadow-limited)"
 	}
