@@ -23,6 +23,7 @@
 //	quotagate.store.breaker.open{store}                      Int64Gauge      1 open, 0 closed
 //	quotagate.store.breaker.opens{store}                     Int64Counter    {opening}
 //	quotagate.store.evictions{store,reason}                  Int64ObservableCounter {entry} (RegisterEvictions)
+//	quotagate.store.may_evict{store,policy}                  Int64ObservableGauge 1 may evict, 0 not (RegisterEvictionPolicy)
 //
 // The attributes mean what promlimit's labels mean (see its package
 // documentation): bucket the bucket name, handler the router's route

@@ -27,6 +27,7 @@ const (
 	StoreBreakerOpen  = "quotagate.store.breaker.open"
 	StoreBreakerOpens = "quotagate.store.breaker.opens"
 	StoreEvictions    = "quotagate.store.evictions"
+	StoreMayEvict     = "quotagate.store.may_evict"
 	Wait              = "quotagate.wait"
 )
 
@@ -100,6 +101,7 @@ type Observer struct {
 	open      metric.Int64Gauge
 	opens     metric.Int64Counter
 	evictions metric.Int64ObservableCounter
+	mayEvict  metric.Int64ObservableGauge
 
 	reqCache   cache[requestKey, []metric.AddOption]
 	refCache   cache[refundKey, []metric.AddOption]
@@ -198,6 +200,9 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	add(err)
 	o.evictions, err = m.Int64ObservableCounter(StoreEvictions, metric.WithUnit("{entry}"),
 		metric.WithDescription("Entries a rate-limit store removed to bound its memory, by store and reason: expired (past their time to live) or live (evicted before it to make room)."))
+	add(err)
+	o.mayEvict, err = m.Int64ObservableGauge(StoreMayEvict,
+		metric.WithDescription("1 when the rate-limit store's server may evict the limiter's state under its memory policy (each evicted key gives its client a fresh quota), else 0; by store and the server's policy."))
 	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otellimit: New: %w", err)
@@ -373,4 +378,52 @@ func clampInt64(v uint64) int64 {
 		return math.MaxInt64
 	}
 	return int64(v)
+}
+
+// EvictionPolicyReader is implemented by stores on a server whose memory
+// policy may drop their state, such as the Redis store (redisstore.Store):
+// EvictionPolicy returns the server's policy as read when the store
+// connected ("noeviction", "allkeys-lru", ...; "" when it could not be
+// read) and whether the server may evict the limiter's keys under it. It
+// must be safe for concurrent use; it is called once per collection.
+type EvictionPolicyReader interface {
+	EvictionPolicy() (policy string, evicts bool)
+}
+
+// evictionPolicies are the policy attribute's values (Redis's and
+// Valkey's maxmemory-policy choices); anything else reads as "other", and
+// a policy not read as "unknown" (promlimit's values).
+var evictionPolicies = map[string]bool{
+	"noeviction": true, "allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true,
+	"volatile-lru": true, "volatile-lfu": true, "volatile-random": true, "volatile-ttl": true,
+}
+
+// RegisterEvictionPolicy reports r's policy in quotagate.store.may_evict
+// {store, policy}, read at each collection: 1 when the store's server may
+// evict the limiter's state (every allkeys-* and volatile-* policy of
+// Redis: an evicted key gives its client a fresh quota), else 0; store is
+// the store's name (e.g. "redis"), policy the server's ("unknown" when the
+// store could not read it, "other" for a name outside Redis's). It is
+// promlimit.NewEvictionPolicyCollector's counterpart. Unregister the
+// returned Registration to stop.
+func (o *Observer) RegisterEvictionPolicy(store string, r EvictionPolicyReader) (metric.Registration, error) {
+	if r == nil {
+		return nil, errors.New("otellimit: RegisterEvictionPolicy: nil EvictionPolicyReader")
+	}
+	store = label(store)
+	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		policy, evicts := r.EvictionPolicy()
+		switch {
+		case policy == "":
+			policy = "unknown"
+		case !evictionPolicies[policy]:
+			policy = "other"
+		}
+		var v int64
+		if evicts {
+			v = 1
+		}
+		obs.ObserveInt64(o.mayEvict, v, metric.WithAttributes(attribute.String("store", store), attribute.String("policy", policy)))
+		return nil
+	}, o.mayEvict)
 }

@@ -2,6 +2,7 @@ package otellimit_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -150,6 +151,50 @@ func TestStoreSideEvents(t *testing.T) {
 	})
 	if err := reg.Unregister(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+type evictionPolicy struct {
+	policy string
+	evicts bool
+}
+
+func (e evictionPolicy) EvictionPolicy() (string, bool) { return e.policy, e.evicts }
+
+// The eviction-policy gauge reads 1 for a policy that may evict the
+// limiter's keys, 0 for noeviction, with promlimit's policy values
+// ("unknown" when not read, "other" outside Redis's names).
+func TestEvictionPolicyGauge(t *testing.T) {
+	for _, c := range []struct {
+		in     evictionPolicy
+		policy string
+		want   int
+	}{
+		{evictionPolicy{"allkeys-lru", true}, "allkeys-lru", 1},
+		{evictionPolicy{"volatile-ttl", true}, "volatile-ttl", 1},
+		{evictionPolicy{"noeviction", false}, "noeviction", 0},
+		{evictionPolicy{"", false}, "unknown", 0},
+		{evictionPolicy{"made-up", true}, "other", 1},
+	} {
+		obs, reader := newObserver(t)
+		reg, err := obs.RegisterEvictionPolicy("redis", c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range points(t, reader) {
+			if strings.HasPrefix(p, "quotagate.store.may_evict") {
+				got = append(got, p)
+			}
+		}
+		equal(t, got, []string{fmt.Sprintf("quotagate.store.may_evict{policy=%s,store=redis} %d", c.policy, c.want)})
+		if err := reg.Unregister(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs, _ := newObserver(t)
+	if _, err := obs.RegisterEvictionPolicy("redis", nil); err == nil {
+		t.Error("RegisterEvictionPolicy(nil) succeeded")
 	}
 }
 
