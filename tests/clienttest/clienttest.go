@@ -76,6 +76,16 @@ func serve(t *testing.T, h conformance.Harness, app *conformance.App) string {
 	return "http://" + ln.Addr().String()
 }
 
+// newWire returns a wire over a fresh transport whose idle connections are
+// closed when t ends, before the server (served earlier, so cleaned up
+// later) shuts down: a kept-alive or spare connection would otherwise hold
+// a fasthttp server's graceful shutdown until it counts as idle.
+func newWire(t *testing.T) *wire {
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &wire{base: tr}
+}
+
 func setup(t *testing.T) (*clock, *limittest.Store) {
 	c := &clock{Clock: limittest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), slept: map[string]time.Duration{}}
 	return c, limittest.NewStore(c.Now)
@@ -120,7 +130,7 @@ func Run(t *testing.T, h conformance.Harness) {
 		url := serve(t, h, &conformance.App{Routes: []*conformance.Route{
 			{Method: "GET", Path: "/v1/search", Limiters: []*limit.Limiter{l}},
 		}})
-		w := &wire{base: &http.Transport{}}
+		w := newWire(t)
 		c := &http.Client{Transport: limitclient.New(w, limitclient.WithClock(clk.Now, clk.sleep))}
 		for i := range 12 {
 			if st := send(t, c, url+"/v1/search", ""); st != http.StatusOK {
@@ -144,7 +154,7 @@ func Run(t *testing.T, h conformance.Harness) {
 		url := serve(t, h, &conformance.App{Routes: []*conformance.Route{
 			{Method: "GET", Path: "/v1/notes", Limiters: []*limit.Limiter{l}},
 		}})
-		w := &wire{base: &http.Transport{}}
+		w := newWire(t)
 		c := &http.Client{Transport: limitclient.New(w, limitclient.WithClock(clk.Now, clk.sleep), limitclient.WithMaxWait(2*time.Minute))}
 		for i := range 3 {
 			if st := send(t, c, url+"/v1/notes", ""); st != http.StatusOK {
@@ -177,7 +187,7 @@ func Run(t *testing.T, h conformance.Harness) {
 			{Method: "GET", Path: "/v1/spent", Limiters: []*limit.Limiter{tight}},
 			{Method: "GET", Path: "/v1/fresh", Limiters: []*limit.Limiter{roomy}},
 		}})
-		w := &wire{base: &http.Transport{}}
+		w := newWire(t)
 		c := &http.Client{Transport: limitclient.New(w,
 			limitclient.WithClock(clk.Now, clk.sleep),
 			limitclient.WithPartition(func(r *http.Request) string { return r.URL.Path }))}
