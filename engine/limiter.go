@@ -281,7 +281,11 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity, in the bucket named by Policy.Name or else the signature. A blank
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
-// want to log it (it never means "limited"). Events are emitted as for Check,
+// want to log it (it never means "limited"). A ctx cancelled while the store
+// is asked, when the store returns at the cancellation (a guarded store
+// does: see package guard) or fails with context.Canceled, gives a Decision
+// that admits nothing, whatever the FailureMode, with that error (the caller
+// is gone; what the call did in the store stays done). Events are emitted as for Check,
 // with an empty handler. OnStoreError and OnLimited are called as for Check,
 // with a Request whose Native is identity (a string) and whose other fields
 // are empty; SkipPaths, Skip and LimitedResponse do not apply.

@@ -1,0 +1,53 @@
+package guard_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limittest"
+)
+
+// BenchmarkGuardedConsume is one allowed decision through the guard over
+// an in-process store, with the caller's cancellation watched (the path
+// that releases a caller that goes away) and beside it unwatched (the path
+// before it), for a caller with a background context and one with a
+// cancellable context (every HTTP request's), in one run:
+//
+//	go test -run '^$' -bench GuardedConsume -benchmem -count 5 ./guard
+func BenchmarkGuardedConsume(b *testing.B) {
+	ids := make([]string, 1024)
+	for i := range ids {
+		ids[i] = "client-" + strconv.Itoa(i)
+	}
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, path := range []struct {
+		name string
+		opts []guard.Option
+	}{{"unwatched", []guard.Option{guard.WithoutWatch()}}, {"watched", nil}} {
+		for _, c := range []struct {
+			name string
+			ctx  context.Context
+		}{{"background", context.Background()}, {"cancellable", cancellable}} {
+			b.Run(path.name+"/"+c.name, func(b *testing.B) {
+				opts := append([]guard.Option{guard.WithoutDenyCache()}, path.opts...)
+				l := mustNew(b, guarded(b, limittest.NewStore(nil), opts...), limit.Policy{Limit: 1 << 28, Window: time.Hour})
+				for _, id := range ids {
+					l.Consume(c.ctx, id)
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if d, err := l.Consume(c.ctx, ids[i%len(ids)]); err != nil || !d.Allowed {
+						b.Fatal(d, err)
+					}
+					i++
+				}
+			})
+		}
+	}
+}
