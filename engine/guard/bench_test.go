@@ -8,6 +8,7 @@ import (
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/guard"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -15,9 +16,11 @@ import (
 // an in-process store, with the caller's cancellation watched (the path
 // that releases a caller that goes away) and beside it unwatched (the path
 // before it), for a caller with a background context and one with a
-// cancellable context (every HTTP request's), in one run:
+// cancellable context (every HTTP request's), over a store that never
+// waits (memory) and one that asks for its context's Done channel on every
+// call, as a network client does while it waits (asks-done), in one run:
 //
-//	go test -run '^$' -bench GuardedConsume -benchmem -count 5 ./guard
+//	go test -run '^$' -bench GuardedConsume -benchmem ./guard
 func BenchmarkGuardedConsume(b *testing.B) {
 	ids := make([]string, 1024)
 	for i := range ids {
@@ -25,29 +28,50 @@ func BenchmarkGuardedConsume(b *testing.B) {
 	}
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for _, path := range []struct {
+	for _, st := range []struct {
 		name string
-		opts []guard.Option
-	}{{"unwatched", []guard.Option{guard.WithoutWatch()}}, {"watched", nil}} {
-		for _, c := range []struct {
+		new  func() limitstore.Store
+	}{
+		{"memory", func() limitstore.Store { return limittest.NewStore(nil) }},
+		{"asks-done", func() limitstore.Store { return askDone{limittest.NewStore(nil)} }},
+	} {
+		for _, path := range []struct {
 			name string
-			ctx  context.Context
-		}{{"background", context.Background()}, {"cancellable", cancellable}} {
-			b.Run(path.name+"/"+c.name, func(b *testing.B) {
-				opts := append([]guard.Option{guard.WithoutDenyCache()}, path.opts...)
-				l := mustNew(b, guarded(b, limittest.NewStore(nil), opts...), limit.Policy{Limit: 1 << 28, Window: time.Hour})
-				for _, id := range ids {
-					l.Consume(c.ctx, id)
-				}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if d, err := l.Consume(c.ctx, ids[i%len(ids)]); err != nil || !d.Allowed {
-						b.Fatal(d, err)
+			opts []guard.Option
+		}{{"unwatched", []guard.Option{guard.WithoutWatch()}}, {"watched", nil}} {
+			for _, c := range []struct {
+				name string
+				ctx  context.Context
+			}{{"background", context.Background()}, {"cancellable", cancellable}} {
+				b.Run(st.name+"/"+path.name+"/"+c.name, func(b *testing.B) {
+					opts := append([]guard.Option{guard.WithoutDenyCache()}, path.opts...)
+					l := mustNew(b, guarded(b, st.new(), opts...), limit.Policy{Limit: 1 << 28, Window: time.Hour})
+					for _, id := range ids {
+						l.Consume(c.ctx, id)
 					}
-					i++
-				}
-			})
+					b.ReportAllocs()
+					i := 0
+					for b.Loop() {
+						if d, err := l.Consume(c.ctx, ids[i%len(ids)]); err != nil || !d.Allowed {
+							b.Fatal(d, err)
+						}
+						i++
+					}
+				})
+			}
 		}
 	}
+}
+
+// askDone looks at its context's Done channel before each call, as a
+// network client does when it waits for a reply.
+type askDone struct{ limitstore.Store }
+
+func (s askDone) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	select {
+	case <-ctx.Done():
+		return limitstore.Result{}, ctx.Err()
+	default:
+	}
+	return s.Store.Take(ctx, op)
 }

@@ -223,17 +223,20 @@ func (d *deadline) stop() { d.timer.Stop() }
 // from the shared deadline, Value from the caller's context. It is pooled,
 // so passing it as a context.Context allocates nothing.
 //
-// The caller's cancellation. A call whose caller's context was not done
-// when it began has a Done channel of its own (own, made with the pooled
-// value), closed when the shared deadline is, and is put on its deadline's
-// list (one compare-and-swap). watchAfter later the deadline looks at the
-// list: a call that is over goes back to the pool; for one still waiting,
-// context.AfterFunc closes own when the caller goes away (at once if it
-// has), and Err then reports errCallerGone: a store that waits on its
-// context's Done channel returns, and the guard releases the caller. So
-// only a call that waits watchAfter pays (an AfterFunc, and its storeCtx
-// is left to the garbage collector), and a call that returns sooner pays a
-// push. A caller whose context was done before the call (a client that
+// The caller's cancellation. A store that waits on its context asks for
+// Done (rueidis does when it has sent a command, the Redis store when an
+// Op is queued); a store that never waits never asks. The first Done of a
+// call whose caller's context was not done when the call began returns a
+// channel of the call's own (own, made with the pooled value) and puts the
+// call on its deadline's list (one compare-and-swap). watchAfter after the
+// tick began the deadline looks at the list: a call that is over goes back
+// to the pool; for one still waiting, context.AfterFunc closes own when
+// the caller goes away (at once if it has), and Err then reports
+// errCallerGone: the store returns, and the guard releases the caller. own
+// is closed with the shared deadline too. So a call that returns within
+// watchAfter pays a push at most, and only a call that waits longer pays
+// the AfterFunc (its storeCtx is then left to the garbage collector). A
+// caller whose context was done before the call (a client that
 // half-closed its connection) is not released: it gets the store's
 // decision, as a caller that stays.
 //
@@ -253,14 +256,17 @@ type storeCtx struct {
 	next   *storeCtx     // in its deadline's list (watched, then kept)
 }
 
-// storeCtx states. A call begins scShared (its Done is the tick's) or
-// scWatched (on its deadline's list); look takes a watched one that is over
-// (scEnded) back to the pool, or keeps one still waiting (scLooking, then
-// scKept), which ends scReleased (its caller went away), scTimedOut (the
-// deadline closed) or scKeptEnded (the call returned), whichever comes
-// first.
+// storeCtx states. A call begins scShared (its Done is the tick's: the
+// caller's cancellation is not watched) or scFresh (watched once the store
+// asks for Done: scWatched, on its deadline's list; a Done asked after
+// the deadline looked is the tick's, scShared). look takes a watched call
+// that is over (scEnded) back to the pool, or keeps one still waiting
+// (scLooking, then scKept), which ends scReleased (its caller went away),
+// scTimedOut (the deadline closed) or scKeptEnded (the call returned),
+// whichever comes first.
 const (
 	scShared int32 = iota
+	scFresh
 	scWatched
 	scEnded
 	scLooking
@@ -275,19 +281,30 @@ const (
 func (sc *storeCtx) begin(parent context.Context, d *deadline, watch bool) {
 	sc.parent = parent
 	sc.d.Store(d)
-	if !watch || parent.Err() != nil {
-		return // scShared: the store's decision, as for a caller that stays
+	if watch && parent.Err() == nil {
+		sc.state.Store(scFresh)
+	} else {
+		sc.state.Store(scShared) // the store's decision, as for a caller that stays
 	}
-	sc.state.Store(scWatched)
+}
+
+// watch puts a fresh call on d's list, the first time its store asks for
+// Done, and returns its Done channel.
+func (sc *storeCtx) watch(d *deadline) <-chan struct{} {
+	if !sc.state.CompareAndSwap(scFresh, scWatched) {
+		return sc.Done() // another Done, or end, came first
+	}
 	for {
 		head := d.watched.Load()
-		if head == watchedTaken { // look has run: a call delayed past it
-			sc.state.Store(scShared)
-			return
+		if head == watchedTaken { // look has run: a call that waited only later
+			if sc.state.CompareAndSwap(scWatched, scShared) {
+				return d.done
+			}
+			return closedChan // over meanwhile (end left it to the garbage collector)
 		}
 		sc.next = head
 		if d.watched.CompareAndSwap(head, sc) {
-			return
+			return sc.own
 		}
 	}
 }
@@ -310,10 +327,15 @@ func (sc *storeCtx) release() {
 func (sc *storeCtx) end() bool {
 	sc.d.Store(nil)
 	for {
-		switch st := sc.state.Load(); st {
+		switch sc.state.Load() {
 		case scShared:
 			sc.parent = nil
 			return true
+		case scFresh:
+			if sc.state.CompareAndSwap(scFresh, scShared) {
+				sc.parent = nil
+				return true
+			}
 		case scWatched:
 			if sc.state.CompareAndSwap(scWatched, scEnded) {
 				return false // look reads parent and pools it
@@ -347,13 +369,17 @@ func (c *storeCtx) Deadline() (time.Time, bool) {
 }
 
 func (c *storeCtx) Done() <-chan struct{} {
-	if d := c.d.Load(); d != nil {
-		if c.state.Load() == scShared {
-			return d.done
-		}
-		return c.own
+	d := c.d.Load()
+	if d == nil {
+		return closedChan
 	}
-	return closedChan
+	switch c.state.Load() {
+	case scShared:
+		return d.done
+	case scFresh:
+		return c.watch(d)
+	}
+	return c.own
 }
 
 func (c *storeCtx) Err() error {
@@ -362,7 +388,7 @@ func (c *storeCtx) Err() error {
 		return context.DeadlineExceeded
 	}
 	switch c.state.Load() {
-	case scShared:
+	case scShared, scFresh:
 		if d.why.Load() != 0 {
 			return context.DeadlineExceeded
 		}
