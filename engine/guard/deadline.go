@@ -80,7 +80,7 @@ type deadline struct {
 	start int64     // monotonic ns: the tick's start (no call of it started earlier)
 	at    time.Time // nominal deadline: start + tick + timeout
 	done  chan struct{}
-	timer *time.Timer // the first check's; only stopped, by get
+	timer *time.Timer // the first timer's (look's, or the first check's); only stopped, by get
 	// why is 0 while done is open, then whyStoreSilent (the store answered
 	// nothing for a whole timeout) or whyTooLate (the store answered others
 	// but not this call within lateAnswerFactor timeouts).
