@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -432,9 +433,15 @@ func (c *call) message() string {
 			return p.Title
 		}
 	}
-	msg := strings.TrimSpace(string(c.body))
+	// A status message must be valid UTF-8: grpc cannot marshal one that is
+	// not and sends the status without its details (the RetryInfo).
+	msg := strings.ToValidUTF8(strings.TrimSpace(string(c.body)), "\uFFFD")
 	if len(msg) > maxMessage {
-		msg = strings.ToValidUTF8(msg[:maxMessage], "")
+		n := maxMessage
+		for !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n]
 	}
 	return msg
 }

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	grpclimit "github.com/quotagate/quotagate/adapters/grpc"
 	limit "github.com/quotagate/quotagate/engine"
@@ -464,6 +467,27 @@ func TestLimitedResponseStatusBecomesItsCode(t *testing.T) {
 	_, err := c.EmptyCall(ctx(t), &testpb.Empty{})
 	if st := status.Convert(err); st.Code() != codes.PermissionDenied || st.Message() != "go away" {
 		t.Fatalf("%v, want PermissionDenied \"go away\"", err)
+	}
+}
+
+// A LimitedResponse body that is not UTF-8 (Latin-1 text here) still
+// gives a ResourceExhausted with its RetryInfo: the message is made valid
+// UTF-8, since grpc drops the details of a status it cannot marshal.
+func TestNonUTF8BodyKeepsTheRetryInfo(t *testing.T) {
+	for _, body := range []string{"Zu viele Anfragen \xe2 bitte sp\xe4ter", strings.Repeat("\xe4", 2000), strings.Repeat("x", 1023) + "\u00e4"} {
+		l := limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
+			return &limit.LimitedResponse{Status: 429, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(body)}
+		}})
+		c := client(t, serve(t, &service{}, mustNew(t, l)), "127.0.0.1")
+		c.EmptyCall(ctx(t), &testpb.Empty{})
+		_, err := c.EmptyCall(ctx(t), &testpb.Empty{})
+		st := status.Convert(err)
+		if st.Code() != codes.ResourceExhausted || retryDelay(err) <= 0 {
+			t.Errorf("body %.20q: %v with RetryInfo delay %v, want ResourceExhausted with a delay", body, err, retryDelay(err))
+		}
+		if m := st.Message(); !utf8.ValidString(m) || len(m) > 1024 || m == "" {
+			t.Errorf("body %.20q: message %.40q (%d bytes), want valid UTF-8 of 1-1024 bytes", body, m, len(m))
+		}
 	}
 }
 
