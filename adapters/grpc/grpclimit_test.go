@@ -470,13 +470,20 @@ func TestLimitedResponseStatusBecomesItsCode(t *testing.T) {
 	}
 }
 
-// A LimitedResponse body that is not UTF-8 (Latin-1 text here) still
-// gives a ResourceExhausted with its RetryInfo: the message is made valid
-// UTF-8, since grpc drops the details of a status it cannot marshal.
-func TestNonUTF8BodyKeepsTheRetryInfo(t *testing.T) {
-	for _, body := range []string{"Zu viele Anfragen \xe2 bitte sp\xe4ter", strings.Repeat("\xe4", 2000), strings.Repeat("x", 1023) + "\u00e4"} {
+// A LimitedResponse body that is not UTF-8 (Latin-1 text here), or whose
+// problem detail is 10 000 bytes, still gives a ResourceExhausted with its
+// RetryInfo: the message is made valid UTF-8 (grpc drops the details of a
+// status it cannot marshal) and at most 1 KiB (it travels in a header).
+func TestDenialMessageIsShortValidUTF8(t *testing.T) {
+	for _, tc := range []struct{ ctype, body string }{
+		{"text/plain", "Zu viele Anfragen \xe2 bitte sp\xe4ter"},
+		{"text/plain", strings.Repeat("\xe4", 2000)},
+		{"text/plain", strings.Repeat("x", 1023) + "\u00e4"},
+		{"application/problem+json", `{"title":"Too Many Requests","detail":"` + strings.Repeat("d", 10000) + `"}`},
+	} {
+		body := tc.body
 		l := limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
-			return &limit.LimitedResponse{Status: 429, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte(body)}
+			return &limit.LimitedResponse{Status: 429, Header: http.Header{"Content-Type": {tc.ctype}}, Body: []byte(body)}
 		}})
 		c := client(t, serve(t, &service{}, mustNew(t, l)), "127.0.0.1")
 		c.EmptyCall(ctx(t), &testpb.Empty{})
