@@ -78,7 +78,9 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 // counted wholly before it (and forgotten) or wholly after it. It is
 // idempotent. Under FailureMode FailLocal the local store (WithLocalStore)
 // forgets the identity too. identity is spelled as for Peek, and the
-// errors are Peek's; a local store's failure is joined to the primary's.
+// errors are Peek's; a local store's failure is joined to the primary's,
+// and so is an error wrapping errors.ErrUnsupported when the local store
+// cannot forget (it does not implement limitstore.Resetter).
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	id, rs, err := l.adminTarget(identity)
 	if err != nil {
@@ -103,6 +105,9 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 		if lerr != nil {
 			err = errors.Join(err, fmt.Errorf("limit: the local store (WithLocalStore) failed: %w", lerr))
 		}
+	} else if l.store.local.Store != nil {
+		err = errors.Join(err, fmt.Errorf("limit: the local store (WithLocalStore, %s) does not implement limitstore.Resetter, so it keeps the identity's counts for the next outage: %w",
+			l.store.local.name, errors.ErrUnsupported))
 	}
 	return err
 }

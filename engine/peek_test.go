@@ -243,6 +243,25 @@ func TestPeekAndResetNeedOneBucketAndAResetter(t *testing.T) {
 	}
 }
 
+// A FailLocal policy whose local store cannot forget: Reset forgets the
+// identity on the primary and says that the local store kept its counts
+// (they would limit the identity in the next outage), instead of nil.
+func TestResetSaysWhenTheLocalStoreCannotForget(t *testing.T) {
+	ctx := context.Background()
+	primary, local := storeAt(epochMS), storeAt(epochMS)
+	l := mustNew(t, primary, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(takeOnly{local}))
+	if _, err := l.Consume(ctx, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Reset(ctx, "192.0.2.1")
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "WithLocalStore") {
+		t.Errorf("Reset: %v, want ErrUnsupported naming WithLocalStore", err)
+	}
+	if d, err := l.Peek(ctx, "192.0.2.1"); err != nil || d.Remaining != 1 {
+		t.Errorf("after Reset: Peek %+v, %v; want the primary forgotten (a fresh request leaves 1)", d, err)
+	}
+}
+
 // takeOnly hides every method of its store but Take.
 type takeOnly struct{ s *clockStore }
 
