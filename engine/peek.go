@@ -146,8 +146,10 @@ func (l *Limiter) adminTarget(identity string) (who, limitstore.Resetter, error)
 // grouped as requests are (group), so that the key is the one a request
 // from that address writes; and any other text as the identity given to
 // Consume. Text made only of address characters, a separator among them,
-// that is no address, the
-// unspecified address, and a prefix wider than the grouping are errors.
+// that is no address, and a prefix wider than the grouping are errors; so
+// is the unspecified address, unless the policy groups its family, where
+// it names the group of addresses whose high bits are zero (as
+// Decision.Identity spells the group of ::1 under /64: "::").
 func (l *Limiter) identityOf(identity string) (who, error) {
 	if strings.TrimSpace(identity) == "" {
 		return who{}, fmt.Errorf("%w: the identity is blank: no request is keyed by a blank identity (they share the fallback bucket)", ErrInvalidIdentity)
@@ -170,10 +172,22 @@ func (l *Limiter) identityOf(identity string) (who, error) {
 		switch {
 		case span < bits:
 			return who{}, fmt.Errorf("%w: %s spans several identities: requests from addresses of its family are grouped by /%d", ErrInvalidIdentity, pfx, bits)
-		case a.IsUnspecified():
+		case a.IsUnspecified() && (span >= a.BitLen() || bits >= a.BitLen()):
 			return who{}, fmt.Errorf("%w: %s is the unspecified address, never a client address", ErrInvalidIdentity, a)
 		}
 		return who{src: KeySourceSocket, addr: l.group(a)}, nil
+	}
+	// A group of addresses whose high bits are all zero (::1 under /64) is
+	// keyed, and named by Decision.Identity, as the unspecified address.
+	if a, err := netip.ParseAddr(identity); err == nil && a.Zone() == "" && a.Unmap().IsUnspecified() {
+		a = a.Unmap()
+		bits := l.cfg.ipv6Bits
+		if a.Is4() {
+			bits = l.cfg.ipv4Bits
+		}
+		if bits < a.BitLen() {
+			return who{src: KeySourceSocket, addr: a}, nil
+		}
 	}
 	if strings.Trim(identity, "0123456789abcdefABCDEF.:[]/%") == "" && strings.ContainsAny(identity, ".:[]/%") {
 		return who{}, fmt.Errorf("%w: %q is spelled like a client address but is none (nor a prefix); the unspecified addresses 0.0.0.0 and :: are never one", ErrInvalidIdentity, sanitize(identity))

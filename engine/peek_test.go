@@ -115,13 +115,13 @@ func TestPeekAndResetIdentitySpellings(t *testing.T) {
 		"":                   "blank",
 		"  ":                 "blank",
 		"0.0.0.0":            "spelled like a client address",
-		"::":                 "spelled like a client address",
+		"0.0.0.0/32":         "unspecified",
+		"::/128":             "unspecified",
 		"2001:db8::/48":      "spans several identities",
 		"192.0.2.0/24":       "spans several identities",
 		"::ffff:1.2.3.0/120": "spans several identities",
 		"300.1.2.3":          "spelled like a client address",
 		"[2001:db8::1":       "spelled like a client address",
-		"::/64":              "unspecified",
 	} {
 		_, err := l.Peek(ctx, id)
 		if !errors.Is(err, limit.ErrInvalidIdentity) || !strings.Contains(err.Error(), why) {
@@ -130,6 +130,20 @@ func TestPeekAndResetIdentitySpellings(t *testing.T) {
 		if err := l.Reset(ctx, id); !errors.Is(err, limit.ErrInvalidIdentity) {
 			t.Errorf("Reset(%q) error %v; want ErrInvalidIdentity", id, err)
 		}
+	}
+	// Loopback ::1 is in the /64 of zeros: its Identity() is "::", which
+	// Peek and Reset take back (so does "::/64").
+	lo := check(l, ctx, req("[::1]:50312", "/")).Decision
+	for _, id := range []string{lo.Identity(), "::/64", "::1", "::", "::0"} {
+		if got, err := l.Peek(ctx, id); err != nil || got.Remaining != 3 {
+			t.Fatalf("Peek(%q) after a request from [::1] = Remaining %d, %v; want 3", id, got.Remaining, err)
+		}
+	}
+	if err := l.Reset(ctx, lo.Identity()); err != nil {
+		t.Fatalf("Reset(%q): %v", lo.Identity(), err)
+	}
+	if got, _ := l.Peek(ctx, "::1"); got.Remaining != 4 {
+		t.Fatalf("Peek(::1) after Reset(%q) = Remaining %d, want 4", lo.Identity(), got.Remaining)
 	}
 	// Other text is a Consume identity on a policy without KeyFunc.
 	if _, err := l.Consume(ctx, "alice"); err != nil {
