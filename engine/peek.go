@@ -31,7 +31,8 @@ import (
 // and Reset to read them as they are). Decision.Identity returns the
 // identity in this spelling. The plan is the one Policy.Plan names for a
 // Request whose Native is identity (as for Consume), without reporting a
-// fallback.
+// fallback: a Plan over an adapter's request type (PlanFunc, PlanFuncOf)
+// cannot read an identity, so Peek answers for the default plan there.
 //
 // (With a KeyFunc, the requests it left to the client address cannot be
 // named: their identity is read as a KeyFunc value.)
@@ -202,7 +203,7 @@ func (l *Limiter) quietPlan(identity string) *plan {
 	if l.policy.Plan == nil {
 		return &l.res.plans[0]
 	}
-	r := Request{Native: identity, lim: l}
+	r := Request{Native: identity} // no lim: a typed Plan's mismatch is not reported
 	name, p, err := l.callPlan(&r)
 	if p == nil && err == nil {
 		if pl, ok := l.plans[name]; ok {

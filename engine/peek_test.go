@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -273,6 +274,23 @@ func TestResetSaysWhenTheLocalStoreCannotForget(t *testing.T) {
 	}
 	if d, err := l.Peek(ctx, "192.0.2.1"); err != nil || d.Remaining != 1 {
 		t.Errorf("after Reset: Peek %+v, %v; want the primary forgotten (a fresh request leaves 1)", d, err)
+	}
+}
+
+// A Plan over an adapter's request type cannot read an identity: Peek
+// answers for the default plan and reports no native-mismatch issue (it
+// is a look, not a request).
+func TestPeekWithARequestTypedPlanIsQuiet(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 5, Window: time.Minute,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}},
+		Plan:  limit.PlanFuncOf(func(r *http.Request) (string, error) { return "pro", nil })}, limit.WithObserver(obs))
+	d, err := l.Peek(context.Background(), "pro-1")
+	if err != nil || d.Limit != 5 {
+		t.Fatalf("Peek = %+v, %v; want the default plan's limit 5", d, err)
+	}
+	if n := obs.Issues(limit.Issue("native-mismatch")); n != 0 {
+		t.Errorf("Peek reported %d native-mismatch issues, want 0", n)
 	}
 }
 
