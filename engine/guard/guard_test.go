@@ -3,6 +3,8 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -208,5 +210,20 @@ func (s *lateReplyStore) Take(ctx context.Context, op *limitstore.Op) (limitstor
 		return res, err
 	case <-ctx.Done():
 		return limitstore.Result{}, ctx.Err()
+	}
+}
+
+// A timeout New cannot honour is refused, naming the option: zero,
+// negative, and past MaxTimeout (math.MaxInt64 used to overflow the
+// call's deadline, which then fired at once and failed every decision).
+func TestWithTimeoutRefusesWhatItCannotHonour(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, guard.MaxTimeout + time.Nanosecond, math.MaxInt64} {
+		_, err := guard.New(limittest.NewStore(nil), guard.WithTimeout(d))
+		if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTimeout") {
+			t.Errorf("WithTimeout(%v): %v, want ErrInvalidOption naming WithTimeout", d, err)
+		}
+	}
+	if _, err := guard.New(limittest.NewStore(nil), guard.WithTimeout(guard.MaxTimeout)); err != nil {
+		t.Errorf("WithTimeout(MaxTimeout): %v", err)
 	}
 }
