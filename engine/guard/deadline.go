@@ -208,10 +208,10 @@ func (d *deadline) look() {
 			close(sc.own)
 			continue
 		}
-		sc.state.Store(scKept)
 		if parent.Done() != nil {
-			context.AfterFunc(parent, sc.release) // stays until the caller's context ends
+			sc.stop = context.AfterFunc(parent, sc.release) // stopped by end
 		}
+		sc.state.Store(scKept)
 		sc.next, d.kept = d.kept, sc
 	}
 }
@@ -235,7 +235,8 @@ func (d *deadline) stop() { d.timer.Stop() }
 // errCallerGone: the store returns, and the guard releases the caller. own
 // is closed with the shared deadline too. So a call that returns within
 // watchAfter pays a push at most, and only a call that waits longer pays
-// the AfterFunc (its storeCtx is then left to the garbage collector). A
+// the AfterFunc (stopped when the call returns; its storeCtx is then left
+// to the garbage collector). A
 // caller whose context was done before the call (a client that
 // half-closed its connection) is not released: it gets the store's
 // decision, as a caller that stays.
@@ -254,6 +255,7 @@ type storeCtx struct {
 	own    chan struct{} // Done of a watched call; closed only for a call never pooled again
 	state  atomic.Int32  // scShared, ...
 	next   *storeCtx     // in its deadline's list (watched, then kept)
+	stop   func() bool   // a kept call's AfterFunc's; set by look before scKept
 }
 
 // storeCtx states. A call begins scShared (its Done is the tick's: the
@@ -315,8 +317,20 @@ func (sc *storeCtx) released() bool { return sc.state.Load() == scReleased }
 
 // release is the AfterFunc of a kept call's caller.
 func (sc *storeCtx) release() {
+	for sc.state.Load() == scLooking {
+		runtime.Gosched() // look has not marked it kept yet
+	}
 	if sc.state.CompareAndSwap(scKept, scReleased) {
 		close(sc.own)
+	}
+}
+
+// unwatch stops a kept call's AfterFunc, so that a caller's context that
+// outlives many calls (a worker's) does not keep one per slow call.
+func (sc *storeCtx) unwatch() {
+	if sc.stop != nil {
+		sc.stop()
+		sc.stop = nil
 	}
 }
 
@@ -345,10 +359,12 @@ func (sc *storeCtx) end() bool {
 		case scKept:
 			if sc.state.CompareAndSwap(scKept, scKeptEnded) {
 				sc.parent = nil
+				sc.unwatch()
 				return false
 			}
 		default: // released, timed out
 			sc.parent = nil
+			sc.unwatch()
 			return false
 		}
 	}
