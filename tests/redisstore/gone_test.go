@@ -17,7 +17,7 @@ import (
 // proxy holds every reply for 5 s; the store timeout is 10 s) is released
 // within 500 ms, whether its Op went alone or queued for a flight (group
 // commit), admitted by no failure mode; what its call did in Redis stays
-// done (the script ran at once: its charge counts).
+// done (a call sent ran at once: its charge counts).
 func TestCallerThatGoesAwayIsReleased(t *testing.T) {
 	srv := redisfault.Start(t)
 	proxy := redisfault.NewProxy(t, srv.Addr())
@@ -32,7 +32,14 @@ func TestCallerThatGoesAwayIsReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every connection of the client dialled (a dial waits for the
-	// handshake's replies, which the proxy would hold): concurrent calls.
+	// handshake's replies, which the proxy would hold, and no context
+	// ends it): PINGs, which rueidis spreads over its connections, and
+	// concurrent decisions.
+	for range 256 {
+		if err := s.Ping(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var warm sync.WaitGroup
 	for i := range 64 {
 		warm.Go(func() {
@@ -82,10 +89,20 @@ func TestCallerThatGoesAwayIsReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The first two calls went out at once (the Store's two call slots):
+	// their charges count. A queued Op was sent in a flight (charged) or
+	// taken out of the queue unsent (not charged).
+	charged := 0
 	for i := range callers {
-		id := "client-" + string(rune('a'+i))
-		if d, err := ld.Consume(ctxT(t), id); err != nil || d.Allowed {
-			t.Errorf("after the abandoned call of %s: %+v, %v; want its charge to count (denied)", id, d, err)
+		d, err := ld.Consume(ctxT(t), "client-"+string(rune('a'+i)))
+		if err != nil {
+			t.Fatal(err)
 		}
+		if !d.Allowed {
+			charged++
+		}
+	}
+	if charged < 2 {
+		t.Errorf("%d of the %d abandoned calls were charged, want at least the 2 sent at once", charged, callers)
 	}
 }
