@@ -38,6 +38,7 @@ type Limiter struct {
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
+	calendar   bool         // a quota counts calendar periods (calendar.go)
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
@@ -126,8 +127,8 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 			} else {
 				q.limit = max(res.cost, q.limit/cfg.fallbackDivisor)
 			}
-			set.q[j].state = planState(pl.name, stateSignature(p.Algorithm, set.q[j].limit, set.q[j].windowMS, set.q[j].burst, p.AlignWindows, p.MaxWait.Milliseconds()))
-			q.state = planState(pl.name, stateSignature(p.Algorithm, q.limit, q.windowMS, q.burst, p.AlignWindows, p.MaxWait.Milliseconds()))
+			set.q[j].state = planState(pl.name, set.q[j].stateSignature(&p))
+			q.state = planState(pl.name, q.stateSignature(&p))
 		}
 		set.hdr = newSetHeaders(&p, set, set)
 		fb.hdr = newSetHeaders(&p, set, fb)
@@ -144,6 +145,7 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 		states[i] = def.q[i].state
 	}
 	l.state = strings.Join(states, "+")
+	l.calendar = l.res.hasCalendar()
 	l.store = newStoreCall(s, cfg, p.FailureMode)
 	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone

@@ -255,6 +255,11 @@ type Policy struct {
 	// Name, when set, is the bucket: every mount with the same Name shares one
 	// allowance per identity. It is also the policy name in RateLimit headers.
 	// Printable ASCII, no ':', not blank. Default: the signature, e.g. "100p60".
+	// Records are kept per Name, quota window (or calendar unit and
+	// zone) and algorithm, not per Limit or Burst: a policy whose Limit
+	// or Burst changes under one Name (a new deploy, a rolling one) keeps
+	// what each identity used; one whose Window, Per, Location,
+	// Algorithm, AlignWindows or MaxWait changes starts afresh.
 	Name string
 	// Scope is Shared (default) or PerRoute; ignored when Name is set.
 	Scope Scope
@@ -346,6 +351,29 @@ type Policy struct {
 	// OnLimited. err may describe the backend: never show it to clients. For
 	// Consume and ConsumeN, r is as for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
+
+	// Calendar quotas.
+
+	// Per, when set, makes the policy's own quota a calendar quota: Limit
+	// per calendar Day, Week (ISO, Monday first), Month or Year in
+	// Location, in place of Window (which must then be 0). The window
+	// begins at the local boundary (midnight; Monday's; the first of the
+	// month; the first of January) and lasts until the next, 23 to 25
+	// hours for a day across a daylight-saving change, 28 to 31 days for a
+	// month. Only FixedWindow counts calendar periods (New rejects the
+	// other algorithms). Reset, Retry-After and the RateLimit fields'
+	// reset are the time to the next local boundary; RateLimit-Policy's w
+	// is the length of the current period in seconds. A store key lives
+	// until the boundary plus 1 s. The engine finds the period from its
+	// own clock (WithClock) and tells the store its start and length, so
+	// the stores know nothing of zones. 0: Window applies.
+	Per Period
+	// Location is the time zone of Per's calendar (default time.UTC):
+	// the application's, e.g. time.LoadLocation("America/New_York"),
+	// which reads the system's zoneinfo, or the copy embedded by
+	// importing time/tzdata. New rejects a Location without Per and one
+	// without a name.
+	Location *time.Location
 }
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan
@@ -362,6 +390,13 @@ type Rate struct {
 	// Burst is the TokenBucket capacity (0: Limit); other algorithms
 	// reject a non-zero Burst.
 	Burst int64
+	// Per, when set, makes this a calendar quota: Limit per calendar Day,
+	// Week, Month or Year in Location, in place of Window (see
+	// Policy.Per). 10 per second and 10 000 per month:
+	//	Quotas: []limit.Rate{{Limit: 10, Window: time.Second}, {Limit: 10000, Per: limit.Month}}
+	Per Period
+	// Location is Per's time zone (default time.UTC; see Policy.Location).
+	Location *time.Location
 }
 
 // quotaSpec is one validated quota: its numbers, the state signature its
@@ -369,6 +404,7 @@ type Rate struct {
 type quotaSpec struct {
 	limit, windowMS, burst int64
 	state                  string
+	cal                    *calendar // a calendar quota's unit and zone; nil: Window
 }
 
 // capacity is the most one request can take: Limit, or Burst for a
@@ -486,12 +522,12 @@ func (p *Policy) resolveSet(rates []Rate, field string, cost int64) (quotaSet, e
 	}
 	for i, rt := range rates {
 		place := fmt.Sprintf("%s[%d].", field, i)
-		q, err := checkRate(p.Algorithm, place, rt.Limit, rt.Window, rt.Burst)
+		q, err := checkQuota(p.Algorithm, place, rt.Limit, rt.Window, rt.Burst, rt.Per, rt.Location)
 		if err != nil {
 			return set, err
 		}
 		for j := range i {
-			if o := set.q[j]; o.limit == q.limit && o.windowMS == q.windowMS && o.burst == q.burst {
+			if o := set.q[j]; repeats(&o, &q) {
 				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]", ErrInvalidPolicy, field, i, field, j)
 			}
 		}
@@ -551,12 +587,15 @@ func (p *Policy) resolve() (resolved, error) {
 		if p.Limit != 0 || p.Window != 0 || p.Burst != 0 {
 			return r, fmt.Errorf("%w: Limit, Window and Burst must be zero when Quotas is set (each quota is a Rate in Quotas)", ErrInvalidPolicy)
 		}
+		if p.Per != 0 || p.Location != nil {
+			return r, fmt.Errorf("%w: Per and Location must be zero when Quotas is set (a calendar quota is a Rate in Quotas with its own Per and Location)", ErrInvalidPolicy)
+		}
 		var err error
 		if def, err = p.resolveSet(p.Quotas, "Quotas", r.cost); err != nil {
 			return r, err
 		}
 	} else {
-		q, err := checkRate(p.Algorithm, "", p.Limit, p.Window, p.Burst)
+		q, err := checkQuota(p.Algorithm, "", p.Limit, p.Window, p.Burst, p.Per, p.Location)
 		if err != nil {
 			return r, err
 		}
@@ -610,7 +649,7 @@ func (p *Policy) resolve() (resolved, error) {
 	sigs := make([]string, def.n)
 	for i := range def.n {
 		q := &def.q[i]
-		sigs[i] = signature(p.Algorithm, q.limit, q.windowMS, q.burst)
+		sigs[i] = q.signature(p.Algorithm)
 	}
 	r.signature = strings.Join(sigs, "+")
 	return r, nil

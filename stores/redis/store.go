@@ -413,12 +413,15 @@ func checked(res limitstore.Result, err error) (limitstore.Result, error) {
 }
 
 // quotaCode is the script's algorithm integer of quota q of op: the
-// algorithm's number, and for a token bucket with reservations (MaxWaitMS
-// > 0) 2 + 4*(mw + 2^22*rw), its MaxWait mw and the Op's wait rw =
+// algorithm's number, -1 for a calendar window (Quota.Calendar), and for
+// a token bucket with reservations (MaxWaitMS > 0) 2 + 4*(mw + 2^22*rw), its MaxWait mw and the Op's wait rw =
 // min(max(op.WaitMS, 0), mw), both ms (lua/take.lua). limit.New keeps
 // MaxWait under 2^22 ms; a larger one, outside the contract, is sent as
 // 2^22-1.
 func quotaCode(op *limitstore.Op, q *limitstore.Quota) int64 {
+	if q.Calendar && q.Algorithm == limit.FixedWindow {
+		return -1 // a calendar window: its start is the phase
+	}
 	if q.Algorithm != limit.TokenBucket || q.MaxWaitMS <= 0 {
 		return algorithmCode(q.Algorithm)
 	}
