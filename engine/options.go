@@ -25,7 +25,7 @@ type config struct {
 	rep             *reporter // built by New from logger and observer
 	// The stores with their names, once per New (newStoreCall).
 	primary, local storeRef
-	now             func() time.Time // WithClock; nil: time.Now
+	now            func() time.Time // WithClock; nil: time.Now
 }
 
 // DefaultKeyPrefix is the first segment of every store key when
