@@ -191,9 +191,9 @@ func checkQuota(a Algorithm, field string, limit int64, window time.Duration, bu
 	return checkRate(a, field, limit, window, burst)
 }
 
-// repeats reports whether quotas o and q of one set count the same: their
-// numbers, and for calendar quotas their unit and zone (which is their
-// record: two Limits of one unit and zone would share it).
+// repeats reports whether quotas o and q of one set would share a record
+// (stateSignature): the same window, or for calendar quotas the same unit
+// and zone, whatever their Limits.
 func repeats(o, q *quotaSpec) bool {
 	if (o.cal == nil) != (q.cal == nil) {
 		return false
@@ -202,7 +202,7 @@ func repeats(o, q *quotaSpec) bool {
 		// One unit and zone is one record, whatever the Limits.
 		return o.cal.per == q.cal.per && o.cal.loc.String() == q.cal.loc.String()
 	}
-	return o.limit == q.limit && o.windowMS == q.windowMS && o.burst == q.burst
+	return o.windowMS == q.windowMS // one window is one record, whatever the Limits
 }
 
 // stateSignature is q's state signature under policy p (the function

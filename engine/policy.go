@@ -528,7 +528,7 @@ func (p *Policy) resolveSet(rates []Rate, field string, cost int64) (quotaSet, e
 		}
 		for j := range i {
 			if o := set.q[j]; repeats(&o, &q) {
-				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]", ErrInvalidPolicy, field, i, field, j)
+				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]: quotas of one policy count distinct windows (one window is one record, whatever the Limits)", ErrInvalidPolicy, field, i, field, j)
 			}
 		}
 		if c := q.capacity(p.Algorithm); cost > c {
