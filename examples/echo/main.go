@@ -55,6 +55,7 @@ func main() {
 		e.GET("/v1/feed", text(app.FeedBody), echolimit.Middleware(l.Feed))
 		e.GET("/v1/reports", text(app.ReportsBody), echolimit.Middleware(l.Reports))
 		e.GET("/v1/export", text(app.ExportBody), echolimit.Middleware(l.Export))
+		e.GET("/v1/daily", text(app.DailyBody), echolimit.Middleware(l.Daily))
 		return e
 	})
 }
