@@ -16,11 +16,11 @@ const (
 	defaultLimit  = 100
 	defaultWindow = 60 * time.Second
 	defaultCost   = 1
-	maxWindow     = 24 * time.Hour
+	maxWindow     = 366 * 24 * time.Hour
 	// maxRefill is the longest accepted TokenBucket refill time, the time
 	// an empty bucket takes to fill: Burst * Window / Limit. It keeps every
 	// delay, header value and time to live a TokenBucket produces in range.
-	maxRefill = 365 * 24 * time.Hour
+	maxRefill = 366 * 24 * time.Hour
 )
 
 // maxHeaderInt is the largest integer a Structured Field carries (RFC 9651
@@ -143,7 +143,10 @@ type Policy struct {
 	// FixedWindow: exact arithmetic in Lua doubles).
 	Limit int64
 	// Window is the period of the quota, a whole number of milliseconds from
-	// 1 ms to 24 h. 0 means the default, 60 s.
+	// 1 ms to 366 days (a rolling window; for calendar days, weeks, months
+	// and years see Per). 0 means the default, 60 s. With a long Window the
+	// bound on 4*Limit*Window lowers the largest Limit: 71 000 per 366
+	// days.
 	Window time.Duration
 	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
 	Algorithm Algorithm
@@ -151,7 +154,7 @@ type Policy struct {
 	// reject a non-zero Burst. At most 15 digits. A TokenBucket accepts any
 	// Limit per Window (3 per second, 7 per minute: exact, no rounding of
 	// the emission interval) as long as Burst*Window (ms) and Limit stay
-	// within 2^50 and the refill time Burst*Window/Limit within 365 days,
+	// within 2^50 and the refill time Burst*Window/Limit within 366 days,
 	// so that every delay, header value and store TTL stays in range.
 	Burst int64
 	// MaxWait, when set (TokenBucket only), lets a request wait for a slot
@@ -385,7 +388,7 @@ type Rate struct {
 	// Limit is the quota per Window, >= 1, at most 15 digits.
 	Limit int64
 	// Window is the quota's period, a whole number of milliseconds from
-	// 1 ms to 24 h.
+	// 1 ms to 366 days.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (0: Limit); other algorithms
 	// reject a non-zero Burst.

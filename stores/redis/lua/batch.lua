@@ -245,7 +245,7 @@ while p <= e do
       -- inline: state begin
       if v and #v == 40 then
         sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-        if ex <= now or ex - now > 34359738368 then
+        if ex <= now or ex - now > 137438953472 then
           sa, sb, sc, ex = 0, 0, 0, 0
         end
       else

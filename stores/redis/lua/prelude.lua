@@ -160,15 +160,16 @@ local function library(call, floor, byte, sunpack, spack, K)
 
   -- state: the state read from the value v: sa, sb, sc (a, b, c), ex (its
   -- expiry) and px (the key's deadline). A dead state reads as zero, its
-  -- key's deadline kept; so does one whose expiry is further than 2^35 ms
-  -- (397 days, beyond any policy's: MaxRefill plus the clock-step second),
+  -- key's deadline kept; so does one whose expiry is further than 2^37 ms
+  -- (1590 days, beyond any policy's: two 366-day sliding windows, and a
+  -- clock stepped back by as much again),
   -- which only a value written by something else can hold.
   local function state(v, now)
     local sa, sb, sc, ex, px
     -- inline: state begin
     if v and #v == 40 then
       sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-      if ex <= now or ex - now > 34359738368 then
+      if ex <= now or ex - now > 137438953472 then
         sa, sb, sc, ex = 0, 0, 0, 0
       end
     else

@@ -28,7 +28,7 @@
 -- or not holding a 40-byte value; for one quota (the straight path)
 -- nothing instead. The store decodes the states from them with the
 -- scripts' rule (a state counts only while its expiry is after now and at
--- most 2^35 ms ahead).
+-- most 2^37 ms ahead).
 --
 -- Shape: one Op of one quota (nearly every call) runs the straight path,
 -- prelude.lua's steps inline (each copy marked, and tested to be the
@@ -101,7 +101,7 @@ if n == 1 and not refund then
   -- inline: state begin
   if v and #v == 40 then
     sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-    if ex <= now or ex - now > 34359738368 then
+    if ex <= now or ex - now > 137438953472 then
       sa, sb, sc, ex = 0, 0, 0, 0
     end
   else
