@@ -31,7 +31,7 @@ func dailyLimiter(global *limit.Limiter, c Config, d limit.Disclosure, s limit.H
 	}
 	l, err := global.With(limit.Policy{
 		Name: "daily", Algorithm: limit.FixedWindow, KeyFunc: APIKey, Shadow: c.Shadow,
-		Quotas: []limit.Rate{{Limit: DailyPerSecond, Window: time.Second}, {Limit: DailyPerDay, Per: limit.Day, Location: loc}},
+		Quotas:     []limit.Rate{{Limit: DailyPerSecond, Window: time.Second}, {Limit: DailyPerDay, Per: limit.Day, Location: loc}},
 		Disclosure: d, HeaderStyle: s, FailureMode: f,
 	})
 	if err != nil {
