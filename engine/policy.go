@@ -192,6 +192,8 @@ type Policy struct {
 	// the limiting quotas'; RateLimit-Policy lists every quota and RateLimit
 	// reports the one closest to exhaustion (fewest Remaining). All quotas of
 	// one identity live in one Redis Cluster slot: one store round trip.
+	// Each quota counts its own window (or calendar unit and zone): two
+	// with one Window would share a record, and New refuses them.
 	// Example, 2 per 10 s and 5 per minute:
 	//	Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: time.Minute}}
 	Quotas []Rate

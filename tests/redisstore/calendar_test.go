@@ -1,13 +1,16 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limitstore"
+	"github.com/quotagate/quotagate/engine/limittest"
 	memstore "github.com/quotagate/quotagate/stores/memory"
 	. "github.com/quotagate/quotagate/stores/redis"
 )
@@ -214,4 +217,57 @@ func runCalendarDifferential(t *testing.T, be *backend, mode clockMode) {
 	}
 	n := checkTTLs(t, client, prefix, bounds, mode == serverClock)
 	t.Logf("TTL invariant held on %d keys", n)
+}
+
+// TestCalendarExactAcrossGoroutines: 50 per calendar day in New York, 8
+// goroutines on one Redis with its own clock (group commit: flights of
+// several decisions in one script call): exactly 50 admitted, each 429
+// limited until the next New York midnight.
+func TestCalendarExactAcrossGoroutines(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		if !be.real {
+			t.Skip("server time: a real Redis")
+		}
+		prefix := testPrefix(t)
+		c := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, c, prefix) })
+		s := newStore(t, be)
+		l := limittest.MustNew(s, limit.Policy{Name: "daily", Algorithm: limit.FixedWindow, Limit: 50, Per: limit.Day, Location: ny},
+			limit.WithKeyPrefix(prefix))
+		var mu sync.Mutex
+		admitted := 0
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					d, err := l.Consume(context.Background(), "k")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					local := time.Now().In(ny)
+					y, m, day := local.Date()
+					midnight := time.Date(y, m, day+1, 0, 0, 0, 0, ny)
+					if !d.Allowed && (d.ResetAt.Before(midnight.Add(-time.Second)) || d.ResetAt.After(midnight.Add(time.Second))) {
+						t.Errorf("limited until %v, want the New York midnight %v", d.ResetAt, midnight)
+					}
+					mu.Lock()
+					if d.Allowed {
+						admitted++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if admitted != 50 {
+			t.Fatalf("%d admitted of 160, want exactly 50", admitted)
+		}
+	})
 }
