@@ -51,7 +51,7 @@ func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, known *Reque
 			req.Path = r.URL.Path
 		}
 	}
-	l.check(r.Context(), &req, resp)
+	l.check(r.Context(), &req, resp, nil)
 	resp.writeHTTP(w)
 	settle(&resp.Decision, markOf(r.Header))
 }
