@@ -22,12 +22,12 @@ func waitPolicy() limit.Policy {
 // waitInterval is waitPolicy's emission interval.
 const waitInterval = 20 * time.Millisecond
 
-// orderSlack is how much earlier one request of a process may reach the
-// store than another and still be given the later slot: one emission
-// interval, plus as much again for the scheduling of 600 goroutines on a
-// loaded machine under -race between the arrival stamp and the store's
-// queue (inversions of 20.1 ms seen with 2 cores shared by other work).
-const orderSlack = 2 * waitInterval
+// orderSlack is how much earlier one request of a process may arrive than
+// another and still be served after it: one emission interval (the
+// target). A Limiter serves its waiters in the order they took their
+// place (a ticket, as the request enters the store call); arrival is
+// stamped just before Consume, a few microseconds before that.
+const orderSlack = waitInterval
 
 // WaitFleet runs the fleet target of Policy.MaxWait in real time: 3
 // Limiters, each on its own store from newStore (3 processes on one shared
@@ -37,11 +37,9 @@ const orderSlack = 2 * waitInterval
 // (the store's: Decision.ResetAt less one interval) are closer than the
 // emission interval less the store clock's 1 ms, that no request went on
 // before its slot nor was given one after its deadline, and that within
-// each process a request that reached the store more than orderSlack
-// before another was given the earlier slot (arrival is stamped as the
-// Limiter calls its store: the scheduling of 600 goroutines before that is
-// not the limiter's to order). newStore's stores must read the real clock
-// and share their records.
+// each process a request that arrived (called Consume) more than
+// orderSlack before another was served at the earlier slot. newStore's
+// stores must read the real clock and share their records.
 func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts ...limit.Option) {
 	const (
 		procs   = 3
@@ -49,8 +47,8 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		run     = 10 * time.Second
 	)
 	type admission struct {
-		proc       int
-		went, slot time.Time
+		proc                int
+		arrived, went, slot time.Time
 	}
 	var (
 		mu   sync.Mutex
@@ -59,10 +57,8 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 	)
 	// The stores first (connections, scripts), on another identity.
 	var lims [procs]*limit.Limiter
-	var arrivals [procs]*arrivalStore
 	for p := range lims {
-		arrivals[p] = &arrivalStore{Store: newStore(t)}
-		lims[p] = limittest.MustNew(arrivals[p], waitPolicy(), opts...)
+		lims[p] = limittest.MustNew(newStore(t), waitPolicy(), opts...)
 		if _, err := lims[p].Consume(context.Background(), "warm-up"); err != nil {
 			t.Fatal(err)
 		}
@@ -75,6 +71,7 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		for range callers {
 			wg.Go(func() {
 				for time.Now().Before(end) {
+					arrived := time.Now()
 					d, err := l.Consume(ctx, "one")
 					if err != nil || d.StoreFailed {
 						t.Errorf("store failed: %v", err)
@@ -89,7 +86,7 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 						}
 						continue
 					}
-					a := admission{proc: p, went: time.Now(), slot: d.ResetAt.Add(-waitInterval)}
+					a := admission{proc: p, arrived: arrived, went: time.Now(), slot: d.ResetAt.Add(-waitInterval)}
 					mu.Lock()
 					adms = append(adms, a)
 					mu.Unlock()
@@ -128,44 +125,26 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 	}
 	var worst time.Duration // the widest arrival gap of two requests served out of order
 	defer func() { t.Logf("widest arrival gap of two requests of one process served out of order: %v", worst) }()
-	for p, as := range arrivals {
-		mine := as.admitted
-		slices.SortFunc(mine, func(a, b arrival) int { return a.at.Compare(b.at) })
+	for p := range procs {
+		var mine []admission
+		for _, a := range adms {
+			if a.proc == p {
+				mine = append(mine, a)
+			}
+		}
+		slices.SortFunc(mine, func(a, b admission) int { return a.arrived.Compare(b.arrived) })
 		for i := range mine {
 			for j := i + 1; j < len(mine) && j < i+50; j++ {
-				if mine[i].slot > mine[j].slot {
-					worst = max(worst, mine[j].at.Sub(mine[i].at))
+				gap := mine[j].arrived.Sub(mine[i].arrived)
+				if mine[i].slot.After(mine[j].slot) {
+					worst = max(worst, gap)
 				}
-				if mine[j].at.Sub(mine[i].at) > orderSlack && mine[i].slot >= mine[j].slot {
-					t.Fatalf("process %d: a request that reached the store %v before another got a later slot (%d vs %d ms)", p, mine[j].at.Sub(mine[i].at), mine[i].slot, mine[j].slot)
+				if gap > orderSlack && !mine[i].slot.Before(mine[j].slot) {
+					t.Fatalf("process %d: a request that arrived %v before another was served at a later slot (%v after it)", p, gap, mine[i].slot.Sub(mine[j].slot))
 				}
 			}
 		}
 	}
-}
-
-// arrivalStore is a Store that stamps each Take's arrival and keeps, for
-// the admitted ones, when each arrived and the slot it was given.
-type arrivalStore struct {
-	limitstore.Store
-	mu       sync.Mutex
-	admitted []arrival
-}
-
-type arrival struct {
-	at   time.Time
-	slot int64 // Unix ms of the store's clock
-}
-
-func (s *arrivalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	at := time.Now()
-	res, err := s.Store.Take(ctx, op)
-	if err == nil && res.Allowed && !op.Refund {
-		s.mu.Lock()
-		s.admitted = append(s.admitted, arrival{at, res.NowMS + res.Quotas[0].WaitMS})
-		s.mu.Unlock()
-	}
-	return res, err
 }
 
 // WaitCancel runs the cancellation target of Policy.MaxWait through a

@@ -38,6 +38,10 @@ type Limiter struct {
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
+
+	tickets atomic.Uint64     // waiting requests' order of arrival (wait.go)
+	linesMu sync.Mutex        // guards lines
+	lines   map[lineKey]*line // the waiting lines (wait.go); nil until one waits
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
@@ -271,13 +275,15 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	*d = Decision{}
 	d.Cost, d.Bucket, d.KeySource, d.Policy, d.Plan, d.quota, d.who = cost, bucket.name, id.src, &l.policy, pl.label, quota, *id
 	var err error
-	waiter := false
+	var wait arrival
 	if over {
 		// Never admissible: answered here, without the store (nothing
 		// to count, and no delay to promise).
 		d.Outcome, d.OverCapacity = OutcomeLimited, true
 	} else {
-		waiter = l.maxWaitMS > 0 && l.enterWait(ctx, op)
+		if l.maxWaitMS > 0 {
+			wait = l.enterWait(ctx, op)
+		}
 		err = l.store.decide(ctx, op, bucket.name, d, &sc.res)
 		if err == nil && d.Allowed {
 			// Taken from the shared store: Finish may give it back.
@@ -285,12 +291,16 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		}
 	}
 	d.Limit = set.q[d.quota].limit
+	var line lineKey
+	if wait.ticket != 0 && d.waitMS > 0 && d.Allowed {
+		line = lineKey{keys: string(sc.key), cost: cost}
+	}
 	if own {
 		l.scratch.Put(sc)
 	}
-	if waiter {
+	if wait.ticket != 0 {
 		if d.waitMS > 0 && d.Allowed {
-			l.await(ctx, d)
+			l.await(ctx, d, wait, line)
 		}
 		l.waiting.Add(-1)
 	}
