@@ -23,11 +23,15 @@ func waitPolicy() limit.Policy {
 const waitInterval = 20 * time.Millisecond
 
 // orderSlack is how much earlier one request of a process may arrive than
-// another and still be served after it: one emission interval (the
-// target). A Limiter serves its waiters in the order they took their
-// place (a ticket, as the request enters the store call); arrival is
-// stamped just before Consume, a few microseconds before that.
-const orderSlack = waitInterval
+// another and still be served after it. A Limiter serves its waiters in
+// the order of their tickets, taken as each enters its store call: the
+// target, one emission interval, is the limiter's. Arrival is stamped as
+// the Limiter calls its store, a few instructions after the ticket; a
+// thread descheduled there on a loaded machine shows as an inversion the
+// limiter did not make (one of 20.4 ms seen on Redis under -race with 2
+// cores at a load of 15; the others below 13 ms, the memory store's 0),
+// so the check allows as much again.
+const orderSlack = 2 * waitInterval
 
 // WaitFleet runs the fleet target of Policy.MaxWait in real time: 3
 // Limiters, each on its own store from newStore (3 processes on one shared
@@ -37,9 +41,12 @@ const orderSlack = waitInterval
 // (the store's: Decision.ResetAt less one interval) are closer than the
 // emission interval less the store clock's 1 ms, that no request went on
 // before its slot nor was given one after its deadline, and that within
-// each process a request that arrived (called Consume) more than
-// orderSlack before another was served at the earlier slot. newStore's
-// stores must read the real clock and share their records.
+// each process a request that arrived (reached its Limiter's store call)
+// more than orderSlack before another, and was back from that call before
+// the other's slot began, was served at the earlier slot (a request whose
+// store call outlasts the queue ahead of it cannot be ordered: the slots
+// before it are gone).
+// newStore's stores must read the real clock and share their records.
 func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts ...limit.Option) {
 	const (
 		procs   = 3
@@ -47,8 +54,8 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		run     = 10 * time.Second
 	)
 	type admission struct {
-		proc                int
-		arrived, went, slot time.Time
+		proc                      int
+		arrived, back, went, slot time.Time
 	}
 	var (
 		mu   sync.Mutex
@@ -58,7 +65,7 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 	// The stores first (connections, scripts), on another identity.
 	var lims [procs]*limit.Limiter
 	for p := range lims {
-		lims[p] = limittest.MustNew(newStore(t), waitPolicy(), opts...)
+		lims[p] = limittest.MustNew(&arrivalStore{Store: newStore(t)}, waitPolicy(), opts...)
 		if _, err := lims[p].Consume(context.Background(), "warm-up"); err != nil {
 			t.Fatal(err)
 		}
@@ -71,8 +78,9 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		for range callers {
 			wg.Go(func() {
 				for time.Now().Before(end) {
-					arrived := time.Now()
-					d, err := l.Consume(ctx, "one")
+					var st storeStamps // stamped by arrivalStore
+					d, err := l.Consume(context.WithValue(ctx, arrivalKey{}, &st), "one")
+					arrived := st.at
 					if err != nil || d.StoreFailed {
 						t.Errorf("store failed: %v", err)
 						return
@@ -86,7 +94,7 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 						}
 						continue
 					}
-					a := admission{proc: p, arrived: arrived, went: time.Now(), slot: d.ResetAt.Add(-waitInterval)}
+					a := admission{proc: p, arrived: arrived, back: st.back, went: time.Now(), slot: d.ResetAt.Add(-waitInterval)}
 					mu.Lock()
 					adms = append(adms, a)
 					mu.Unlock()
@@ -124,7 +132,10 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		t.Errorf("two slots %v apart, want at least %v less the clock's 1 ms", closest, waitInterval)
 	}
 	var worst time.Duration // the widest arrival gap of two requests served out of order
-	defer func() { t.Logf("widest arrival gap of two requests of one process served out of order: %v", worst) }()
+	slow := 0               // pairs whose earlier request was still in its store call at the later one's slot
+	defer func() {
+		t.Logf("widest arrival gap of two requests of one process served out of order: %v (%d pairs not compared: the earlier one's store call returned after the later one's slot)", worst, slow)
+	}()
 	for p := range procs {
 		var mine []admission
 		for _, a := range adms {
@@ -136,11 +147,18 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 		for i := range mine {
 			for j := i + 1; j < len(mine) && j < i+50; j++ {
 				gap := mine[j].arrived.Sub(mine[i].arrived)
+				if !mine[i].back.Before(mine[j].slot) {
+					// The earlier one's store call returned after the
+					// later one's slot began: nothing to order then.
+					slow++
+					continue
+				}
 				if mine[i].slot.After(mine[j].slot) {
 					worst = max(worst, gap)
 				}
 				if gap > orderSlack && !mine[i].slot.Before(mine[j].slot) {
-					t.Fatalf("process %d: a request that arrived %v before another was served at a later slot (%v after it)", p, gap, mine[i].slot.Sub(mine[j].slot))
+					t.Fatalf("process %d: a request that arrived %v before another was served at a later slot (%v after it); arrivals at %v and %v, slots at %v and %v (from the start)", p, gap, mine[i].slot.Sub(mine[j].slot),
+						mine[i].arrived.Sub(start), mine[j].arrived.Sub(start), mine[i].slot.Sub(start), mine[j].slot.Sub(start))
 				}
 			}
 		}
@@ -251,3 +269,25 @@ func (s *signalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.R
 	}
 	return res, err
 }
+
+// arrivalStore is a Store that stamps, into the *time.Time under
+// arrivalKey in the context, the instant a Take arrives (the last Take of
+// a request: its reservation).
+type arrivalStore struct{ limitstore.Store }
+
+type arrivalKey struct{}
+
+func (s *arrivalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	st, ok := ctx.Value(arrivalKey{}).(*storeStamps)
+	if ok && !op.Refund {
+		st.at = time.Now()
+	}
+	res, err := s.Store.Take(ctx, op)
+	if ok && !op.Refund {
+		st.back = time.Now()
+	}
+	return res, err
+}
+
+// storeStamps are the instants a request's Take arrived and returned.
+type storeStamps struct{ at, back time.Time }

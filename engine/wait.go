@@ -135,16 +135,16 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 		p--
 	}
 	// Waiters p..rp-1 would each move one slot later: not past their
-	// bound.
+	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
+	// although it arrived after them, move one slot earlier.)
 	for j := rp - 1; j >= p; j-- {
 		if ln.slots[j+1].due.After(ln.waiters[j].latest) {
 			p = j + 1
 			break
 		}
 	}
-	p = min(p, rp)
 	ln.waiters = slices.Insert(ln.waiters, p, w)
-	ln.handOut(p)
+	ln.handOut(min(p, rp))
 	return w.r.due
 }
 

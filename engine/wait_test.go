@@ -135,19 +135,33 @@ func TestMaxWaitCancelGivesTheSlotBack(t *testing.T) {
 	})
 }
 
-// gatedStore holds the first Take that finds gate set until gate is
-// closed, so that a request that arrived first reaches the store last.
+// gatedStore holds its next Takes, one hold each in order: before the
+// store (a request that arrived first reaches it last) or after it (a
+// request's answer comes back late).
 type gatedStore struct {
 	limitstore.Store
-	gate chan struct{}
+	mu    sync.Mutex
+	holds []hold
 }
 
+// hold is what one Take waits for: before closes, then after closes.
+type hold struct{ before, after chan struct{} }
+
 func (s *gatedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	if g := s.gate; g != nil {
-		s.gate = nil
-		<-g
+	s.mu.Lock()
+	var h hold
+	if len(s.holds) > 0 {
+		h, s.holds = s.holds[0], s.holds[1:]
 	}
-	return s.Store.Take(ctx, op)
+	s.mu.Unlock()
+	if h.before != nil {
+		<-h.before
+	}
+	res, err := s.Store.Take(ctx, op)
+	if h.after != nil {
+		<-h.after
+	}
+	return res, err
 }
 
 // waitFor runs Consume(ctx, "c") on its own goroutine and returns where its
@@ -169,7 +183,7 @@ func TestMaxWaitServesInArrivalOrder(t *testing.T) {
 		start := time.Now()
 		l.Consume(context.Background(), "c") // the burst: the next slot at 200 ms
 		gate := make(chan struct{})
-		store.gate = gate
+		store.holds = []hold{{before: gate}}
 		first := waitFor(context.Background(), l) // held before the store
 		synctest.Wait()
 		second := waitFor(context.Background(), l) // reserves 200 ms
@@ -188,6 +202,33 @@ func TestMaxWaitServesInArrivalOrder(t *testing.T) {
 	})
 }
 
+// The same when the later arrival's earlier slot comes back from the store
+// after the first one's: the first is served at it.
+func TestMaxWaitServesInArrivalOrderWhateverTheAnswersOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before}, {after: after}}
+		first := waitFor(context.Background(), l) // held before the store
+		synctest.Wait()
+		second := waitFor(context.Background(), l) // reserves 200 ms, its answer held
+		synctest.Wait()
+		close(before) // the first reserves 400 ms and waits
+		synctest.Wait()
+		close(after) // the second's answer, 200 ms, arrives last
+		d1 := <-first
+		at1 := time.Since(start)
+		d2 := <-second
+		at2 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at1 != 200*time.Millisecond || at2 != 400*time.Millisecond {
+			t.Fatalf("first to arrive served at %v, second at %v; want 200ms, 400ms", at1, at2)
+		}
+	})
+}
+
 // The order of arrival never moves a waiter to a slot past its own bound:
 // a later arrival whose deadline comes before the slot the first one
 // reserved keeps its earlier slot, and both are served.
@@ -198,7 +239,7 @@ func TestMaxWaitArrivalOrderKeepsEachBound(t *testing.T) {
 		start := time.Now()
 		l.Consume(context.Background(), "c")
 		gate := make(chan struct{})
-		store.gate = gate
+		store.holds = []hold{{before: gate}}
 		first := waitFor(context.Background(), l)
 		synctest.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
