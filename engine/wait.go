@@ -143,6 +143,10 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 			break
 		}
 	}
+	// Behind them, w takes a later slot than its own: not past its bound.
+	for p > rp && ln.slots[p].due.After(w.latest) {
+		p--
+	}
 	ln.waiters = slices.Insert(ln.waiters, p, w)
 	ln.handOut(min(p, rp))
 	return w.r.due

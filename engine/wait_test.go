@@ -257,6 +257,35 @@ func TestMaxWaitArrivalOrderKeepsEachBound(t *testing.T) {
 	})
 }
 
+// Nor the one that arrived later, when its earlier slot comes back last:
+// it keeps its slot rather than take the first one's, past its deadline.
+func TestMaxWaitArrivalOrderKeepsTheLaterOnesBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before}, {after: after}}
+		first := waitFor(context.Background(), l)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		second := waitFor(ctx, l) // reserves 200 ms, may not wait past 250 ms, its answer held
+		synctest.Wait()
+		close(before) // the first reserves 400 ms and waits
+		synctest.Wait()
+		close(after)
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 400*time.Millisecond {
+			t.Fatalf("bounded second served at %v (%+v), first at %v (%+v); want 200ms, 400ms", at2, d2.Allowed, at1, d1.Allowed)
+		}
+	})
+}
+
 // A waiter cancelled mid-queue leaves no hole: the waiters after it move
 // one slot earlier each, the line's last slot is given back, and the next
 // request reserves that slot, so that no two requests are served at one
