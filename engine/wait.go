@@ -15,17 +15,16 @@ import (
 // enterWait counts the request among this Limiter's waiters and sets
 // op.WaitMS, the longest it may wait: MaxWait, less what leaves its slot
 // beginning before ctx's deadline. It returns the request's place in the
-// order of arrival (a ticket, and the latest instant its slot may begin),
+// order of arrival (a ticket, and that longest wait),
 // or a zero ticket, with op.WaitMS 0 and nothing counted, when MaxWaiting
 // requests wait already (the request is then decided as without MaxWait)
 // or when the deadline leaves no time.
 func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) arrival {
-	now := time.Now()
 	wait := l.maxWaitMS
 	if dl, ok := ctx.Deadline(); ok {
 		// The slot must begin before the deadline: whole ms, rounded
 		// down, less one for the store's truncated clock.
-		wait = min(wait, dl.Sub(now).Milliseconds()-1)
+		wait = min(wait, time.Until(dl).Milliseconds()-1)
 	}
 	if wait <= 0 {
 		return arrival{}
@@ -35,15 +34,15 @@ func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) arrival {
 		return arrival{}
 	}
 	op.WaitMS = wait
-	return arrival{ticket: l.tickets.Add(1), latest: now.Add(time.Duration(wait) * time.Millisecond)}
+	return arrival{ticket: l.tickets.Add(1), waitMS: wait}
 }
 
 // arrival is a waiting request's place in its Limiter's order of arrival:
-// its ticket (1, 2, ...; 0: not waiting) and the latest instant at which
-// the slot it is given may begin (its MaxWait or deadline).
+// its ticket (1, 2, ...; 0: not waiting) and the longest it may wait (its
+// MaxWait or deadline: Op.WaitMS).
 type arrival struct {
 	ticket uint64
-	latest time.Time
+	waitMS int64
 }
 
 // A line holds the waiters of one Limiter whose reservations are
@@ -53,8 +52,9 @@ type arrival struct {
 // the store's lock or connections, batching); the line gives its slots to
 // its waiters in the order of their arrival instead, a swap the store
 // never sees (every slot stays reserved). A waiter is moved to a later
-// slot only when that slot begins no later than its own bound (arrival's
-// latest): a reservation keeps its promise of MaxWait and the deadline.
+// slot only when that slot begins no later than its own bound (latestMS,
+// on the store's clock, as the store checked its reservation): a
+// reservation keeps its promise of MaxWait and the deadline.
 // When a waiter's context ends, the waiters after it move one slot earlier
 // each and the line's last slot is the one given back: the slots still
 // held stay one emission interval apart, with no hole, and the store's
@@ -76,8 +76,9 @@ type lineKey struct {
 // waiter is one waiting request.
 type waiter struct {
 	arrival
-	r     reservation   // the slot it holds (guarded by Limiter.linesMu)
-	moved chan struct{} // signalled when r changes
+	latestMS int64         // the latest slot it may be given, on the store's clock (Unix ms)
+	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
+	moved    chan struct{} // signalled when r changes
 }
 
 // reservation is one slot the store reserved and the Decision's numbers
@@ -110,10 +111,11 @@ func (r *reservation) apply(d *Decision) {
 	d.quota, d.Limit, d.charge.windows = r.quota, r.limit, r.windows
 }
 
-// join puts w, holding reservation w.r, in line k: after the waiters that
-// arrived before it, unless a waiter it would move to a later slot could
-// not take it (that waiter's bound), and hands the slots out again from
-// there. It returns the instant of w's slot.
+// join puts w, holding reservation w.r, in line k: before the first
+// waiter that arrived after it, unless a waiter it would move to a later
+// slot could not take it (that waiter's bound) or w could not take the
+// slot of its place (its own), and hands the slots out again from there.
+// It returns the instant of w's slot.
 func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
@@ -130,21 +132,21 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 		rp--
 	}
 	ln.slots = slices.Insert(ln.slots, rp, w.r)
-	p := len(ln.waiters) // after the last waiter that arrived before w
-	for p > 0 && ln.waiters[p-1].ticket > w.ticket {
-		p--
+	p := 0 // before the first waiter that arrived after w (the order may have exceptions: bounds)
+	for p < len(ln.waiters) && ln.waiters[p].ticket < w.ticket {
+		p++
 	}
 	// Waiters p..rp-1 would each move one slot later: not past their
 	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
 	// although it arrived after them, move one slot earlier.)
 	for j := rp - 1; j >= p; j-- {
-		if ln.slots[j+1].due.After(ln.waiters[j].latest) {
+		if ln.slots[j+1].slotMS > ln.waiters[j].latestMS {
 			p = j + 1
 			break
 		}
 	}
 	// Behind them, w takes a later slot than its own: not past its bound.
-	for p > rp && ln.slots[p].due.After(w.latest) {
+	for p > rp && ln.slots[p].slotMS > w.latestMS {
 		p--
 	}
 	ln.waiters = slices.Insert(ln.waiters, p, w)
@@ -216,6 +218,7 @@ func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
 func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
 	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
+	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
 	due := l.join(k, w)
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
