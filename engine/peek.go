@@ -18,7 +18,10 @@ import (
 // is emitted, Finish gives nothing back for it. Remaining is what such a
 // request, admitted, would leave (one less than is left now). Under
 // Policy.Shadow a Decision the store would limit is reported as
-// OutcomeShadowLimited and Allowed, as a request would get.
+// OutcomeShadowLimited and Allowed, as a request would get. Under
+// Policy.MaxWait a request that would reserve its slot and wait for it
+// (within MaxWait, ctx's deadline and MaxWaiting) is Allowed, with Waited
+// the wait it would take.
 //
 // identity is what the policy keys requests by: with a KeyFunc, a value it
 // returns (or an identity given to Consume), as it is; without one, a
@@ -66,6 +69,17 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	d.fill(&res)
 	d.Limit = set.q[d.quota].limit
 	d.charge = charge{}
+	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 {
+		// Under MaxWait the request would reserve its slot and wait for
+		// it, as far as the wait, ctx's deadline and the waiters allow.
+		wait := l.maxWaitMS
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl).Milliseconds()-1)
+		}
+		if ms := d.RetryAfter.Milliseconds(); ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
+			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, d.RetryAfter, 0
+		}
+	}
 	if !d.Allowed && l.policy.Shadow {
 		d.Allowed, d.Outcome = true, OutcomeShadowLimited
 	}

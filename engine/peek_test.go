@@ -294,6 +294,26 @@ func TestPeekWithARequestTypedPlanIsQuiet(t *testing.T) {
 	}
 }
 
+// Under MaxWait, Peek answers what the next request would get: admitted
+// after waiting for its slot when the slot is within MaxWait and the
+// caller's deadline, limited otherwise.
+func TestPeekUnderMaxWaitSaysTheRequestWouldWait(t *testing.T) {
+	ctx := context.Background()
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Algorithm: limit.TokenBucket, Limit: 5, Window: time.Second, Burst: 1, MaxWait: 2 * time.Second})
+	if _, err := l.Consume(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Peek(ctx, "u")
+	if err != nil || !d.Allowed || d.Outcome != limit.OutcomeAllowed || d.Waited != 200*time.Millisecond || d.RetryAfter != 0 {
+		t.Fatalf("Peek = %+v, %v; want Allowed after a 200ms wait", d, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if d, err := l.Peek(short, "u"); err != nil || d.Allowed || d.RetryAfter != 200*time.Millisecond {
+		t.Fatalf("Peek with a 100ms deadline = %+v, %v; want limited, RetryAfter 200ms", d, err)
+	}
+}
+
 // takeOnly hides every method of its store but Take.
 type takeOnly struct{ s *clockStore }
 

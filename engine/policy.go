@@ -192,8 +192,13 @@ type Policy struct {
 	// MaxWaiting bounds the requests of this Limiter waiting for a slot at
 	// once in this process (MaxWait); past it a request that would wait is
 	// decided as without MaxWait (admitted if the bucket takes it now,
-	// else limited at once). Default 1024; negative is an error, and so is
-	// MaxWaiting without MaxWait.
+	// else limited at once). A request counts from its store call, which
+	// may reserve a slot, to the end of its wait (or of the call, when it
+	// reserved none), so that no more than MaxWaiting reservations are ever
+	// held: a request that arrives while MaxWaiting others are asking the
+	// store is decided as without MaxWait even if none of them will wait.
+	// Default 1024; negative is an error, and so is MaxWaiting without
+	// MaxWait.
 	MaxWaiting int
 	// Quotas, when set, are the policy's quotas in place of Limit, Window
 	// and Burst (which must then be zero): at most MaxQuotas (4), all with
