@@ -111,6 +111,9 @@ func settle(d *Decision, m limitMark) {
 // handler; a handler that panics never reaches it, so the request stays
 // counted. Safe for concurrent use.
 func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
+	if d.slot != nil && d.slot.lim == l {
+		l.releaseSlot(ctx, d)
+	}
 	c := &d.charge
 	if c.lim != l {
 		return

@@ -38,6 +38,7 @@ type Limiter struct {
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
+	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
@@ -145,6 +146,11 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	}
 	l.state = strings.Join(states, "+")
 	l.store = newStoreCall(s, cfg, p.FailureMode)
+	if p.Algorithm == Concurrency {
+		if err := l.initSlots(s, cfg); err != nil {
+			return nil, err
+		}
+	}
 	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
@@ -239,6 +245,9 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 // asks the store and writes the Decision into d, applying the FailureMode
 // on a store failure, whose error it returns with the quotaSet that decided.
 func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision) (*quotaSet, error) {
+	if l.conc != nil {
+		return l.decideSlot(ctx, bucket, id, pl, cost, d)
+	}
 	set := &pl.sets[0]
 	if id.src == KeySourceFallback {
 		set = &pl.sets[1]
