@@ -14,7 +14,7 @@ import (
 // the key's keyed 64-bit hash, as the rate entries are. A set lives while it
 // holds a lease: a release that empties it, a decision that finds it all
 // expired, or the sweep (each Acquire looks at two other sets of its
-// shard) removes it, and emptied sets are kept for reuse, so that taking
+// shard, every 16th two of another shard too) removes it, and emptied sets are kept for reuse, so that taking
 // and giving back a slot allocates nothing once a shard has served its
 // peak of identities. Leases are not bounded by WithMaxKeys: they are
 // bounded by the requests in flight (each set holds at most Limit slots,
@@ -23,8 +23,9 @@ import (
 // leaseShard is one shard of the lease sets.
 type leaseShard struct {
 	mu   sync.Mutex
-	m    map[uint64]*leaseSet
-	free []*leaseSet // emptied sets, for reuse
+	m     map[uint64]*leaseSet
+	free  []*leaseSet // emptied sets, for reuse
+	ticks uint64      // Acquires in this shard: every crossEvery-th sweeps another
 }
 
 // leaseSet is the leases of one identity.
@@ -42,7 +43,10 @@ type leaseEnt struct {
 // maxFreeSets bounds the emptied sets a shard keeps for reuse.
 const maxFreeSets = 64
 
-// sweepSets is how many other sets of its shard an Acquire looks at.
+// sweepSets is how many other sets of its shard an Acquire looks at; every
+// crossEvery-th Acquire of a shard also looks at as many of another shard,
+// the next in turn (unless its lock is busy), so that a quiet shard's
+// expired sets go too.
 const sweepSets = 2
 
 var _ limitstore.Leaser = (*Store)(nil)
@@ -52,9 +56,25 @@ var _ limitstore.Leaser = (*Store)(nil)
 func (s *Store) Acquire(_ context.Context, op *limitstore.LeaseOp) (limitstore.LeaseResult, error) {
 	now := s.nowMS()
 	id := s.keyID(op.Key)
-	sh := &s.leases[s.shardOf(hashTag(op.Key))]
+	i := s.shardOf(hashTag(op.Key))
+	sh := &s.leases[i]
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	res := s.acquire(sh, id, op, now)
+	sh.ticks++
+	cross := -1
+	if sh.ticks%crossEvery == 0 {
+		cross = (i + int(sh.ticks/crossEvery)) & (shardCount - 1)
+	}
+	sh.mu.Unlock()
+	if o := &s.leases[max(cross, 0)]; cross >= 0 && cross != i && o.mu.TryLock() {
+		o.sweep(now, 0)
+		o.mu.Unlock()
+	}
+	return res, nil
+}
+
+// acquire is Acquire under the lock of id's shard sh.
+func (s *Store) acquire(sh *leaseShard, id uint64, op *limitstore.LeaseOp, now int64) limitstore.LeaseResult {
 	res := limitstore.LeaseResult{NowMS: now}
 	set := sh.m[id]
 	if set != nil {
@@ -63,14 +83,14 @@ func (s *Store) Acquire(_ context.Context, op *limitstore.LeaseOp) (limitstore.L
 			set.ents[i].deadline = now + op.LeaseMS
 			res.Allowed = true
 			sh.sweep(now, id)
-			return res, nil
+			return res
 		}
 	}
 	if op.Cost < 1 || res.Held+op.Cost > op.Limit {
 		if set != nil && len(set.ents) == 0 {
 			sh.drop(id, set)
 		}
-		return res, nil
+		return res
 	}
 	if set == nil {
 		set = sh.newSet()
@@ -82,7 +102,7 @@ func (s *Store) Acquire(_ context.Context, op *limitstore.LeaseOp) (limitstore.L
 	set.ents = append(set.ents, leaseEnt{tok: op.Token, n: op.Cost, deadline: now + op.LeaseMS})
 	res.Allowed, res.Held = true, res.Held+op.Cost
 	sh.sweep(now, id)
-	return res, nil
+	return res
 }
 
 // Release implements limitstore.Leaser: it removes op.Token's lease, and
