@@ -163,7 +163,10 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		in.put(c)
 		return nil, err
 	}
+	panicked := true
+	defer in.settlePanic(ctx, c, &panicked)
 	resp, err := handler(ctx, req)
+	panicked = false
 	in.finish(ctx, c, err)
 	return resp, err
 }
@@ -196,9 +199,21 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		in.put(c)
 		return err
 	}
+	panicked := true
+	defer in.settlePanic(ctx, c, &panicked)
 	err := handler(srv, ss)
+	panicked = false
 	in.finish(ctx, c, err)
 	return err
+}
+
+// settlePanic settles the call of a handler that panicked (the panic goes
+// on up): a Concurrency slot is given back, a charge stays counted, and c
+// is not returned to the pool.
+func (in *Interceptor) settlePanic(ctx context.Context, c *call, panicked *bool) {
+	if *panicked {
+		in.lim.Finish(ctx, &c.d, 0)
+	}
 }
 
 // check decides call c with the Limiter (unmatched: no service serves
