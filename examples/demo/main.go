@@ -17,12 +17,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -149,6 +151,10 @@ func run(framework string) error {
 	feed10, feed10Took := sendAtOnce(base, "GET /v1/feed (10 at once)", "127.0.0.30", "/v1/feed", 10)
 	<-feed20done
 	rows = append(rows, feed10, feed20)
+	// GET /v1/slow?ms=1500: at most 2 in flight per client (Concurrency):
+	// of 6 at once, 2 are served and 4 refused at once.
+	slow, _ := sendAtOnce(base, "GET /v1/slow?ms=1500 (6 at once)", "127.0.0.40", "/v1/slow?ms=1500", 6)
+	rows = append(rows, slow)
 	reportsPolicy := policyField(base+"/v1/reports", "127.0.0.14")
 	proPolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "pro-other"})
 	freePolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "other"})
@@ -214,6 +220,8 @@ func run(framework string) error {
 		fmt.Sprintf("feed: 10 requests at once all served, one per 200 ms slot, the last after %v (MaxWait 2 s)", feed10Took.Round(time.Millisecond)))
 	check(feed20.ok >= 10 && feed20.ok <= 12 && feed20.limited == 20-feed20.ok,
 		fmt.Sprintf("feed: 20 at once: %d served within 2 s, %d limited at once", feed20.ok, feed20.limited))
+	check(slow.ok == 2 && slow.limited == 4 && slow.retryAfter == "1 s",
+		fmt.Sprintf("slow: 6 at once, %d served and %d refused at once with Retry-After 1 (2 in flight per client)", slow.ok, slow.limited))
 	check(strings.Contains(reportsPolicy, `"reports/2p10";q=2;w=10, "reports/5p60";q=5;w=60`),
 		"reports: RateLimit-Policy lists both quotas: "+reportsPolicy)
 	check(exportPro.ok == 20 && exportPro.limited == 2, "export: a pro- key gets 20 per 60 s (plan pro)")
@@ -256,6 +264,7 @@ func run(framework string) error {
 	unmatched(framework, base, check)
 	signinAndStacked(base, loginClient, check)
 	adminReset(base, loginClient, check)
+	sharedSlots(framework, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -683,4 +692,62 @@ func sendAtOnce(base, route, client, path string, n int) (row, time.Duration) {
 		}
 	}
 	return r, time.Since(start)
+}
+
+// sharedSlots shows two example servers on one Redis sharing the 2 slots
+// of GET /v1/slow per client: 3 requests to each at once, 2 served in
+// all. It starts a redis-server of its own (persistence off, a free
+// loopback port) when one is on PATH, and says so when there is none.
+func sharedSlots(framework string, check func(bool, string)) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		fmt.Println("slow: no redis-server on PATH: the two servers sharing one Redis are not shown here (tests/redisstore TestConcurrencyFleetExact shows 3 processes sharing 10 slots)")
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		check(false, "slow: a port for redis-server: "+err.Error())
+		return
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	redis := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := redis.Start(); err != nil {
+		check(false, "slow: redis-server: "+err.Error())
+		return
+	}
+	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			check(false, "slow: redis-server did not start on "+addr)
+			return
+		}
+	}
+	var bases []string
+	for range 2 {
+		base, _, stop, err := start(framework, "-redis", "redis://"+addr)
+		if err != nil {
+			check(false, "slow: a server on Redis: "+err.Error())
+			return
+		}
+		defer stop()
+		bases = append(bases, base)
+	}
+	var rows [2]row
+	var wg sync.WaitGroup
+	for i, base := range bases {
+		wg.Go(func() {
+			rows[i], _ = sendAtOnce(base, "GET /v1/slow?ms=1500 (3 at once)", "127.0.0.41", "/v1/slow?ms=1500", 3)
+		})
+	}
+	wg.Wait()
+	ok, limited := rows[0].ok+rows[1].ok, rows[0].limited+rows[1].limited
+	fmt.Printf("slow on two servers sharing redis %s: server 1 %d x 200 %d x 429, server 2 %d x 200 %d x 429\n",
+		addr, rows[0].ok, rows[0].limited, rows[1].ok, rows[1].limited)
+	check(ok == 2 && limited == 4, fmt.Sprintf("slow: two servers on one Redis share the 2 slots: %d served, %d refused of 6", ok, limited))
 }
