@@ -291,7 +291,10 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
 // want to log it (it never means "limited"). Events are emitted as for Check,
-// with an empty handler. OnStoreError and OnLimited are called as for Check,
+// with an empty handler. For a Concurrency policy an allowed Decision holds
+// its slots, renewing their lease, until Finish gives them back: call
+// Finish once the work is done (a Decision never finished holds its slots
+// while the process lives). OnStoreError and OnLimited are called as for Check,
 // with a Request whose Native is identity (a string) and whose other fields
 // are empty; SkipPaths, Skip and LimitedResponse do not apply.
 func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {

@@ -311,6 +311,10 @@ func (s *meteredStream) RecvMsg(m any) error {
 			s.SetTrailer(c.md)
 		}
 		err = c.denial(false)
+	} else {
+		// A message holds nothing past its decision: a Concurrency
+		// slot is given back at once (for a rate, Finish does nothing).
+		in.lim.Finish(s.Context(), &c.d, 0)
 	}
 	in.put(c)
 	return err
