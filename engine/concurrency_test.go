@@ -332,3 +332,47 @@ func TestConcurrencyKeyAndBucket(t *testing.T) {
 		t.Fatalf("bucket %q, want 10p10c", d.Bucket)
 	}
 }
+
+// failingLeaser is a Leaser whose every call fails.
+type failingLeaser struct{ limittest.FailingStore }
+
+func (failingLeaser) Acquire(context.Context, *limitstore.LeaseOp) (limitstore.LeaseResult, error) {
+	return limitstore.LeaseResult{}, limittest.ErrDown
+}
+
+func (failingLeaser) Release(context.Context, *limitstore.LeaseOp) (bool, error) {
+	return false, limittest.ErrDown
+}
+
+// A store failure applies the FailureMode: FailOpen admits holding
+// nothing, FailClosed answers 503, FailLocal takes the slot in the local
+// store.
+func TestConcurrencyStoreFailureAppliesTheFailureMode(t *testing.T) {
+	ctx := context.Background()
+	open := mustNew(t, failingLeaser{}, concurrencyPolicy(1))
+	for range 3 {
+		d, err := open.Consume(ctx, "k")
+		if !d.Allowed || d.Outcome != limit.OutcomeDegraded || err == nil {
+			t.Fatalf("FailOpen: %+v %v, want degraded", d, err)
+		}
+		open.Finish(ctx, &d, 0)
+	}
+	p := concurrencyPolicy(1)
+	p.FailureMode = limit.FailClosed
+	closed := mustNew(t, failingLeaser{}, p)
+	if w := checkHTTP(closed, req("192.0.2.1:1", "/")); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("FailClosed: %d, want 503", w.Code)
+	}
+	p.FailureMode = limit.FailLocal
+	local := storeAt(epochMS)
+	l := mustNew(t, failingLeaser{}, p, limit.WithLocalStore(local))
+	a, _ := l.Consume(ctx, "k")
+	b, _ := l.Consume(ctx, "k")
+	if !a.Allowed || a.Outcome != limit.OutcomeDegraded || b.Allowed {
+		t.Fatalf("FailLocal: %v %s, %v: want the local store's one slot", a.Allowed, a.Outcome, b.Allowed)
+	}
+	l.Finish(ctx, &a, 0)
+	if c, _ := l.Consume(ctx, "k"); !c.Allowed {
+		t.Fatal("FailLocal: the local slot was not given back")
+	}
+}
