@@ -93,6 +93,7 @@ const (
 	envFleetPrefix = "QUOTAGATE_FLEET_PREFIX" // the key prefix
 	envFleetMS     = "QUOTAGATE_FLEET_MS"     // how long to run (it also stops when stdin closes)
 	envFleetLease  = "QUOTAGATE_FLEET_LEASE"  // Policy.Lease in ms
+	envFleetHold   = "QUOTAGATE_FLEET_HOLD"   // how long a handler runs, ms (default 2)
 )
 
 // fleetLimit and fleetGoroutines are the fleet tests' numbers: 300
@@ -119,6 +120,10 @@ func TestConcurrencyFleetChild(t *testing.T) {
 	prefix := os.Getenv(envFleetPrefix)
 	ms, _ := strconv.Atoi(os.Getenv(envFleetMS))
 	leaseMS, _ := strconv.Atoi(os.Getenv(envFleetLease))
+	hold := 2 * time.Millisecond
+	if h, err := strconv.Atoi(os.Getenv(envFleetHold)); err == nil {
+		hold = time.Duration(h) * time.Millisecond
+	}
 	client := be.newClient(t)
 	s, err := New(client, WithTimeout(2*time.Second))
 	if err != nil {
@@ -161,7 +166,10 @@ func TestConcurrencyFleetChild(t *testing.T) {
 				if err == nil {
 					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 					}
-					time.Sleep(2 * time.Millisecond)
+					select {
+					case <-time.After(hold):
+					case <-stop:
+					}
 					client.Do(ctx, client.B().Decr().Key(counter).Build())
 					served.Add(1)
 				}
@@ -183,13 +191,16 @@ type fleetProc struct {
 	err   error         // its exit, once done is closed
 }
 
-func startFleet(t *testing.T, kind, prefix string, n, ms, leaseMS int) []*fleetProc {
+func startFleet(t *testing.T, kind, prefix string, n, ms, leaseMS int, holdMS ...int) []*fleetProc {
 	t.Helper()
 	var procs []*fleetProc
-	for range n {
+	for i := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestConcurrencyFleetChild$", "-test.v")
 		cmd.Env = append(os.Environ(), envFleetChild+"="+kind, envFleetPrefix+"="+prefix,
 			envFleetMS+"="+strconv.Itoa(ms), envFleetLease+"="+strconv.Itoa(leaseMS))
+		if i < len(holdMS) {
+			cmd.Env = append(cmd.Env, envFleetHold+"="+strconv.Itoa(holdMS[i]))
+		}
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -295,8 +306,10 @@ func TestConcurrencyFleetKill(t *testing.T) {
 			prefix := testPrefix(t)
 			t.Cleanup(func() { deleteKeys(t, client, prefix) })
 			const leaseMS = 1000
-			procs := startFleet(t, kind, prefix, 3, 60_000, leaseMS)
-			time.Sleep(1500 * time.Millisecond) // under load
+			// The first process's handlers run for a minute: it holds
+			// slots (renewing them) when it is killed.
+			procs := startFleet(t, kind, prefix, 3, 60_000, leaseMS, 60_000)
+			time.Sleep(2500 * time.Millisecond) // under load, past two renewals
 			procs[0].cmd.Process.Signal(syscall.SIGKILL)
 			killed := time.Now()
 			<-procs[0].done
@@ -308,14 +321,17 @@ func TestConcurrencyFleetKill(t *testing.T) {
 					t.Fatalf("survivor: %v\n%s", p.err, p.output())
 				}
 			}
-			held := zcard(t, client, prefix) // the killed process's, if it held any
+			held := zcard(t, client, prefix) // the killed process's
+			if held == 0 {
+				t.Fatalf("the killed process held no slot: the test measured nothing\n%s", procs[0].output())
+			}
 			for !allFree(t, client, prefix) {
 				if time.Since(killed) > leaseMS*time.Millisecond+time.Second {
 					t.Fatalf("%d slots still held %v after the SIGKILL, Lease %d ms", zcard(t, client, prefix), time.Since(killed), leaseMS)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			t.Logf("the killed process held %d slots when the survivors stopped; all back %v after the SIGKILL (Lease %d ms)", held, time.Since(killed).Round(time.Millisecond), leaseMS)
+			t.Logf("the killed process held %d slots when the survivors had stopped; all back %v after the SIGKILL (Lease %d ms)", held, time.Since(killed).Round(time.Millisecond), leaseMS)
 		})
 	}
 }
