@@ -284,27 +284,43 @@ func run(framework string) error {
 // start builds examples/<framework>, starts it with flags on a free
 // loopback port and returns its base URL, its start-up line and a function that stops it.
 func start(framework string, flags ...string) (base, banner string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "quotagate-demo-")
+	bin, dir, err := build(framework)
 	if err != nil {
 		return "", "", nil, err
 	}
-	bin := filepath.Join(dir, "server")
+	return startBin(bin, dir, flags...)
+}
+
+// build builds examples/<framework> into a new temporary directory and
+// returns the binary and the directory.
+func build(framework string) (bin, dir string, err error) {
+	dir, err = os.MkdirTemp("", "quotagate-demo-")
+	if err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "server")
 	fmt.Printf("building examples/%s ...\n", framework)
 	build := exec.Command("go", "build", "-o", bin, "./"+framework)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("go build ./%s: %w", framework, err)
+		return "", "", fmt.Errorf("go build ./%s: %w", framework, err)
 	}
+	return bin, dir, nil
+}
+
+// startBin starts bin with flags on a free loopback port, as start does;
+// stop removes dir ("": nothing) once the server has ended.
+func startBin(bin, dir string, flags ...string) (base, banner string, stop func(), err error) {
 	srv := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
-		os.RemoveAll(dir)
+		removeDir(dir)
 		return "", "", nil, err
 	}
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
-		os.RemoveAll(dir)
+		removeDir(dir)
 		return "", "", nil, err
 	}
 	stop = func() {
@@ -317,7 +333,7 @@ func start(framework string, flags ...string) (base, banner string, stop func(),
 			_ = srv.Process.Kill()
 			<-done
 		}
-		os.RemoveAll(dir)
+		removeDir(dir)
 	}
 	base, banner, err = waitForStart(stdout)
 	if err != nil {
@@ -728,9 +744,15 @@ func sharedSlots(framework string, check func(bool, string)) {
 			return
 		}
 	}
+	bin, dir, err := build(framework)
+	if err != nil {
+		check(false, "slow: "+err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
 	var bases []string
 	for range 2 {
-		base, _, stop, err := start(framework, "-redis", "redis://"+addr)
+		base, _, stop, err := startBin(bin, "", "-redis", "redis://"+addr)
 		if err != nil {
 			check(false, "slow: a server on Redis: "+err.Error())
 			return
@@ -750,4 +772,11 @@ func sharedSlots(framework string, check func(bool, string)) {
 	fmt.Printf("slow on two servers sharing redis %s: server 1 %d x 200 %d x 429, server 2 %d x 200 %d x 429\n",
 		addr, rows[0].ok, rows[0].limited, rows[1].ok, rows[1].limited)
 	check(ok == 2 && limited == 4, fmt.Sprintf("slow: two servers on one Redis share the 2 slots: %d served, %d refused of 6", ok, limited))
+}
+
+// removeDir removes dir, when there is one.
+func removeDir(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
 }
