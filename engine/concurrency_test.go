@@ -376,3 +376,14 @@ func TestConcurrencyStoreFailureAppliesTheFailureMode(t *testing.T) {
 		t.Fatal("FailLocal: the local slot was not given back")
 	}
 }
+
+// Peek and Reset are for rate quotas: a Concurrency Limiter refuses them.
+func TestConcurrencyPeekAndResetUnsupported(t *testing.T) {
+	l := mustNew(t, storeAt(epochMS), concurrencyPolicy(2))
+	if _, err := l.Peek(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Peek: %v, want ErrUnsupported", err)
+	}
+	if err := l.Reset(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Reset: %v, want ErrUnsupported", err)
+	}
+}
