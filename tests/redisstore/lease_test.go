@@ -376,3 +376,51 @@ func zcard(t *testing.T, client rueidis.Client, prefix string) int64 {
 	}
 	return n
 }
+
+// A holder whose work runs 3x its Lease keeps its slot on Redis: it
+// renews the lease (one Acquire every Lease/3), and no other request
+// takes the slot meanwhile.
+func TestConcurrencyLeaseRenewal(t *testing.T) {
+	for _, kind := range []string{"standalone", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			be := standaloneBackend(t)
+			if kind == "cluster" {
+				be = clusterBackend(t)
+			}
+			client := be.newClient(t)
+			prefix := testPrefix(t)
+			t.Cleanup(func() { deleteKeys(t, client, prefix) })
+			s, err := New(client, WithTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			const lease = 600 * time.Millisecond
+			l, err := limit.New(s, limit.Policy{Name: "renew", Algorithm: limit.Concurrency, Limit: 1, Lease: lease}, limit.WithKeyPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := ctxT(t)
+			held, _ := l.Consume(ctx, "k")
+			if !held.Allowed {
+				t.Fatal("first Consume refused")
+			}
+			start := time.Now()
+			refused := 0
+			for time.Since(start) < 3*lease {
+				d, err := l.Consume(ctx, "k")
+				if d.Allowed {
+					t.Fatalf("after %v (Lease %v, err %v): another request took the held slot", time.Since(start), lease, err)
+				}
+				refused++
+				time.Sleep(20 * time.Millisecond)
+			}
+			l.Finish(ctx, &held, 0)
+			d, _ := l.Consume(ctx, "k")
+			if !d.Allowed {
+				t.Fatal("the slot is not free after Finish")
+			}
+			l.Finish(ctx, &d, 0)
+			t.Logf("%d requests refused over %v", refused, 3*lease)
+		})
+	}
+}
