@@ -22,7 +22,7 @@ import (
 
 // leaseShard is one shard of the lease sets.
 type leaseShard struct {
-	mu   sync.Mutex
+	mu    sync.Mutex
 	m     map[uint64]*leaseSet
 	free  []*leaseSet // emptied sets, for reuse
 	ticks uint64      // Acquires in this shard: every crossEvery-th sweeps another
