@@ -101,6 +101,10 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (temp
 		if !d.Allowed {
 			return
 		}
+		if d.slot != nil {
+			l.serveHeld(w, r, next, d)
+			return
+		}
 		if observe != nil {
 			l.serveObserved(w, r, next, observe, d)
 			return

@@ -38,6 +38,7 @@ type Limiter struct {
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
+	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
 
 	tickets atomic.Uint64     // waiting requests' order of arrival (wait.go)
 	linesMu sync.Mutex        // guards lines
@@ -153,6 +154,11 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	}
 	l.state = strings.Join(states, "+")
 	l.store = newStoreCall(s, cfg, p.FailureMode)
+	if p.Algorithm == Concurrency {
+		if err := l.initSlots(s, cfg); err != nil {
+			return nil, err
+		}
+	}
 	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
@@ -263,6 +269,9 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scr
 // It builds the Op in sc, the caller's scratch, or in one of its own when sc
 // is nil.
 func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision, sc *scratch) (*quotaSet, error) {
+	if l.conc != nil {
+		return l.decideSlot(ctx, bucket, id, pl, cost, d)
+	}
 	set := &pl.sets[0]
 	if id.src == KeySourceFallback {
 		set = &pl.sets[1]
@@ -318,7 +327,10 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
 // want to log it (it never means "limited"). Events are emitted as for Check,
-// with an empty handler. OnStoreError and OnLimited are called as for Check,
+// with an empty handler. For a Concurrency policy an allowed Decision holds
+// its slots, renewing their lease, until Finish gives them back: call
+// Finish once the work is done (a Decision never finished holds its slots
+// while the process lives). OnStoreError and OnLimited are called as for Check,
 // with a Request whose Native is identity (a string) and whose other fields
 // are empty; SkipPaths, Skip and LimitedResponse do not apply.
 func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {

@@ -95,6 +95,8 @@ func letter(a Algorithm) byte {
 		return 'f'
 	case TokenBucket:
 		return 'g'
+	case Concurrency:
+		return 'c'
 	}
 	return 's'
 }
@@ -365,6 +367,17 @@ type Policy struct {
 	// OnLimited. err may describe the backend: never show it to clients. For
 	// Consume and ConsumeN, r is as for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
+
+	// Lease is, for a Concurrency policy, how long a slot stays taken when
+	// its holder vanishes (a killed process, a lost connection to the
+	// store): a request holds its slot while its handler runs, however
+	// long, renewing the lease every Lease/3 (one store call each), and a
+	// killed process's slots are free again within Lease of its last
+	// renewal. A whole number of milliseconds from 100 ms to 24 h; 0 means
+	// DefaultLease (10 s: a renewal every 3.3 s per long request, and a
+	// crash locks a client out of the slots it held for at most 10 s).
+	// Other algorithms ignore it.
+	Lease time.Duration
 }
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan
@@ -528,7 +541,7 @@ func (p *Policy) resolve() (resolved, error) {
 	if p.Cost < 0 {
 		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)
 	}
-	if p.Algorithm > TokenBucket {
+	if p.Algorithm > Concurrency {
 		return r, fmt.Errorf("%w: Algorithm %d is unknown", ErrInvalidPolicy, p.Algorithm)
 	}
 	if p.Scope > PerRoute {
@@ -561,6 +574,9 @@ func (p *Policy) resolve() (resolved, error) {
 	r.cost = p.Cost
 	if r.cost == 0 {
 		r.cost = defaultCost
+	}
+	if p.Algorithm == Concurrency {
+		return p.resolveConcurrency(r)
 	}
 	if err := p.checkMaxWait(); err != nil {
 		return r, err
