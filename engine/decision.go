@@ -87,6 +87,14 @@ type Decision struct {
 	waitMS int64
 	// who is the identity decided for (see Identity).
 	who who
+	// slot is the hold of an admitted Concurrency request on its slots,
+	// which Finish gives back; slotGen tells this hold from a later one on
+	// the same pooled slot. nil: none.
+	slot    *slot
+	slotGen uint64
+	// busy reports that a Concurrency store denied: every slot taken (a
+	// 429 without RateLimit fields, not FailClosed's 503).
+	busy bool
 }
 
 // Identity returns the identity the Decision is about, in the spelling

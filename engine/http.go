@@ -51,7 +51,7 @@ func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, known *Reque
 			req.Path = r.URL.Path
 		}
 	}
-	l.check(r.Context(), &req, resp)
+	l.check(r.Context(), &req, resp, nil)
 	resp.writeHTTP(w)
 	settle(&resp.Decision, markOf(r.Header))
 }
@@ -99,6 +99,10 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (temp
 		l.checkHTTP(w, r, &known, &resp)
 		d := &resp.Decision
 		if !d.Allowed {
+			return
+		}
+		if d.slot != nil {
+			l.serveHeld(w, r, next, d)
 			return
 		}
 		if observe != nil {

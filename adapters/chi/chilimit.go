@@ -124,7 +124,8 @@ func urlFormat(p string) string {
 // does not count the status next wrote, observed through
 // httplimit.StatusWriter (only for such a policy; it keeps http.Flusher,
 // http.Hijacker and http.Pusher). A handler that panics leaves the request
-// counted.
+// counted (and gives its
+// Concurrency slots back).
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, route, httplimit.StatusWriter) }
 }
