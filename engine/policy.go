@@ -3,12 +3,14 @@ package limit
 import (
 	"context"
 	"fmt"
-	"github.com/quotagate/quotagate/engine/limitstore"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // Defaults applied to zero-valued Policy fields, and the longest Window.
@@ -52,9 +54,18 @@ func checkTokenBucket(limit, windowMS, burst int64) error {
 	// Burst*windowMS < 2^50 here: the refill time in whole ms, rounded up.
 	if refill := ceilDiv(burst*windowMS, limit); refill > maxRefill.Milliseconds() {
 		return fmt.Errorf("%w: TokenBucket Burst %d at Limit %d per %d ms takes %v to refill, over the maximum %v; lower Burst or raise Limit",
-			ErrInvalidPolicy, burst, limit, windowMS, time.Duration(refill)*time.Millisecond, maxRefill)
+			ErrInvalidPolicy, burst, limit, windowMS, msText(refill), maxRefill)
 	}
 	return nil
+}
+
+// msText writes ms milliseconds as a Duration does, or in hours and years
+// past a Duration's range (about 292 years).
+func msText(ms int64) string {
+	if ms <= int64(math.MaxInt64/time.Millisecond) {
+		return (time.Duration(ms) * time.Millisecond).String()
+	}
+	return fmt.Sprintf("%dh (about %d years)", ms/3_600_000, ms/31_556_952_000)
 }
 
 // Algorithm selects the rate-limiting algorithm of a [Policy]: one of
@@ -178,8 +189,13 @@ type Policy struct {
 	// MaxWaiting bounds the requests of this Limiter waiting for a slot at
 	// once in this process (MaxWait); past it a request that would wait is
 	// decided as without MaxWait (admitted if the bucket takes it now,
-	// else limited at once). Default 1024; negative is an error, and so is
-	// MaxWaiting without MaxWait.
+	// else limited at once). A request counts from its store call, which
+	// may reserve a slot, to the end of its wait (or of the call, when it
+	// reserved none), so that no more than MaxWaiting reservations are ever
+	// held: a request that arrives while MaxWaiting others are asking the
+	// store is decided as without MaxWait even if none of them will wait.
+	// Default 1024; negative is an error, and so is MaxWaiting without
+	// MaxWait.
 	MaxWaiting int
 	// Quotas, when set, are the policy's quotas in place of Limit, Window
 	// and Burst (which must then be zero): at most MaxQuotas (4), all with
