@@ -53,7 +53,7 @@ func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, req *Request
 			req.Path = r.URL.Path
 		}
 	}
-	l.check(r.Context(), req, resp)
+	l.check(r.Context(), req, resp, nil)
 	resp.writeHTTP(w)
 	settle(&resp.Decision, markOf(r.Header))
 }

@@ -205,10 +205,11 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 
 // check decides call c with the Limiter (unmatched: no service serves
 // it), writing through c, into c.d. The Decision lives in c and check is
-// never inlined, so that neither it nor the engine's response (about
-// 1 KB in limit.Limiter.Check's frame) stays on the stack under the
-// handler: grpc starts every call on a fresh goroutine, whose stack grows
-// (is copied) when the call goes deeper than it.
+// never inlined, so that neither it nor Check's frames stay on the stack
+// under the handler: grpc starts every call on a fresh goroutine, whose
+// stack grows (is copied) when the call goes deeper than it. The decision
+// itself fits in the stack grpc's own path has grown by then
+// (TestAllowedUnaryCallKeepsItsStack).
 //
 //go:noinline
 func (in *Interceptor) check(c *call, unmatched bool) {
