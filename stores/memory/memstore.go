@@ -114,6 +114,7 @@ type Store struct {
 	shardSeed maphash.Seed // places a key's hash tag in a shard
 	slotSeed  maphash.Seed // identifies a key in its shard
 	shards    [shardCount]shard
+	leases    [shardCount]leaseShard // concurrency slots (lease.go)
 }
 
 var (

@@ -36,6 +36,9 @@ var scriptFiles = map[string]struct {
 	"take.lua":  {takeBody, takeSource, takeScript, false},
 	"batch.lua": {batchBody, batchSource, batchScript, false},
 	"peek.lua":  {peekSource, peekSource, peekScript, true},
+
+	"acquire.lua": {acquireSource, acquireSource, acquireScript, true},
+	"release.lua": {releaseSource, releaseSource, releaseScript, true},
 }
 
 // preludeFile is the file every script begins with.

@@ -47,6 +47,7 @@ type Config struct {
 	Shadow         bool
 	Otel           bool
 	AdminToken     string
+	TZ             string // -tz: the zone of GET /v1/daily's calendar day
 }
 
 // ParseFlags parses the example servers' flags from os.Args.
@@ -62,6 +63,7 @@ func ParseFlags() Config {
 	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
 	flag.StringVar(&c.AdminToken, "admin-token", "", "serve GET and DELETE "+AdminPrefix+"{identity} (the Peek and the Reset of the global and login limiters) to callers sending Authorization: Bearer TOKEN; empty: no admin routes")
 	flag.BoolVar(&c.Otel, "otel", false, "record quotagate's metrics through the OpenTelemetry SDK (otellimit), printed as JSON by the stdout exporter on stderr every 10 s, instead of on GET /metrics")
+	flag.StringVar(&c.TZ, "tz", "UTC", "time zone of GET /v1/daily's calendar day (an IANA name: America/New_York, Europe/Berlin, ...)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatal(fmt.Errorf("unexpected argument %q: every setting is a flag (run with -h to list them)", flag.Arg(0)))
@@ -82,6 +84,10 @@ type Limiters struct {
 	// Search: PerRoute token bucket, 1 per second with a burst of 5, on
 	// GET /v1/search; ?expensive=1 costs 3.
 	Search *limit.Limiter
+	// Slow: at most SlowLimit requests of one client address in flight at
+	// once on GET /v1/slow (Concurrency "slow"), across every server on
+	// the same Redis; the others get 429 at once.
+	Slow *limit.Limiter
 	// Feed: token bucket "feed", 5 per second, burst 1, on GET /v1/feed:
 	// a request the bucket cannot take now waits up to 2 s for its slot
 	// (Policy.MaxWait) instead of a 429; with -shadow it does not wait.
@@ -114,6 +120,12 @@ type Limiters struct {
 	shadow bool
 	// flush, with -otel, exports the last measurements at shutdown.
 	flush func(context.Context) error
+	// Daily: keyed by the X-API-Key header (by client address without
+	// one), 2 per second and 20 per calendar day in the zone of -tz
+	// (FixedWindow: the day begins at local midnight), on GET /v1/daily.
+	Daily *limit.Limiter
+	// DailyZone is -tz's zone name ("UTC" by default).
+	DailyZone string
 }
 
 // APIKey is the export policy's KeyFunc: the X-API-Key header, or "" (the
@@ -287,8 +299,17 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signin policy: %w", err)
 	}
+	daily, zone, err := dailyLimiter(global, c, disclosure, style, failure)
+	if err != nil {
+		return nil, err
+	}
+	slow, err := global.With(e.Fill(limit.Policy{Name: "slow", Algorithm: limit.Concurrency, Limit: SlowLimit}))
+	if err != nil {
+		return nil, fmt.Errorf("slow policy: %w", err)
+	}
 	l := &Limiters{
-		Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin,
+		Slow: slow, Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin,
+		Daily: daily, DailyZone: zone,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
 	}
@@ -436,6 +457,7 @@ const (
 	FeedBody    = `{"items":[]}`
 	ReportsBody = `{"reports":[]}`
 	ExportBody  = `{"export":"ready"}`
+	DailyBody   = `{"daily":"ok"}`
 )
 
 // NoteBody is the body of GET /v1/notes/{id}.
@@ -462,9 +484,11 @@ func (l *Limiters) Describe() string {
 		"POST /v1/login fixed-window 5/60s (bucket login); " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
 		"GET /v1/feed token-bucket 5/s burst 1, waits up to 2s for a slot; " +
+		"GET /v1/slow?ms=N concurrency: 2 in flight per client; " +
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
+		"GET /v1/daily fixed-window per X-API-Key, 2/s and 20 per calendar day in " + l.DailyZone + "; " +
 		"a request a per-route limit answers 429 charges the global limit nothing"
 	if l.Admin != nil {
 		d += "; admin routes GET|DELETE " + AdminPrefix + "{identity} (Bearer token)"
