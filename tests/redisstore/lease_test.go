@@ -206,7 +206,8 @@ func startFleet(t *testing.T, kind, prefix string, n, ms, leaseMS int, holdMS ..
 			t.Fatal(err)
 		}
 		out := &strings.Builder{}
-		cmd.Stdout, cmd.Stderr = &lockedWriter{b: out}, &lockedWriter{b: out}
+		w := &lockedWriter{b: out} // one lock for both streams: they write from two goroutines
+		cmd.Stdout, cmd.Stderr = w, w
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
