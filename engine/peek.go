@@ -93,6 +93,7 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 			keys = append(keys, op.Quotas[j].Key)
 		}
 	}
+	keys = l.blockKey(keys, &id)
 	start := time.Now()
 	err = reset(ctx, rs, keys)
 	l.store.timed(l.store.primary.name, "reset", start, err)

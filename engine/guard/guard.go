@@ -75,6 +75,7 @@ type Store struct {
 	deny    *denyCache // nil: WithoutDenyCache
 	ticks   tickSource
 	ctxs    sync.Pool // *storeCtx
+	blocks  bool      // next's Info.Blocks
 }
 
 // Option configures New. Options are checked by New, which names the
@@ -154,6 +155,7 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 			s.name = info.Name
 		}
 		s.shared = info.Shared
+		s.blocks = info.Blocks
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -178,7 +180,9 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 }
 
 // Describe reports the wrapped store's description.
-func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name, Shared: s.shared} }
+func (s *Store) Describe() limitstore.Info {
+	return limitstore.Info{Name: s.name, Shared: s.shared, Blocks: s.blocks}
+}
 
 // Claim passes limit.New's record of an unnamed Limiter to the wrapped
 // store when it keeps limitstore.Claims, so that wrapping a store never
