@@ -46,9 +46,10 @@ func (b *BlockState) Remembered(blk *Block, now int64) bool {
 // (ForMS 0), and for a Refund, it is Apply and leaves *b alone.
 //
 // While a block is in force (now < b.UntilMS) the Op is denied and nothing
-// is taken nor written: the Result carries the quotas' numbers as the same
-// Op would get them taken (computed on copies, every TTLMS 0, no wait), and
-// BlockMS is the time left on the block. Otherwise the quotas decide, as
+// is taken nor written: the Result carries every quota's answer with
+// nothing taken, as a denial's (Allowed and RetryAfterMS say whether the
+// quota alone would admit the cost; no wait; every TTLMS 0), and BlockMS is
+// the time left on the block. Otherwise the quotas decide, as
 // Apply; when they deny, a block begins now: ForMS long, or for a repeat
 // offence (b remembered, see BlockState.Remembered) twice the last one,
 // at least ForMS and at most MaxMS. *b is then the new record, BlockMS its
@@ -61,11 +62,16 @@ func (op *Op) ApplyBlock(states *[MaxQuotas]State, b *BlockState, now int64) Res
 		return op.Apply(states, now)
 	}
 	if b.UntilMS > now {
-		look := *op
-		look.Peek, look.WaitMS = true, 0
-		res := look.Apply(states, now)
-		res.Allowed = false
-		res.BlockMS = b.UntilMS - now
+		// Every quota's answer with nothing taken, as for any denial, on
+		// copies: a block writes nothing (not even a state the clock has
+		// fallen behind).
+		n := min(max(op.N, 0), MaxQuotas)
+		res := Result{NowMS: now, N: n, BlockMS: b.UntilMS - now}
+		for i := range n {
+			view := states[i]
+			op.Quotas[i].decide(&res.Quotas[i], &view, op.Cost, 0, now, probe)
+			res.Quotas[i].TTLMS = 0
+		}
 		return res
 	}
 	res := op.Apply(states, now)
