@@ -103,6 +103,8 @@ type Observer struct {
 	waitCache  cache[waitKey, prometheus.Observer]
 
 	side storeSide // breaker.go
+
+	blocks blockSide // blocks.go
 }
 
 var (
@@ -192,7 +194,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Help:    "Time requests waited for the slot they reserved (Policy.MaxWait), in seconds, by bucket and result (served: admitted at its slot; cancelled: its context ended first and the slot was given back). The count is the requests that waited.",
 			Buckets: WaitBuckets(),
 		}, []string{"bucket", "result"}),
-		side: newStoreSide(),
+		side:   newStoreSide(),
+		blocks: newBlockSide(),
 	}
 	if reg == nil {
 		return o, nil
@@ -205,7 +208,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 				if o.storeErrs, err = register(reg, StoreErrorsTotal, o.storeErrs, &done); err == nil {
 					if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
 						if o.waits, err = register(reg, WaitSeconds, o.waits, &done); err == nil {
-							err = o.side.register(reg, &done)
+							if err = o.side.register(reg, &done); err == nil {
+								err = o.blocks.register(reg, &done)
+							}
 						}
 					}
 				}
@@ -271,6 +276,9 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 		c = o.resolveRequest(k)
 	}
 	c.Inc()
+	if e.Blocked {
+		o.blocks.inc(e.Bucket, e.Plan)
+	}
 }
 
 func (o *Observer) resolveRequest(k requestKey) prometheus.Counter {
@@ -389,6 +397,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.side.skipped.Describe(ch)
 	o.side.open.Describe(ch)
 	o.side.opens.Describe(ch)
+	o.blocks.blocked.Describe(ch)
 }
 
 // Collect implements prometheus.Collector: the metrics' series.
@@ -402,6 +411,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.side.skipped.Collect(ch)
 	o.side.open.Collect(ch)
 	o.side.opens.Collect(ch)
+	o.blocks.blocked.Collect(ch)
 }
 
 // Handler returns an http.Handler that serves this Observer's metrics

@@ -14,9 +14,12 @@ import (
 //go:embed lua/block.lua
 var blockBody string
 
-// blockScript decides an Op with a block rule (limitstore.Op.Block):
-// lua/prelude.lua, then lua/block.lua.
-var blockScript = rueidis.NewLuaScript(preludeSource + blockBody)
+// blockSource is the script of an Op with a block rule
+// (limitstore.Op.Block): lua/prelude.lua, then lua/block.lua.
+var blockSource = preludeSource + blockBody
+
+// blockScript is created once, as takeScript.
+var blockScript = rueidis.NewLuaScript(blockSource)
 
 // blockLen is the length of a stored block record: two little-endian
 // 64-bit integers (see lua/block.lua).

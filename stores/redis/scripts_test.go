@@ -36,6 +36,7 @@ var scriptFiles = map[string]struct {
 	"take.lua":  {takeBody, takeSource, takeScript, false},
 	"batch.lua": {batchBody, batchSource, batchScript, false},
 	"peek.lua":  {peekSource, peekSource, peekScript, true},
+	"block.lua": {blockBody, blockSource, blockScript, false},
 }
 
 // preludeFile is the file every script begins with.
@@ -214,7 +215,7 @@ func TestInlineCopies(t *testing.T) {
 	}
 	// take.lua first: its blocks are the originals of those prelude.lua
 	// does not mark.
-	names := []string{"take.lua", "batch.lua"}
+	names := []string{"take.lua", "batch.lua", "block.lua"} // block.lua: no inline copy, the general path only
 	var after []string // the scripts sent after the prelude (peek.lua is sent alone)
 	for name, s := range scriptFiles {
 		if !s.alone {
