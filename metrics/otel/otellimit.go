@@ -110,6 +110,8 @@ type Observer struct {
 	durCache   cache[durationKey, []metric.RecordOption]
 	waitCache  cache[waitKey, []metric.RecordOption]
 	skipCache  cache[skipKey, []metric.AddOption]
+
+	blocks blockSide // blocks.go
 }
 
 var _ limit.Observer = (*Observer)(nil)
@@ -204,6 +206,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.mayEvict, err = m.Int64ObservableGauge(StoreMayEvict,
 		metric.WithDescription("1 when the rate-limit store's server may evict the limiter's state under its memory policy (each evicted key gives its client a fresh quota), else 0; by store and the server's policy."))
 	add(err)
+	add(o.blocks.create(m))
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otellimit: New: %w", err)
 	}
@@ -233,6 +236,9 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 		opts = o.resolveRequest(k)
 	}
 	o.requests.Add(bg, 1, opts...)
+	if e.Blocked {
+		o.blocks.inc(e.Bucket, e.Plan)
+	}
 }
 
 func (o *Observer) resolveRequest(k requestKey) []metric.AddOption {
