@@ -9,6 +9,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -396,14 +397,6 @@ type EvictionPolicyReader interface {
 	EvictionPolicy() (policy string, evicts bool)
 }
 
-// evictionPolicies are the policy attribute's values (Redis's and
-// Valkey's maxmemory-policy choices); anything else reads as "other", and
-// a policy not read as "unknown" (promlimit's values).
-var evictionPolicies = map[string]bool{
-	"noeviction": true, "allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true,
-	"volatile-lru": true, "volatile-lfu": true, "volatile-random": true, "volatile-ttl": true,
-}
-
 // RegisterEvictionPolicy reports r's policy in quotagate.store.may_evict
 // {store, policy}, read at each collection: 1 when the store's server may
 // evict the limiter's state (every allkeys-* and volatile-* policy of
@@ -419,12 +412,7 @@ func (o *Observer) RegisterEvictionPolicy(store string, r EvictionPolicyReader) 
 	store = label(store)
 	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		policy, evicts := r.EvictionPolicy()
-		switch {
-		case policy == "":
-			policy = "unknown"
-		case !evictionPolicies[policy]:
-			policy = "other"
-		}
+		policy = limitstore.EvictionPolicyLabel(policy)
 		var v int64
 		if evicts {
 			v = 1

@@ -2,6 +2,8 @@ package promlimit
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // StoreMayEvict is the name of the gauge NewEvictionPolicyCollector
@@ -16,14 +18,6 @@ const StoreMayEvict = "quotagate_store_may_evict"
 // must be safe for concurrent use; it is called once per scrape.
 type EvictionPolicyReader interface {
 	EvictionPolicy() (policy string, evicts bool)
-}
-
-// evictionPolicies are the policy label's values (Redis's and Valkey's
-// maxmemory-policy choices); anything else reads as "other", and a policy
-// not read as "unknown".
-var evictionPolicies = map[string]bool{
-	"noeviction": true, "allkeys-lru": true, "allkeys-lfu": true, "allkeys-random": true,
-	"volatile-lru": true, "volatile-lfu": true, "volatile-random": true, "volatile-ttl": true,
 }
 
 // NewEvictionPolicyCollector returns a prometheus.Collector of
@@ -60,12 +54,7 @@ func (c *evictionPolicyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c
 // Collect implements prometheus.Collector: one read of the store's policy.
 func (c *evictionPolicyCollector) Collect(ch chan<- prometheus.Metric) {
 	policy, evicts := c.src.EvictionPolicy()
-	switch {
-	case policy == "":
-		policy = "unknown"
-	case !evictionPolicies[policy]:
-		policy = "other"
-	}
+	policy = limitstore.EvictionPolicyLabel(policy)
 	v := 0.0
 	if evicts {
 		v = 1
