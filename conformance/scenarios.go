@@ -128,6 +128,10 @@ type Admin struct {
 	Allowed      bool
 	Remaining    int64
 	WantIdentity string
+	// Blocked is the Peek's expected Decision.Blocked (Policy.BlockFor);
+	// RetryAfter, when not 0, its RetryAfter exactly.
+	Blocked    bool
+	RetryAfter time.Duration
 }
 
 // Want is the expected response.
@@ -943,5 +947,6 @@ func Scenarios() []Scenario {
 				{Admin: &Admin{Policy: "l", Identity: "127.0.0.3", Allowed: true, Remaining: 1}},
 			},
 		},
+		otpBlockScenario(),
 	}
 }
