@@ -12,8 +12,10 @@ import (
 )
 
 // Peek returns the Decision a request of cost 1 by identity would get now
-// (Allowed, Outcome, Remaining, ResetAfter, RetryAfter, ResetAt, the plan),
-// with every quota of the identity's plan considered, and writes nothing:
+// (Allowed, Outcome, Remaining, ResetAfter, RetryAfter, ResetAt, the plan,
+// and Blocked: a block in force, or the one the request would begin, with
+// its RetryAfter; see Policy.BlockFor), with every quota of the identity's
+// plan considered, and writes nothing:
 // no key is created, no count nor time to live changes, no Decision event
 // is emitted, Finish gives nothing back for it. Remaining is what such a
 // request, admitted, would leave (one less than is left now). Under
@@ -72,7 +74,8 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 }
 
 // Reset forgets identity's usage in every quota of every plan of the
-// policy, as one atomic store operation (limitstore.Resetter.Reset: the
+// policy, and its block and offence (Policy.BlockFor), as one atomic store
+// operation (limitstore.Resetter.Reset: the
 // identity's keys share one hash tag, so one Redis command on one Cluster
 // slot, or one shard lock of the memory store): a request racing it is
 // counted wholly before it (and forgotten) or wholly after it. It is

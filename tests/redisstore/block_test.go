@@ -123,3 +123,80 @@ func TestBlockSeenBySecondReplica(t *testing.T) {
 		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
 	})
 }
+
+// TestBlockedPeekWritesNothingOnTheServer: on a real server, Peeks of a
+// blocked identity and of one whose next request would begin a block leave
+// every key as it was (values byte for byte, PTTLs only counting down) and
+// run no write command (INFO commandstats).
+func TestBlockedPeekWritesNothingOnTheServer(t *testing.T) {
+	run := func(t *testing.T, be *backend, addrs []string) {
+		nodes := make([]rueidis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = nodeClient(t, a)
+		}
+		ctx := context.Background()
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		l := limittest.MustNew(newStore(t, be), limit.Policy{Name: "otp", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute,
+			BlockFor: time.Minute, BlockMax: 4 * time.Minute}, limit.WithKeyPrefix(prefix))
+		for range 3 {
+			l.Consume(ctx, "blocked")
+		}
+		for range 2 {
+			l.Consume(ctx, "spent")
+		}
+		type snap struct {
+			val  string
+			pttl int64
+		}
+		read := func() map[string]snap {
+			m := map[string]snap{}
+			for _, k := range scanKeys(t, client, prefix) {
+				v, err := client.Do(ctx, client.B().Get().Key(k).Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m[k] = snap{v, pttl(t, client, k)}
+			}
+			return m
+		}
+		before := read()
+		if len(before) != 3 { // two quota keys, one block record
+			t.Fatalf("%d keys after the requests, want 3: %v", len(before), before)
+		}
+		calls := commandCalls(t, nodes)
+		for range 5 {
+			if d, err := l.Peek(ctx, "blocked"); err != nil || !d.Blocked || d.Allowed {
+				t.Fatalf("Peek of the blocked identity: %+v, %v", d, err)
+			}
+			if d, err := l.Peek(ctx, "spent"); err != nil || !d.Blocked || d.RetryAfter != time.Minute {
+				t.Fatalf("Peek of the spent identity: %+v, %v: want the block its next request begins", d, err)
+			}
+		}
+		after := read()
+		for k, b := range before {
+			if a, ok := after[k]; !ok || a.val != b.val || a.pttl > b.pttl {
+				t.Errorf("key %s: %+v before the Peeks, %+v (present %v) after", k, b, a, ok)
+			}
+		}
+		if len(after) != len(before) {
+			t.Errorf("%d keys after the Peeks, %d before", len(after), len(before))
+		}
+		now := commandCalls(t, nodes)
+		for _, cmd := range []string{"set", "setrange", "del", "pexpire", "pexpireat", "expire"} {
+			if n := now[cmd] - calls[cmd]; n != 0 {
+				t.Errorf("the Peeks ran %s %d times", cmd, n)
+			}
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		be := standaloneBackend(t)
+		opt, _ := ParseURL(skipNoEnv(t, envURL, "real standalone Redis"))
+		run(t, be, opt.InitAddress)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		be := clusterBackend(t)
+		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
+	})
+}
