@@ -215,7 +215,8 @@ func TestInlineCopies(t *testing.T) {
 	}
 	// take.lua first: its blocks are the originals of those prelude.lua
 	// does not mark.
-	names := []string{"take.lua", "batch.lua", "block.lua"} // block.lua: no inline copy, the general path only
+	// block.lua has no inline copy (the general path only).
+	names := []string{"take.lua", "batch.lua", "block.lua"}
 	var after []string // the scripts sent after the prelude (peek.lua is sent alone)
 	for name, s := range scriptFiles {
 		if !s.alone {
