@@ -110,8 +110,14 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return resp, nil // the body cannot be replayed: the caller gets the answer
 		}
-		drain(resp)
-		if err := t.cfg.sleep(ctx, wait); err != nil {
+		if resp.Body == nil { // a base that breaks the RoundTripper contract
+			resp.Body = http.NoBody
+		}
+		drained := drain(resp)
+		err = t.cfg.sleep(ctx, wait)
+		resp.Body.Close()
+		<-drained
+		if err != nil {
 			if next.Body != nil {
 				next.Body.Close()
 			}
@@ -254,12 +260,16 @@ func again(ctx context.Context, req *http.Request) (*http.Request, error) {
 	return next, nil
 }
 
-// drain reads a little of resp's body, so that its connection can be
-// reused, and closes it.
-func drain(resp *http.Response) {
-	if resp.Body == nil {
-		return
-	}
-	io.CopyN(io.Discard, resp.Body, maxDrain)
-	resp.Body.Close()
+// drain reads up to maxDrain bytes of resp's body in the background while
+// the caller waits to retry, so that its connection can be reused; the
+// caller then closes the body, which ends a read still going (a body that
+// never ends holds nothing past the wait), and waits on the returned
+// channel for the reader to return.
+func drain(resp *http.Response) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		io.CopyN(io.Discard, resp.Body, maxDrain)
+	}()
+	return done
 }

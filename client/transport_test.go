@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -472,5 +475,47 @@ func TestBodyClosedWhenTheWaitEnds(t *testing.T) {
 	}
 	if !body.closed || s.hits.Load() != 1 {
 		t.Fatalf("body closed %v, %d requests; want closed and 1", body.closed, s.hits.Load())
+	}
+}
+
+// A 429 whose body never ends (a few bytes, then nothing) holds the retry
+// no longer than its wait: the transport reads the body while it waits and
+// then closes it, instead of reading up to 64 KiB with no time limit.
+func TestEndlessRetryBodyHoldsNoLongerThanTheWait(t *testing.T) {
+	release := make(chan struct{})
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits.Add(1) > 1 {
+			return // 200
+		}
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		<-release
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	clk := newFakeClock()
+	c := &http.Client{Transport: limitclient.New(srv.Client().Transport,
+		limitclient.WithClock(clk.Now, clk.Sleep), limitclient.WithJitter(func(int64) int64 { return 0 }))}
+	done := make(chan *http.Response, 1)
+	go func() {
+		resp, err := c.Get(srv.URL)
+		if err != nil {
+			t.Error(err)
+			done <- nil
+			return
+		}
+		resp.Body.Close()
+		done <- resp
+	}()
+	select {
+	case resp := <-done:
+		if resp != nil && (resp.StatusCode != http.StatusOK || hits.Load() != 2) {
+			t.Errorf("status %d after %d requests, want 200 after 2", resp.StatusCode, hits.Load())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RoundTrip still blocked on the 429's endless body after 10 s (its wait was 1 s on a fake clock)")
 	}
 }

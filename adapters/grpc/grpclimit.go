@@ -1,6 +1,7 @@
 package grpclimit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 	"unsafe"
 
 	limit "github.com/quotagate/quotagate/engine"
@@ -423,18 +425,23 @@ func (c *call) message() string {
 	if len(c.body) == 0 {
 		return http.StatusText(c.status)
 	}
+	msg := string(c.body)
 	if strings.Contains(c.ctype, "json") {
 		var p struct{ Title, Detail string }
 		if json.Unmarshal(c.body, &p) == nil && (p.Title != "" || p.Detail != "") {
-			if p.Detail != "" {
-				return p.Detail
-			}
-			return p.Title
+			msg = cmp.Or(p.Detail, p.Title)
 		}
 	}
-	msg := strings.TrimSpace(string(c.body))
+	// A status message must be valid UTF-8 (grpc cannot marshal one that is
+	// not and sends the status without its details, the RetryInfo) and
+	// short (it travels in a header, which clients cap at 8 KiB or so).
+	msg = strings.ToValidUTF8(strings.TrimSpace(msg), "\uFFFD")
 	if len(msg) > maxMessage {
-		msg = strings.ToValidUTF8(msg[:maxMessage], "")
+		n := maxMessage
+		for !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		msg = msg[:n]
 	}
 	return msg
 }

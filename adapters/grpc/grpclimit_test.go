@@ -5,10 +5,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	grpclimit "github.com/quotagate/quotagate/adapters/grpc"
 	limit "github.com/quotagate/quotagate/engine"
@@ -464,6 +467,34 @@ func TestLimitedResponseStatusBecomesItsCode(t *testing.T) {
 	_, err := c.EmptyCall(ctx(t), &testpb.Empty{})
 	if st := status.Convert(err); st.Code() != codes.PermissionDenied || st.Message() != "go away" {
 		t.Fatalf("%v, want PermissionDenied \"go away\"", err)
+	}
+}
+
+// A LimitedResponse body that is not UTF-8 (Latin-1 text here), or whose
+// problem detail is 10 000 bytes, still gives a ResourceExhausted with its
+// RetryInfo: the message is made valid UTF-8 (grpc drops the details of a
+// status it cannot marshal) and at most 1 KiB (it travels in a header).
+func TestDenialMessageIsShortValidUTF8(t *testing.T) {
+	for _, tc := range []struct{ ctype, body string }{
+		{"text/plain", "Zu viele Anfragen \xe2 bitte sp\xe4ter"},
+		{"text/plain", strings.Repeat("\xe4", 2000)},
+		{"text/plain", strings.Repeat("x", 1023) + "\u00e4"},
+		{"application/problem+json", `{"title":"Too Many Requests","detail":"` + strings.Repeat("d", 10000) + `"}`},
+	} {
+		body := tc.body
+		l := limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute, LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse {
+			return &limit.LimitedResponse{Status: 429, Header: http.Header{"Content-Type": {tc.ctype}}, Body: []byte(body)}
+		}})
+		c := client(t, serve(t, &service{}, mustNew(t, l)), "127.0.0.1")
+		c.EmptyCall(ctx(t), &testpb.Empty{})
+		_, err := c.EmptyCall(ctx(t), &testpb.Empty{})
+		st := status.Convert(err)
+		if st.Code() != codes.ResourceExhausted || retryDelay(err) <= 0 {
+			t.Errorf("body %.20q: %v with RetryInfo delay %v, want ResourceExhausted with a delay", body, err, retryDelay(err))
+		}
+		if m := st.Message(); !utf8.ValidString(m) || len(m) > 1024 || m == "" {
+			t.Errorf("body %.20q: message %.40q (%d bytes), want valid UTF-8 of 1-1024 bytes", body, m, len(m))
+		}
 	}
 }
 

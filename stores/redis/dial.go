@@ -54,8 +54,10 @@ const (
 // master_set, max_retries (only 0: no retries), client_cache (only 0: the
 // Store never caches) and skip_verify (rediss only). Unlike rueidis it
 // rejects, wrapped in ErrInvalidOption with the valid choices named, an
-// unknown scheme, an unknown or repeated parameter and a value that would
-// be ignored or contradicts the Store. On top of rueidis' defaults it sets:
+// unknown scheme, an unknown or repeated parameter, a value that would
+// be ignored or contradicts the Store, a port outside 1-65535 and an addr
+// without its host or port (rueidis would dial the URL's own host in its
+// place). On top of rueidis' defaults it sets:
 //
 //   - DisableCache: true. The Store never reads through client-side caching;
 //     without it rueidis would still ask every connection for CLIENT TRACKING

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"fmt"
+	"net"
 	neturl "net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -14,7 +16,7 @@ var urlSchemes = []string{"redis", "rediss", "unix", "valkey", "valkeys"}
 // urlParams are the query parameters ParseURL accepts, each with a check
 // of its value ("" when any value is fine).
 var urlParams = map[string]func(v string) string{
-	"addr":          func(string) string { return "" },
+	"addr":          checkAddr,
 	"client_name":   func(string) string { return "" },
 	"db":            func(string) string { return "" }, // rueidis checks it
 	"dial_timeout":  positiveDuration,
@@ -51,6 +53,25 @@ var urlParams = map[string]func(v string) string{
 	},
 }
 
+// checkAddr checks an addr= value: host:port with the port in 1-65535
+// (rueidis reads a value without a port, or without a host, as the URL's
+// own host).
+func checkAddr(v string) string {
+	host, port, err := net.SplitHostPort(v)
+	if err != nil || host == "" {
+		return "must be host:port"
+	}
+	return checkPort(port)
+}
+
+// checkPort checks a port of the URL: 1-65535.
+func checkPort(port string) string {
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "port must be 1-65535"
+	}
+	return ""
+}
+
 func positiveDuration(v string) string {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
@@ -72,6 +93,11 @@ func checkURL(raw string) error {
 	}
 	if !slices.Contains(urlSchemes, u.Scheme) {
 		return fmt.Errorf("unknown scheme %q; valid schemes: %s", u.Scheme, strings.Join(urlSchemes, ", "))
+	}
+	if p := u.Port(); p != "" || strings.HasSuffix(u.Host, ":") {
+		if msg := checkPort(p); msg != "" {
+			return fmt.Errorf("address %q: %s", u.Host, msg)
+		}
 	}
 	q, err := neturl.ParseQuery(u.RawQuery)
 	if err != nil {
@@ -95,8 +121,10 @@ func checkURL(raw string) error {
 		if k != "addr" && len(q[k]) > 1 {
 			return fmt.Errorf("query parameter %q given %d times; only addr may repeat", k, len(q[k]))
 		}
-		if msg := check(q[k][0]); msg != "" {
-			return fmt.Errorf("query parameter %s=%q: %s", k, q[k][0], msg)
+		for _, v := range q[k] {
+			if msg := check(v); msg != "" {
+				return fmt.Errorf("query parameter %s=%q: %s", k, v, msg)
+			}
 		}
 	}
 	if q.Has("skip_verify") && u.Scheme != "rediss" && u.Scheme != "valkeys" {

@@ -27,6 +27,14 @@ func TestParseURLRejects(t *testing.T) {
 		{"client_cache_on", "redis://h:6379?client_cache=1", []string{"client_cache", "never uses client-side caching"}},
 		{"empty_master_set", "redis://h:26379?master_set=", []string{"master_set", "must name"}},
 		{"skip_verify_plain", "redis://h:6379?skip_verify=true", []string{"skip_verify needs TLS"}},
+		{"port_too_big", "redis://127.0.0.1:99999", []string{`address "127.0.0.1:99999"`, "1-65535"}},
+		{"port_zero", "redis://127.0.0.1:0", []string{"1-65535"}},
+		{"port_empty", "redis://127.0.0.1:", []string{"1-65535"}},
+		{"addr_empty", "redis://127.0.0.1:6380?addr=", []string{`addr=""`, "host:port"}},
+		{"addr_colon", "redis://127.0.0.1:6380?addr=:", []string{`addr=":"`, "host:port"}},
+		{"addr_no_port", "redis://h:26379?addr=s2&master_set=m", []string{`addr="s2"`, "host:port"}},
+		{"addr_bad_port", "redis://h:6379?addr=10.0.0.1:70000", []string{`addr="10.0.0.1:70000"`, "1-65535"}},
+		{"second_addr_bad", "redis://h:6379?addr=h:7001&addr=h:", []string{`addr="h:"`, "1-65535"}},
 		{"skip_verify_value", "rediss://h:6379?skip_verify=maybe", []string{"skip_verify", "true or false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +64,8 @@ func TestParseURLAccepts(t *testing.T) {
 		"rediss://h:6380?skip_verify",
 		"valkey://h:6379?db=1",
 		"unix:///run/redis.sock?db=3",
+		"redis://localhost",
+		"redis://[::1]:6379?addr=[::1]:6380",
 	} {
 		if _, err := ParseURL(url); err != nil {
 			t.Errorf("ParseURL(%q): %v", url, err)
