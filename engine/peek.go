@@ -20,7 +20,10 @@ import (
 // is emitted, Finish gives nothing back for it. Remaining is what such a
 // request, admitted, would leave (one less than is left now). Under
 // Policy.Shadow a Decision the store would limit is reported as
-// OutcomeShadowLimited and Allowed, as a request would get.
+// OutcomeShadowLimited and Allowed, as a request would get. Under
+// Policy.MaxWait a request that would reserve its slot and wait for it
+// (within MaxWait, ctx's deadline and MaxWaiting) is Allowed, with Waited
+// the wait it would take.
 //
 // identity is what the policy keys requests by: with a KeyFunc, a value it
 // returns (or an identity given to Consume), as it is; without one, a
@@ -33,7 +36,8 @@ import (
 // and Reset to read them as they are). Decision.Identity returns the
 // identity in this spelling. The plan is the one Policy.Plan names for a
 // Request whose Native is identity (as for Consume), without reporting a
-// fallback.
+// fallback: a Plan over an adapter's request type (PlanFunc, PlanFuncOf)
+// cannot read an identity, so Peek answers for the default plan there.
 //
 // (With a KeyFunc, the requests it left to the client address cannot be
 // named: their identity is read as a KeyFunc value.)
@@ -67,6 +71,17 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	d.fill(&res)
 	d.Limit = set.q[d.quota].limit
 	d.charge = charge{}
+	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 {
+		// Under MaxWait the request would reserve its slot and wait for
+		// it, as far as the wait, ctx's deadline and the waiters allow.
+		wait := l.maxWaitMS
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl).Milliseconds()-1)
+		}
+		if ms := d.RetryAfter.Milliseconds(); ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
+			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, d.RetryAfter, 0
+		}
+	}
 	if !d.Allowed && l.policy.Shadow {
 		d.Allowed, d.Outcome = true, OutcomeShadowLimited
 	}
@@ -81,7 +96,9 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 // counted wholly before it (and forgotten) or wholly after it. It is
 // idempotent. Under FailureMode FailLocal the local store (WithLocalStore)
 // forgets the identity too. identity is spelled as for Peek, and the
-// errors are Peek's; a local store's failure is joined to the primary's.
+// errors are Peek's; a local store's failure is joined to the primary's,
+// and so is an error wrapping errors.ErrUnsupported when the local store
+// cannot forget (it does not implement limitstore.Resetter).
 func (l *Limiter) Reset(ctx context.Context, identity string) error {
 	id, rs, err := l.adminTarget(identity)
 	if err != nil {
@@ -107,6 +124,9 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 		if lerr != nil {
 			err = errors.Join(err, fmt.Errorf("limit: the local store (WithLocalStore) failed: %w", lerr))
 		}
+	} else if l.store.local.Store != nil {
+		err = errors.Join(err, fmt.Errorf("limit: the local store (WithLocalStore, %s) does not implement limitstore.Resetter, so it keeps the identity's counts for the next outage: %w",
+			l.store.local.name, errors.ErrUnsupported))
 	}
 	return err
 }
@@ -145,8 +165,10 @@ func (l *Limiter) adminTarget(identity string) (who, limitstore.Resetter, error)
 // grouped as requests are (group), so that the key is the one a request
 // from that address writes; and any other text as the identity given to
 // Consume. Text made only of address characters, a separator among them,
-// that is no address, the
-// unspecified address, and a prefix wider than the grouping are errors.
+// that is no address, and a prefix wider than the grouping are errors; so
+// is the unspecified address, unless the policy groups its family, where
+// it names the group of addresses whose high bits are zero (as
+// Decision.Identity spells the group of ::1 under /64: "::").
 func (l *Limiter) identityOf(identity string) (who, error) {
 	if strings.TrimSpace(identity) == "" {
 		return who{}, fmt.Errorf("%w: the identity is blank: no request is keyed by a blank identity (they share the fallback bucket)", ErrInvalidIdentity)
@@ -169,10 +191,22 @@ func (l *Limiter) identityOf(identity string) (who, error) {
 		switch {
 		case span < bits:
 			return who{}, fmt.Errorf("%w: %s spans several identities: requests from addresses of its family are grouped by /%d", ErrInvalidIdentity, pfx, bits)
-		case a.IsUnspecified():
+		case a.IsUnspecified() && (span >= a.BitLen() || bits >= a.BitLen()):
 			return who{}, fmt.Errorf("%w: %s is the unspecified address, never a client address", ErrInvalidIdentity, a)
 		}
 		return who{src: KeySourceSocket, addr: l.group(a)}, nil
+	}
+	// A group of addresses whose high bits are all zero (::1 under /64) is
+	// keyed, and named by Decision.Identity, as the unspecified address.
+	if a, err := netip.ParseAddr(identity); err == nil && a.Zone() == "" && a.Unmap().IsUnspecified() {
+		a = a.Unmap()
+		bits := l.cfg.ipv6Bits
+		if a.Is4() {
+			bits = l.cfg.ipv4Bits
+		}
+		if bits < a.BitLen() {
+			return who{src: KeySourceSocket, addr: a}, nil
+		}
 	}
 	if strings.Trim(identity, "0123456789abcdefABCDEF.:[]/%") == "" && strings.ContainsAny(identity, ".:[]/%") {
 		return who{}, fmt.Errorf("%w: %q is spelled like a client address but is none (nor a prefix); the unspecified addresses 0.0.0.0 and :: are never one", ErrInvalidIdentity, sanitize(identity))
@@ -187,7 +221,7 @@ func (l *Limiter) quietPlan(identity string) *plan {
 	if l.policy.Plan == nil {
 		return &l.res.plans[0]
 	}
-	r := Request{Native: identity, lim: l}
+	r := Request{Native: identity} // no lim: a typed Plan's mismatch is not reported
 	name, p, err := l.callPlan(&r)
 	if p == nil && err == nil {
 		if pl, ok := l.plans[name]; ok {

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -115,13 +116,13 @@ func TestPeekAndResetIdentitySpellings(t *testing.T) {
 		"":                   "blank",
 		"  ":                 "blank",
 		"0.0.0.0":            "spelled like a client address",
-		"::":                 "spelled like a client address",
+		"0.0.0.0/32":         "unspecified",
+		"::/128":             "unspecified",
 		"2001:db8::/48":      "spans several identities",
 		"192.0.2.0/24":       "spans several identities",
 		"::ffff:1.2.3.0/120": "spans several identities",
 		"300.1.2.3":          "spelled like a client address",
 		"[2001:db8::1":       "spelled like a client address",
-		"::/64":              "unspecified",
 	} {
 		_, err := l.Peek(ctx, id)
 		if !errors.Is(err, limit.ErrInvalidIdentity) || !strings.Contains(err.Error(), why) {
@@ -130,6 +131,20 @@ func TestPeekAndResetIdentitySpellings(t *testing.T) {
 		if err := l.Reset(ctx, id); !errors.Is(err, limit.ErrInvalidIdentity) {
 			t.Errorf("Reset(%q) error %v; want ErrInvalidIdentity", id, err)
 		}
+	}
+	// Loopback ::1 is in the /64 of zeros: its Identity() is "::", which
+	// Peek and Reset take back (so does "::/64").
+	lo := check(l, ctx, req("[::1]:50312", "/")).Decision
+	for _, id := range []string{lo.Identity(), "::/64", "::1", "::", "::0"} {
+		if got, err := l.Peek(ctx, id); err != nil || got.Remaining != 3 {
+			t.Fatalf("Peek(%q) after a request from [::1] = Remaining %d, %v; want 3", id, got.Remaining, err)
+		}
+	}
+	if err := l.Reset(ctx, lo.Identity()); err != nil {
+		t.Fatalf("Reset(%q): %v", lo.Identity(), err)
+	}
+	if got, _ := l.Peek(ctx, "::1"); got.Remaining != 4 {
+		t.Fatalf("Peek(::1) after Reset(%q) = Remaining %d, want 4", lo.Identity(), got.Remaining)
 	}
 	// Other text is a Consume identity on a policy without KeyFunc.
 	if _, err := l.Consume(ctx, "alice"); err != nil {
@@ -240,6 +255,62 @@ func TestPeekAndResetNeedOneBucketAndAResetter(t *testing.T) {
 	}
 	if _, err := l.Peek(ctx, "192.0.2.1"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Peek on a Take-only store: %v", err)
+	}
+}
+
+// A FailLocal policy whose local store cannot forget: Reset forgets the
+// identity on the primary and says that the local store kept its counts
+// (they would limit the identity in the next outage), instead of nil.
+func TestResetSaysWhenTheLocalStoreCannotForget(t *testing.T) {
+	ctx := context.Background()
+	primary, local := storeAt(epochMS), storeAt(epochMS)
+	l := mustNew(t, primary, limit.Policy{Limit: 2, FailureMode: limit.FailLocal}, limit.WithLocalStore(takeOnly{local}))
+	if _, err := l.Consume(ctx, "192.0.2.1"); err != nil {
+		t.Fatal(err)
+	}
+	err := l.Reset(ctx, "192.0.2.1")
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "WithLocalStore") {
+		t.Errorf("Reset: %v, want ErrUnsupported naming WithLocalStore", err)
+	}
+	if d, err := l.Peek(ctx, "192.0.2.1"); err != nil || d.Remaining != 1 {
+		t.Errorf("after Reset: Peek %+v, %v; want the primary forgotten (a fresh request leaves 1)", d, err)
+	}
+}
+
+// A Plan over an adapter's request type cannot read an identity: Peek
+// answers for the default plan and reports no native-mismatch issue (it
+// is a look, not a request).
+func TestPeekWithARequestTypedPlanIsQuiet(t *testing.T) {
+	obs := &limittest.Recorder{}
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Limit: 5, Window: time.Minute,
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}},
+		Plan:  limit.PlanFuncOf(func(r *http.Request) (string, error) { return "pro", nil })}, limit.WithObserver(obs))
+	d, err := l.Peek(context.Background(), "pro-1")
+	if err != nil || d.Limit != 5 {
+		t.Fatalf("Peek = %+v, %v; want the default plan's limit 5", d, err)
+	}
+	if n := obs.Issues(limit.Issue("native-mismatch")); n != 0 {
+		t.Errorf("Peek reported %d native-mismatch issues, want 0", n)
+	}
+}
+
+// Under MaxWait, Peek answers what the next request would get: admitted
+// after waiting for its slot when the slot is within MaxWait and the
+// caller's deadline, limited otherwise.
+func TestPeekUnderMaxWaitSaysTheRequestWouldWait(t *testing.T) {
+	ctx := context.Background()
+	l := mustNew(t, storeAt(epochMS), limit.Policy{Algorithm: limit.TokenBucket, Limit: 5, Window: time.Second, Burst: 1, MaxWait: 2 * time.Second})
+	if _, err := l.Consume(ctx, "u"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Peek(ctx, "u")
+	if err != nil || !d.Allowed || d.Outcome != limit.OutcomeAllowed || d.Waited != 200*time.Millisecond || d.RetryAfter != 0 {
+		t.Fatalf("Peek = %+v, %v; want Allowed after a 200ms wait", d, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if d, err := l.Peek(short, "u"); err != nil || d.Allowed || d.RetryAfter != 200*time.Millisecond {
+		t.Fatalf("Peek with a 100ms deadline = %+v, %v; want limited, RetryAfter 200ms", d, err)
 	}
 }
 

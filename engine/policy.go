@@ -3,12 +3,14 @@ package limit
 import (
 	"context"
 	"fmt"
-	"github.com/quotagate/quotagate/engine/limitstore"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 // Defaults applied to zero-valued Policy fields, and the longest Window.
@@ -52,9 +54,18 @@ func checkTokenBucket(limit, windowMS, burst int64) error {
 	// Burst*windowMS < 2^50 here: the refill time in whole ms, rounded up.
 	if refill := ceilDiv(burst*windowMS, limit); refill > maxRefill.Milliseconds() {
 		return fmt.Errorf("%w: TokenBucket Burst %d at Limit %d per %d ms takes %v to refill, over the maximum %v; lower Burst or raise Limit",
-			ErrInvalidPolicy, burst, limit, windowMS, time.Duration(refill)*time.Millisecond, maxRefill)
+			ErrInvalidPolicy, burst, limit, windowMS, msText(refill), maxRefill)
 	}
 	return nil
+}
+
+// msText writes ms milliseconds as a Duration does, or in hours and years
+// past a Duration's range (about 292 years).
+func msText(ms int64) string {
+	if ms <= int64(math.MaxInt64/time.Millisecond) {
+		return (time.Duration(ms) * time.Millisecond).String()
+	}
+	return fmt.Sprintf("%dh (about %d years)", ms/3_600_000, ms/31_556_952_000)
 }
 
 // Algorithm selects the rate-limiting algorithm of a [Policy]: one of

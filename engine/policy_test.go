@@ -223,6 +223,12 @@ func TestTokenBucketRefillOfCenturiesIsRefused(t *testing.T) {
 	if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "Burst") {
 		t.Fatalf("New: %v, want ErrInvalidPolicy naming Burst", err)
 	}
+	// Past a Duration's range (2^49 ms, about 17 800 years) the error still
+	// says how long, never a negative Duration.
+	_, err = limit.New(storeAt(0), limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Millisecond, Burst: 1 << 49})
+	if err == nil || !strings.Contains(err.Error(), "to refill") || strings.Contains(err.Error(), "takes -") || !strings.Contains(err.Error(), "17839 years") {
+		t.Errorf("New: %v, want the refill time in years", err)
+	}
 	for _, p := range []limit.Policy{
 		{Limit: 1, Window: 24 * time.Hour, Burst: 365},            // refill exactly maxRefill
 		{Limit: 1000, Window: time.Second, Burst: 31_536_000_000}, // the same at 1000/s

@@ -82,12 +82,18 @@ type Store struct {
 // option in its error (wrapping limit.ErrInvalidOption).
 type Option func(*Store) error
 
+// MaxTimeout is the longest timeout WithTimeout accepts: a rate-limit
+// decision that waits a minute for its store has long outlived its
+// request.
+const MaxTimeout = time.Minute
+
 // WithTimeout sets how long a call may wait for a store that answers
-// nothing (default DefaultTimeout); it must be positive.
+// nothing (default DefaultTimeout); it must be positive and at most
+// MaxTimeout.
 func WithTimeout(d time.Duration) Option {
 	return func(s *Store) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: guard.WithTimeout(%v): must be positive", limit.ErrInvalidOption, d)
+		if d <= 0 || d > MaxTimeout {
+			return fmt.Errorf("%w: guard.WithTimeout(%v): must be positive and at most %v", limit.ErrInvalidOption, d, MaxTimeout)
 		}
 		s.timeout = d
 		return nil

@@ -3,11 +3,14 @@ package guard_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
@@ -117,4 +120,19 @@ type takeOnly struct{ s limitstore.Store }
 
 func (o takeOnly) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	return o.s.Take(ctx, op)
+}
+
+// A timeout New cannot honour is refused, naming the option: zero,
+// negative, and past MaxTimeout (math.MaxInt64 used to overflow the
+// call's deadline, which then fired at once and failed every decision).
+func TestWithTimeoutRefusesWhatItCannotHonour(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, guard.MaxTimeout + time.Nanosecond, math.MaxInt64} {
+		_, err := guard.New(limittest.NewStore(nil), guard.WithTimeout(d))
+		if !errors.Is(err, limit.ErrInvalidOption) || !strings.Contains(err.Error(), "WithTimeout") {
+			t.Errorf("WithTimeout(%v): %v, want ErrInvalidOption naming WithTimeout", d, err)
+		}
+	}
+	if _, err := guard.New(limittest.NewStore(nil), guard.WithTimeout(guard.MaxTimeout)); err != nil {
+		t.Errorf("WithTimeout(MaxTimeout): %v", err)
+	}
 }

@@ -118,11 +118,11 @@ type config struct {
 
 // WithTimeout bounds each decision's wait for a Redis that answers nothing
 // (default 100 ms; see package guard for what the timeout measures). It
-// must be positive.
+// must be positive and at most guard.MaxTimeout (1 min).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: WithTimeout(%v): must be positive", ErrInvalidOption, d)
+		if d <= 0 || d > guard.MaxTimeout {
+			return fmt.Errorf("%w: WithTimeout(%v): must be positive and at most %v", ErrInvalidOption, d, guard.MaxTimeout)
 		}
 		c.guard = append(c.guard, guard.WithTimeout(d))
 		return nil
