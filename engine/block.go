@@ -102,6 +102,18 @@ func (d *Decision) fillBlock(res *limitstore.Result) {
 	}
 }
 
+// quotaRetryMS is the latest RetryAfterMS of the quotas of res that deny,
+// the block aside.
+func quotaRetryMS(res *limitstore.Result) int64 {
+	var ms int64
+	for i := range min(res.N, limitstore.MaxQuotas) {
+		if q := &res.Quotas[i]; !q.Allowed {
+			ms = max(ms, q.RetryAfterMS)
+		}
+	}
+	return ms
+}
+
 // logBlock logs the start of a block (the store reports it once per
 // identity and block), at most once per storeLogEvery per Limiter.
 func (l *Limiter) logBlock(d *Decision) {

@@ -263,3 +263,28 @@ func TestFallbackIsNeverBlocked(t *testing.T) {
 		}
 	}
 }
+
+// TestPeekOfABlockUnderMaxWait: a request a block limits waits for no
+// slot, so a Peek during the block is limited; once the block is over, a
+// request that would reserve its slot within MaxWait begins no block, and
+// its Peek is Allowed with the wait.
+func TestPeekOfABlockUnderMaxWait(t *testing.T) {
+	s := storeAt(epochMS)
+	l := limittest.MustNew(s, limit.Policy{Name: "tb", Algorithm: limit.TokenBucket, Limit: 1, Window: 10 * time.Second, Burst: 1,
+		MaxWait: time.Second, BlockFor: 5 * time.Second})
+	ctx := context.Background()
+	if d, _ := l.Consume(ctx, "c"); !d.Allowed {
+		t.Fatalf("first: %+v", d)
+	}
+	if d, _ := l.Consume(ctx, "c"); d.Allowed || !d.Blocked || d.RetryAfter != 10*time.Second {
+		t.Fatalf("second, 10 s from its slot: %+v, want limited, blocked, Retry-After 10 s", d)
+	}
+	s.advance(1000)
+	if d, _ := l.Peek(ctx, "c"); d.Allowed || !d.Blocked || d.RetryAfter != 9*time.Second {
+		t.Fatalf("Peek during the block: %+v", d)
+	}
+	s.advance(8500) // the block ended at 5 s; the slot begins in 500 ms
+	if d, _ := l.Peek(ctx, "c"); !d.Allowed || d.Blocked || d.Waited != 500*time.Millisecond {
+		t.Fatalf("Peek of a request that would wait 500 ms: %+v", d)
+	}
+}

@@ -71,15 +71,21 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	d.fill(&res)
 	d.Limit = set.q[d.quota].limit
 	d.charge = charge{}
-	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 {
+	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 && (!d.Blocked || d.blockStarted) {
 		// Under MaxWait the request would reserve its slot and wait for
-		// it, as far as the wait, ctx's deadline and the waiters allow.
+		// it, as far as the wait, ctx's deadline and the waiters allow
+		// (and then begin no block; a block in force admits no wait).
 		wait := l.maxWaitMS
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl).Milliseconds()-1)
 		}
-		if ms := d.RetryAfter.Milliseconds(); ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
-			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, d.RetryAfter, 0
+		ms := d.RetryAfter.Milliseconds()
+		if d.blockStarted {
+			ms = quotaRetryMS(&res)
+		}
+		if ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
+			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, time.Duration(ms)*time.Millisecond, 0
+			d.Blocked, d.blockStarted = false, false
 		}
 	}
 	if !d.Allowed && l.policy.Shadow {
