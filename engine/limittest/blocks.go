@@ -15,9 +15,13 @@ import (
 
 // BlockRun is how CheckBlocks drives a store.
 type BlockRun struct {
-	// Set sets the clock the store decides at to ms (Unix ms); CheckBlocks
-	// calls it before every call, with readings that only move forward.
-	Set func(ms int64)
+	// Set sets the clock the store decides at to ms (Unix ms), or later,
+	// and returns the reading it set; CheckBlocks calls it before every
+	// call, with readings that only move forward, and decides its models
+	// at the reading returned. A store whose keys expire on a real clock
+	// (a Redis server) needs a reading that never falls behind real time
+	// since the last one (see RealTimeFloor).
+	Set func(ms int64) int64
 	// Start is the first reading, Unix ms.
 	Start int64
 	// Options are passed to limit.New (a key prefix for a shared store).
@@ -27,6 +31,10 @@ type BlockRun struct {
 	Rounds, Steps int
 	// Seed seeds the sequences.
 	Seed uint64
+	// Scale multiplies every window, block and clock step (0: 1, windows of
+	// 1 to 40 ms): a store whose keys expire on a real clock needs its
+	// states to outlive a round trip's jitter by far.
+	Scale int64
 }
 
 // CheckBlocks drives random sequences of ConsumeN, Peek and Reset calls
@@ -49,12 +57,13 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 		steps = 300
 	}
 	rng := rand.New(rand.NewPCG(run.Seed, 29))
+	scale := max(run.Scale, 1)
 	now := run.Start
 	algs := []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket}
 	ctx := context.Background()
 	for round := range rounds {
 		alg := algs[round%3]
-		def, pro := blockRates(rng, alg), blockRates(rng, alg)
+		def, pro := blockRates(rng, alg, scale), blockRates(rng, alg, scale)
 		p := limit.Policy{Name: fmt.Sprintf("blk%d-%d", run.Seed, round), Algorithm: alg, AlignWindows: true, Quotas: def,
 			Plans: map[string][]limit.Rate{"pro": pro},
 			Plan: func(r limit.Request) (string, error) {
@@ -63,11 +72,11 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 				}
 				return "", nil
 			},
-			BlockFor: time.Duration(1+rng.Int64N(40)) * time.Millisecond,
+			BlockFor: time.Duration((1+rng.Int64N(40))*scale) * time.Millisecond,
 			Shadow:   round%4 == 3,
 		}
 		if rng.IntN(2) == 0 {
-			p.BlockMax = p.BlockFor + time.Duration(rng.Int64N(120))*time.Millisecond
+			p.BlockMax = p.BlockFor + time.Duration(rng.Int64N(120)*scale)*time.Millisecond
 		}
 		l, err := limit.New(s, p, run.Options...)
 		if err != nil {
@@ -91,8 +100,7 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 			ids[id] = fresh(id)
 		}
 		for step := range steps {
-			now += rng.Int64N(30)
-			run.Set(now)
+			now = run.Set(now + rng.Int64N(30)*scale)
 			id := []string{"a", "b", "pro-a"}[rng.IntN(3)]
 			m := ids[id]
 			var what string
@@ -134,6 +142,24 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 					round, step, what, id, now, def, pro, p.BlockFor, p.BlockMax, p.Shadow, g, want)
 			}
 		}
+	}
+}
+
+// RealTimeFloor returns a BlockRun.Set for a store whose keys expire on
+// the real clock: set stores each reading, at least ms and never less than
+// the real time elapsed since the first call added to the first reading, so
+// that no key dies in the store before the readings say its state is dead.
+func RealTimeFloor(set func(ms int64)) func(ms int64) int64 {
+	var offset int64
+	first := true
+	return func(ms int64) int64 {
+		real := time.Now().UnixMilli()
+		if first {
+			offset, first = ms-real, false
+		}
+		offset = max(offset, ms-real)
+		set(real + offset)
+		return real + offset
 	}
 }
 
@@ -211,11 +237,11 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 
 // blockRates returns 1 to MaxQuotas distinct quotas of algorithm alg in
 // whole ms, small enough for the brute-force models.
-func blockRates(rng *rand.Rand, alg limit.Algorithm) []limit.Rate {
+func blockRates(rng *rand.Rand, alg limit.Algorithm, scale int64) []limit.Rate {
 	var rs []limit.Rate
 	seen := map[limit.Rate]bool{}
 	for n := 1 + rng.IntN(limitstore.MaxQuotas); len(rs) < n; {
-		r := limit.Rate{Limit: 1 + rng.Int64N(6), Window: time.Duration(1+rng.Int64N(40)) * time.Millisecond}
+		r := limit.Rate{Limit: 1 + rng.Int64N(6), Window: time.Duration((1+rng.Int64N(40))*scale) * time.Millisecond}
 		if alg == limit.TokenBucket {
 			r.Burst = 1 + rng.Int64N(6)
 		}

@@ -19,5 +19,5 @@ func TestBlocksAgainstTheReferenceModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limittest.CheckBlocks(t, s, limittest.BlockRun{Start: start, Set: func(ms int64) { c.Set(time.UnixMilli(ms)) }, Seed: 2})
+	limittest.CheckBlocks(t, s, limittest.BlockRun{Start: start, Set: func(ms int64) int64 { c.Set(time.UnixMilli(ms)); return ms }, Seed: 2})
 }

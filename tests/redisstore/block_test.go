@@ -17,8 +17,9 @@ import (
 // sequences of ConsumeN, Peek and Reset under policies that block, several
 // quotas and plans, compared field by field with brute-force models) on
 // miniredis, a real server and the Cluster, with an injected clock: on the
-// real servers an hour ahead of real time and only moving forward, so that
-// no key dies in Redis before the clock says its state is dead.
+// real servers an hour ahead of real time and never falling behind it
+// (limittest.RealTimeFloor), so that no key dies in Redis before the clock
+// says its state is dead.
 func TestBlocksAgainstTheReferenceModels(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, be *backend) {
 		prefix := testPrefix(t)
@@ -38,7 +39,11 @@ func TestBlocksAgainstTheReferenceModels(t *testing.T) {
 		if be.real {
 			rounds = 12
 		}
-		limittest.CheckBlocks(t, s, limittest.BlockRun{Start: start, Set: now.Store, Seed: 3, Rounds: rounds,
+		set, scale := func(ms int64) int64 { now.Store(ms); return ms }, int64(1)
+		if be.real {
+			set, scale = limittest.RealTimeFloor(now.Store), 50
+		}
+		limittest.CheckBlocks(t, s, limittest.BlockRun{Start: start, Set: set, Seed: 3, Rounds: rounds, Scale: scale,
 			Options: []limit.Option{limit.WithKeyPrefix(prefix)}})
 		// Every key, the block records' included, has a deadline.
 		for _, k := range scanKeys(t, client, prefix) {
