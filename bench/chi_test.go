@@ -41,6 +41,31 @@ func quotagate(d limit.Disclosure) func() func(http.Handler) http.Handler {
 	}
 }
 
+// observed is quotagate with the RateLimit fields on every response and an
+// Observer, as the chi example runs it (with Prometheus): the engine then
+// reads every request's route, which a root mount looks up before chi
+// routes it.
+func observed() func(http.Handler) http.Handler {
+	s, err := memstore.New()
+	if err != nil {
+		panic(err)
+	}
+	l := limittest.MustNew(s, limit.Policy{Limit: quota, Window: window, Disclosure: limit.DiscloseAlways},
+		limit.WithObserver(discard{}))
+	return chilimit.Middleware(l)
+}
+
+// discard is an Observer that keeps nothing.
+type discard struct{}
+
+func (discard) Decision(limit.DecisionEvent)                {}
+func (discard) Issue(string, limit.Issue)                   {}
+func (discard) Refund(string, string)                       {}
+func (discard) StoreError(string, limit.FailureMode)        {}
+func (discard) Wait(string, time.Duration, bool)            {}
+func (discard) StoreDuration(string, string, time.Duration) {}
+func (discard) StoreEvent(string, string)                   {}
+
 var contenders = []contender{
 	// the router alone: what the limiters add is the difference
 	{"chi-only", func() func(http.Handler) http.Handler {
@@ -48,6 +73,7 @@ var contenders = []contender{
 	}},
 	{"quotagate-default", quotagate(limit.DiscloseRetryAfter)},
 	{"quotagate-always", quotagate(limit.DiscloseAlways)},
+	{"quotagate-always-observed", observed},
 	// httprate sends X-RateLimit-* on every response, like our Always level;
 	// keyed by the socket peer as LimitByIP did (now deprecated in favour of
 	// an explicit LimitBy).

@@ -24,7 +24,7 @@ func otpBlockScenario() Scenario {
 			Header: map[string]string{"Retry-After": retry}}}
 	}
 	return Scenario{
-		Name: "36-otp-blocks-a-client-past-its-failures",
+		Name: "37-otp-blocks-a-client-past-its-failures",
 		Policies: map[string]limit.Policy{"o": {Name: "otp", Algorithm: limit.FixedWindow, Limit: 3, Window: 5 * time.Second,
 			AlignWindows: true, CountStatus: func(s int) bool { return s >= 400 },
 			BlockFor: 8 * time.Second, BlockMax: 16 * time.Second}},

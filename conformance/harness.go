@@ -98,6 +98,8 @@ type Route struct {
 	Status int
 	// Body is the body the handler writes ("" for none).
 	Body string
+	// Sleep is how long the handler runs before it answers (0: at once).
+	Sleep time.Duration
 
 	hits atomic.Int64
 }
@@ -110,6 +112,9 @@ const HandlerHeader = "X-Conformance-Handler"
 // returns the header to set, the status and the body to write.
 func (r *Route) Serve() (header, value string, status int, body string) {
 	r.hits.Add(1)
+	if r.Sleep > 0 {
+		time.Sleep(r.Sleep)
+	}
 	status = r.Status
 	if status == 0 {
 		status = http.StatusOK

@@ -121,7 +121,7 @@ func runScenario(t *testing.T, h Harness, sc Scenario, newStore NewStoreFunc) {
 	}
 	routes := map[string]*Route{}
 	route := func(rs RouteSpec) *Route {
-		r := &Route{Method: rs.Method, Path: rs.Path, Limiters: mounts(rs.Mounts), Status: rs.Status, Body: rs.Body}
+		r := &Route{Method: rs.Method, Path: rs.Path, Limiters: mounts(rs.Mounts), Status: rs.Status, Body: rs.Body, Sleep: rs.Sleep}
 		routes[rs.Method+" "+rs.Path] = r
 		return r
 	}

@@ -85,6 +85,8 @@ type RouteSpec struct {
 	Status int
 	// Body is what the handler writes ("" for none).
 	Body string
+	// Sleep is how long the handler runs before it answers (0: at once).
+	Sleep time.Duration
 }
 
 // Step is one or more identical requests.
@@ -946,6 +948,26 @@ func Scenarios() []Scenario {
 				{Client: "127.0.0.2", Method: "POST", Path: "/v1/login", Want: Want{Status: limited}},
 				{Admin: &Admin{Policy: "l", Identity: "127.0.0.3", Allowed: true, Remaining: 1}},
 			},
+		},
+		{
+			// GET /v1/slow: at most 2 requests of one client in flight
+			// (Concurrency). Requests that end before the next starts
+			// all pass (each gives its slot back), and carry no RateLimit
+			// field even at DiscloseAlways (a concurrency limit is not a
+			// rate); 6 at once on a handler that runs 1 s: exactly 2
+			// admitted.
+			Name: "36-concurrency-slots-in-flight",
+			Policies: map[string]limit.Policy{"s": {Name: "slow", Algorithm: limit.Concurrency, Limit: 2,
+				Disclosure: limit.DiscloseAlways}},
+			App: AppSpec{Routes: []RouteSpec{
+				{Method: "GET", Path: "/v1/slow", Mounts: []string{"s"}, Sleep: time.Second},
+				{Method: "GET", Path: "/v1/quick", Mounts: []string{"s"}},
+			}},
+			Steps: []Step{
+				times(Step{Client: "127.0.0.2", Method: "GET", Path: "/v1/quick", Want: Want{Status: ok, Handler: "ran",
+					Header: map[string]string{"RateLimit": "-", "RateLimit-Policy": "-", "Retry-After": "-"}}}, 5),
+			},
+			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/v1/slow", Clients: 6, Allowed: 2},
 		},
 		otpBlockScenario(),
 	}

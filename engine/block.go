@@ -27,6 +27,8 @@ func (p *Policy) checkBlock() error {
 		return fmt.Errorf("%w: BlockFor %v is negative (0: no blocks)", ErrInvalidPolicy, p.BlockFor)
 	case p.BlockMax < 0:
 		return fmt.Errorf("%w: BlockMax %v is negative (0: every block lasts BlockFor)", ErrInvalidPolicy, p.BlockMax)
+	case p.BlockFor > 0 && p.Algorithm == Concurrency:
+		return fmt.Errorf("%w: BlockFor with Algorithm Concurrency: a block follows a limited rate; a concurrency limit frees its slots as requests end", ErrInvalidPolicy)
 	case p.BlockMax > 0 && p.BlockFor == 0:
 		return fmt.Errorf("%w: BlockMax is set but BlockFor is 0: BlockMax bounds the blocks BlockFor begins", ErrInvalidPolicy)
 	case p.BlockFor%time.Millisecond != 0:

@@ -95,6 +95,14 @@ type Decision struct {
 	Blocked bool
 	// blockStarted reports that this request began the block.
 	blockStarted bool
+	// slot is the hold of an admitted Concurrency request on its slots,
+	// which Finish gives back; slotGen tells this hold from a later one on
+	// the same pooled slot. nil: none.
+	slot    *slot
+	slotGen uint64
+	// busy reports that a Concurrency store denied: every slot taken (a
+	// 429 without RateLimit fields, not FailClosed's 503).
+	busy bool
 }
 
 // Identity returns the identity the Decision is about, in the spelling

@@ -100,6 +100,8 @@ func settle(d *Decision, m limitMark) {
 //     request, see ResponseWriter), or
 //   - Policy.CountStatus is set and does not count status.
 //
+// A Concurrency Decision's slots are given back in any case (one store
+// call; a copy of the Decision finished again gives back nothing).
 // Otherwise, and for a Decision that took nothing (limited, skipped,
 // decided by the FailureMode), it does nothing and costs nothing. The refund is one
 // store call, on those requests only; it gives back only what is still
@@ -111,6 +113,9 @@ func settle(d *Decision, m limitMark) {
 // handler; a handler that panics never reaches it, so the request stays
 // counted. Safe for concurrent use.
 func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
+	if d.slot != nil && d.slot.lim == l {
+		l.releaseSlot(ctx, d)
+	}
 	c := &d.charge
 	if c.lim != l {
 		return

@@ -39,9 +39,11 @@ func (l *Limiter) CheckHTTP(w http.ResponseWriter, r *http.Request, known Reques
 }
 
 // checkHTTP is CheckHTTP into resp, whose Decision the caller reads in
-// place (HTTPHandler: no copy of it).
-func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, known *Request, resp *response) {
-	req := Request{Route: known.Route, Unmatched: known.Unmatched, Method: r.Method, Peer: r.RemoteAddr, Header: r.Header, Native: known.Native}
+// place (HTTPHandler: no copy of it). req holds what the adapter knows
+// (Route, Unmatched, Native); the rest is filled in from r, in place (no
+// copy of the Request).
+func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, req *Request, resp *response) {
+	req.Method, req.Peer, req.Header, req.Path, req.lim = r.Method, r.RemoteAddr, r.Header, "", nil
 	if req.Native == nil {
 		req.Native = r
 	}
@@ -51,7 +53,7 @@ func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, known *Reque
 			req.Path = r.URL.Path
 		}
 	}
-	l.check(r.Context(), &req, resp)
+	l.check(r.Context(), req, resp, nil)
 	resp.writeHTTP(w)
 	settle(&resp.Decision, markOf(r.Header))
 }
@@ -99,6 +101,10 @@ func (l *Limiter) HTTPHandler(next http.Handler, route func(*http.Request) (temp
 		l.checkHTTP(w, r, &known, &resp)
 		d := &resp.Decision
 		if !d.Allowed {
+			return
+		}
+		if d.slot != nil {
+			l.serveHeld(w, r, next, d)
 			return
 		}
 		if observe != nil {

@@ -39,6 +39,11 @@ type Limiter struct {
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
 	blockLog   logGate      // the block-start log line, at most once per 10 s (block.go)
+	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
+
+	tickets atomic.Uint64     // waiting requests' order of arrival (wait.go)
+	linesMu sync.Mutex        // guards lines
+	lines   map[lineKey]*line // the waiting lines (wait.go); nil until one waits
 }
 
 // scratch is per-call working memory, pooled so that the allowed path does
@@ -47,6 +52,10 @@ type Limiter struct {
 type scratch struct {
 	op  limitstore.Op
 	key []byte
+	// res is the store's answer and resp Check's response: here rather
+	// than on the stack (see Check).
+	res  limitstore.Result
+	resp response
 }
 
 // New returns a Limiter for policy p on store s. Zero Policy fields take
@@ -149,6 +158,11 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	}
 	l.state = strings.Join(states, "+")
 	l.store = newStoreCall(s, cfg, p.FailureMode)
+	if p.Algorithm == Concurrency {
+		if err := l.initSlots(s, cfg); err != nil {
+			return nil, err
+		}
+	}
 	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
@@ -192,8 +206,15 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 // never past ctx's deadline; see Policy.MaxWait).
 // At the default disclosure an allowed request allocates nothing.
 func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decision {
-	var resp response
-	l.check(ctx, &r, &resp)
+	// The response (about 1 KB) and the store's Result live in a pooled
+	// scratch, not on the stack: a gRPC server starts every call on a
+	// fresh goroutine, whose stack would otherwise grow (be copied) under
+	// the store call. resp is cleared when put back, so that it holds
+	// nothing of this request (w, among others) while pooled.
+	sc := l.scratch.Get().(*scratch)
+	resp := &sc.resp
+	defer l.putScratch(sc)
+	l.check(ctx, &r, resp, sc)
 	if resp.n != 0 || resp.status != 0 {
 		resp.writeTo(w)
 	}
@@ -203,9 +224,16 @@ func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decisi
 	return resp.Decision
 }
 
+// putScratch clears the response of sc (Check's) and pools sc.
+func (l *Limiter) putScratch(sc *scratch) {
+	sc.resp = response{}
+	l.scratch.Put(sc)
+}
+
 // check is the decision of one HTTP request, straight through; it fills
-// resp in place (no copy of the ~900-byte response).
-func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
+// resp in place (no copy of the ~900-byte response). sc is the caller's
+// scratch for decide, or nil.
+func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scratch) {
 	if l.skipped(r) {
 		resp.Decision = Decision{Allowed: true, Policy: &l.policy}
 		return
@@ -219,7 +247,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 	cost := l.cost(r)
 	pl := l.plan(r, bucket.name)
 	var err error
-	resp.set, err = l.decide(ctx, &bucket, &id, pl, cost, &resp.Decision)
+	resp.set, err = l.decide(ctx, &bucket, &id, pl, cost, &resp.Decision, sc)
 	if err != nil && l.policy.OnStoreError != nil {
 		l.onStoreError(ctx, r, bucket.name, err)
 	}
@@ -242,23 +270,34 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response) {
 // decide builds the Op of (bucket, id) at cost with the quotas of plan pl,
 // asks the store and writes the Decision into d, applying the FailureMode
 // on a store failure, whose error it returns with the quotaSet that decided.
-func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision) (*quotaSet, error) {
+// It builds the Op in sc, the caller's scratch, or in one of its own when sc
+// is nil.
+func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision, sc *scratch) (*quotaSet, error) {
+	if l.conc != nil {
+		return l.decideSlot(ctx, bucket, id, pl, cost, d)
+	}
 	set := &pl.sets[0]
 	if id.src == KeySourceFallback {
 		set = &pl.sets[1]
 	}
-	sc := l.scratch.Get().(*scratch)
+	own := sc == nil
+	if own {
+		sc = l.scratch.Get().(*scratch)
+	}
 	op, over, quota := l.op(sc, bucket, id, set, cost)
-	*d = Decision{Cost: cost, Bucket: bucket.name, KeySource: id.src, Policy: &l.policy, Plan: pl.label, quota: quota, who: *id}
+	*d = Decision{}
+	d.Cost, d.Bucket, d.KeySource, d.Policy, d.Plan, d.quota, d.who = cost, bucket.name, id.src, &l.policy, pl.label, quota, *id
 	var err error
-	waiter := false
+	var wait arrival
 	if over {
 		// Never admissible: answered here, without the store (nothing
 		// to count, and no delay to promise).
 		d.Outcome, d.OverCapacity = OutcomeLimited, true
 	} else {
-		waiter = l.maxWaitMS > 0 && l.enterWait(ctx, op)
-		err = l.store.decide(ctx, op, bucket.name, d)
+		if l.maxWaitMS > 0 {
+			wait = l.enterWait(ctx, op)
+		}
+		err = l.store.decide(ctx, op, bucket.name, d, &sc.res)
 		l.logBlock(d)
 		if err == nil && d.Allowed {
 			// Taken from the shared store: Finish may give it back.
@@ -266,10 +305,16 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		}
 	}
 	d.Limit = set.q[d.quota].limit
-	l.scratch.Put(sc)
-	if waiter {
+	var line lineKey
+	if wait.ticket != 0 && d.waitMS > 0 && d.Allowed {
+		line = lineKey{keys: string(sc.key), cost: cost}
+	}
+	if own {
+		l.scratch.Put(sc)
+	}
+	if wait.ticket != 0 {
 		if d.waitMS > 0 && d.Allowed {
-			l.await(ctx, d)
+			l.await(ctx, d, wait, line)
 		}
 		l.waiting.Add(-1)
 	}
@@ -287,7 +332,10 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
 // want to log it (it never means "limited"). Events are emitted as for Check,
-// with an empty handler. OnStoreError and OnLimited are called as for Check,
+// with an empty handler. For a Concurrency policy an allowed Decision holds
+// its slots, renewing their lease, until Finish gives them back: call
+// Finish once the work is done (a Decision never finished holds its slots
+// while the process lives). OnStoreError and OnLimited are called as for Check,
 // with a Request whose Native is identity (a string) and whose other fields
 // are empty; SkipPaths, Skip and LimitedResponse do not apply.
 func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decision, error) {
@@ -307,7 +355,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 		r = Request{Native: identity, lim: l}
 		pl = l.plan(&r, l.shared.name)
 	}
-	_, err := l.decide(ctx, &l.shared, &id, pl, cost, &d)
+	_, err := l.decide(ctx, &l.shared, &id, pl, cost, &d, nil)
 	if (err != nil && l.policy.OnStoreError != nil) || (!d.Allowed && l.policy.OnLimited != nil) {
 		r = Request{Native: identity, lim: l}
 	}

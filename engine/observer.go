@@ -133,7 +133,8 @@ type Observer interface {
 	// (not for a call a guarded store's open breaker refused), with the
 	// store's name (limitstore.Info.Name; "custom" when the store does not
 	// describe itself) and the operation: "take" (a decision or a refund),
-	// "peek" (Limiter.Peek) or "reset" (Limiter.Reset).
+	// "peek" (Limiter.Peek), "reset" (Limiter.Reset), or for a
+	// Concurrency policy "acquire" (a slot taken or renewed) and "release".
 	StoreDuration(store, op string, d time.Duration)
 	// StoreEvent is called by a guarded store (package guard: the Redis
 	// store is one) given this Observer, never by the engine, with the

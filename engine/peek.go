@@ -150,6 +150,9 @@ func reset(ctx context.Context, rs limitstore.Resetter, keys [][]byte) (err erro
 // adminTarget is what Peek and Reset act on: identity as the policy keys
 // it, and the store that can look and forget.
 func (l *Limiter) adminTarget(identity string) (who, limitstore.Resetter, error) {
+	if l.conc != nil {
+		return who{}, nil, fmt.Errorf("limit: Peek and Reset act on rate quotas; a Concurrency policy's slots are held by requests in flight and given back by Finish: %w", errors.ErrUnsupported)
+	}
 	if l.policy.Scope == PerRoute && l.policy.Name == "" {
 		return who{}, nil, fmt.Errorf("limit: Peek and Reset act on one bucket, and a PerRoute policy without a Name has one per route: "+
 			"give the policy a Name (one bucket for every route it is mounted on): %w", errors.ErrUnsupported)

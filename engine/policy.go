@@ -95,6 +95,8 @@ func letter(a Algorithm) byte {
 		return 'f'
 	case TokenBucket:
 		return 'g'
+	case Concurrency:
+		return 'c'
 	}
 	return 's'
 }
@@ -176,9 +178,12 @@ type Policy struct {
 	// long. Otherwise the request is limited as without MaxWait and
 	// nothing is reserved. A request whose context ends while it waits
 	// gives its reservation back in one store call (exactly its cost) and
-	// is limited. Waiting requests are served in the order they reserved,
-	// one emission interval (Window/Limit) per cost unit apart, across
-	// every process on the store. At most MaxWaiting requests of this
+	// is limited. Waiting requests are served one emission interval
+	// (Window/Limit) per cost unit apart, across every process on the
+	// store, in the order they reserved, and within this Limiter in the
+	// order they arrived (never past a request's own MaxWait or deadline);
+	// a request that gives up leaves no gap: the ones of this Limiter
+	// after it move one slot earlier. At most MaxWaiting requests of this
 	// Limiter wait at once in a process. A whole number of milliseconds, at
 	// most 1 h; with Limit per Window, MaxWait (ms) times Limit stays
 	// within 2^50. New rejects it on SlidingWindow and FixedWindow (use
@@ -189,8 +194,13 @@ type Policy struct {
 	// MaxWaiting bounds the requests of this Limiter waiting for a slot at
 	// once in this process (MaxWait); past it a request that would wait is
 	// decided as without MaxWait (admitted if the bucket takes it now,
-	// else limited at once). Default 1024; negative is an error, and so is
-	// MaxWaiting without MaxWait.
+	// else limited at once). A request counts from its store call, which
+	// may reserve a slot, to the end of its wait (or of the call, when it
+	// reserved none), so that no more than MaxWaiting reservations are ever
+	// held: a request that arrives while MaxWaiting others are asking the
+	// store is decided as without MaxWait even if none of them will wait.
+	// Default 1024; negative is an error, and so is MaxWaiting without
+	// MaxWait.
 	MaxWaiting int
 	// Quotas, when set, are the policy's quotas in place of Limit, Window
 	// and Burst (which must then be zero): at most MaxQuotas (4), all with
@@ -387,6 +397,16 @@ type Policy struct {
 	// days, a whole number of milliseconds; it needs BlockFor. 0: every
 	// block lasts BlockFor.
 	BlockMax time.Duration
+	// Lease is, for a Concurrency policy, how long a slot stays taken when
+	// its holder vanishes (a killed process, a lost connection to the
+	// store): a request holds its slot while its handler runs, however
+	// long, renewing the lease every Lease/3 (one store call each), and a
+	// killed process's slots are free again within Lease of its last
+	// renewal. A whole number of milliseconds from 100 ms to 24 h; 0 means
+	// DefaultLease (10 s: a renewal every 3.3 s per long request, and a
+	// crash locks a client out of the slots it held for at most 10 s).
+	// Other algorithms ignore it.
+	Lease time.Duration
 }
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan
@@ -550,7 +570,7 @@ func (p *Policy) resolve() (resolved, error) {
 	if p.Cost < 0 {
 		return r, fmt.Errorf("%w: Cost %d is negative (0 means the default %d)", ErrInvalidPolicy, p.Cost, defaultCost)
 	}
-	if p.Algorithm > TokenBucket {
+	if p.Algorithm > Concurrency {
 		return r, fmt.Errorf("%w: Algorithm %d is unknown", ErrInvalidPolicy, p.Algorithm)
 	}
 	if p.Scope > PerRoute {
@@ -583,6 +603,9 @@ func (p *Policy) resolve() (resolved, error) {
 	r.cost = p.Cost
 	if r.cost == 0 {
 		r.cost = defaultCost
+	}
+	if p.Algorithm == Concurrency {
+		return p.resolveConcurrency(r)
 	}
 	if err := p.checkMaxWait(); err != nil {
 		return r, err

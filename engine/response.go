@@ -327,7 +327,7 @@ func (r *responder) fill(resp *response) {
 		resp.add(hCacheControl, "no-store")
 		return
 	}
-	if !d.numbers { // FailClosed: no store decided
+	if !d.numbers && !d.busy { // FailClosed: no store decided
 		resp.status, resp.body = http.StatusServiceUnavailable, body503
 	}
 	retry := retryAfterSeconds(d.RetryAfter)

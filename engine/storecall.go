@@ -77,12 +77,12 @@ const failClosedRetryAfter = time.Second
 // decide asks the store about op and writes its answer into d, which holds
 // the Decision's other fields already; on a failure the FailureMode decides
 // and the failed calls are reported. The error, when not nil, is the store failure (for
-// OnStoreError and Consume's caller): never "limited".
-func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string, d *Decision) error {
-	var res limitstore.Result
-	err := c.take(ctx, &c.primary, op, &res)
+// OnStoreError and Consume's caller): never "limited". res receives the
+// store's Result (the caller's scratch: off the stack under the store call).
+func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string, d *Decision, res *limitstore.Result) error {
+	err := c.take(ctx, &c.primary, op, res)
 	if err == nil {
-		d.fill(&res)
+		d.fill(res)
 		return nil
 	}
 	d.StoreFailed = true
@@ -90,8 +90,8 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 	case FailLocal:
 		var lerr error
 		op.WaitMS = 0 // no request waits on a fallback's word (MaxWait)
-		if lerr = c.take(ctx, &c.local, op, &res); lerr == nil {
-			d.fill(&res)
+		if lerr = c.take(ctx, &c.local, op, res); lerr == nil {
+			d.fill(res)
 			if d.Allowed {
 				d.Outcome = OutcomeDegraded
 			}

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/quotagate/quotagate/engine/limitstore"
@@ -13,10 +14,12 @@ import (
 
 // enterWait counts the request among this Limiter's waiters and sets
 // op.WaitMS, the longest it may wait: MaxWait, less what leaves its slot
-// beginning before ctx's deadline. It reports false, with op.WaitMS 0 and
-// nothing counted, when MaxWaiting requests wait already (the request is
-// then decided as without MaxWait) or when the deadline leaves no time.
-func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) bool {
+// beginning before ctx's deadline. It returns the request's place in the
+// order of arrival (a ticket, and that longest wait),
+// or a zero ticket, with op.WaitMS 0 and nothing counted, when MaxWaiting
+// requests wait already (the request is then decided as without MaxWait)
+// or when the deadline leaves no time.
+func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) arrival {
 	wait := l.maxWaitMS
 	if dl, ok := ctx.Deadline(); ok {
 		// The slot must begin before the deadline: whole ms, rounded
@@ -24,45 +27,229 @@ func (l *Limiter) enterWait(ctx context.Context, op *limitstore.Op) bool {
 		wait = min(wait, time.Until(dl).Milliseconds()-1)
 	}
 	if wait <= 0 {
-		return false
+		return arrival{}
 	}
 	if l.waiting.Add(1) > l.maxWaiting {
 		l.waiting.Add(-1)
-		return false
+		return arrival{}
 	}
 	op.WaitMS = wait
-	return true
+	return arrival{ticket: l.tickets.Add(1), waitMS: wait}
+}
+
+// arrival is a waiting request's place in its Limiter's order of arrival:
+// its ticket (1, 2, ...; 0: not waiting) and the longest it may wait (its
+// MaxWait or deadline: Op.WaitMS).
+type arrival struct {
+	ticket uint64
+	waitMS int64
+}
+
+// A line holds the waiters of one Limiter whose reservations are
+// interchangeable: the same keys (bucket, identity, plan, quotas) and the
+// same cost. The store hands out slots in the order the reservations reach
+// it, which is not the order in which the requests arrived (the scheduler,
+// the store's lock or connections, batching); the line gives its slots to
+// its waiters in the order of their arrival instead, a swap the store
+// never sees (every slot stays reserved). A waiter is moved to a later
+// slot only when that slot begins no later than its own bound (latestMS,
+// on the store's clock, as the store checked its reservation): a
+// reservation keeps its promise of MaxWait and the deadline.
+// When a waiter's context ends, the waiters after it move one slot earlier
+// each and the line's last slot is the one given back: the slots still
+// held stay one emission interval apart, with no hole, and the store's
+// state after the Refund is what the remaining reservations account for.
+// Lines are per Limiter (per process): across processes the store's order
+// stands. No goroutine or timer is added: each waiter keeps its one timer
+// and is told (moved) when its slot changes.
+type line struct {
+	waiters []*waiter     // in the order they are given slots
+	slots   []reservation // by instant; waiters[i] holds slots[i]
+}
+
+// lineKey names a line: the Op's keys and its cost.
+type lineKey struct {
+	keys string
+	cost int64
+}
+
+// waiter is one waiting request.
+type waiter struct {
+	arrival
+	latestMS int64         // the latest slot it may be given, on the store's clock (Unix ms)
+	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
+	moved    chan struct{} // signalled when r changes
+}
+
+// reservation is one slot the store reserved and the Decision's numbers
+// that go with it.
+type reservation struct {
+	slotMS     int64     // the store's instant of the slot, Unix ms: the line's order
+	due        time.Time // the slot's instant on this process's clock
+	waitMS     int64
+	remaining  int64
+	resetAfter time.Duration
+	resetAt    time.Time
+	quota      int
+	limit      int64
+	windows    [limitstore.MaxQuotas]int64
+}
+
+// reservationOf is d's slot, whose wait began at start.
+func reservationOf(d *Decision, start time.Time) reservation {
+	return reservation{
+		slotMS: d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds() + d.waitMS, // the store's now + the wait
+		due:    start.Add(time.Duration(d.waitMS) * time.Millisecond),
+		waitMS: d.waitMS, remaining: d.Remaining, resetAfter: d.ResetAfter, resetAt: d.ResetAt,
+		quota: d.quota, limit: d.Limit, windows: d.charge.windows,
+	}
+}
+
+// apply gives d the numbers of slot r.
+func (r *reservation) apply(d *Decision) {
+	d.waitMS, d.Remaining, d.ResetAfter, d.ResetAt = r.waitMS, r.remaining, r.resetAfter, r.resetAt
+	d.quota, d.Limit, d.charge.windows = r.quota, r.limit, r.windows
+}
+
+// join puts w, holding reservation w.r, in line k: before the first
+// waiter that arrived after it, unless a waiter it would move to a later
+// slot could not take it (that waiter's bound) or w could not take the
+// slot of its place (its own), and hands the slots out again from there.
+// It returns the instant of w's slot.
+func (l *Limiter) join(k lineKey, w *waiter) time.Time {
+	l.linesMu.Lock()
+	defer l.linesMu.Unlock()
+	if l.lines == nil {
+		l.lines = make(map[lineKey]*line)
+	}
+	ln := l.lines[k]
+	if ln == nil {
+		ln = &line{}
+		l.lines[k] = ln
+	}
+	rp := len(ln.slots) // where w's reservation goes, by instant
+	for rp > 0 && ln.slots[rp-1].slotMS > w.r.slotMS {
+		rp--
+	}
+	ln.slots = slices.Insert(ln.slots, rp, w.r)
+	p := 0 // before the first waiter that arrived after w (the order may have exceptions: bounds)
+	for p < len(ln.waiters) && ln.waiters[p].ticket < w.ticket {
+		p++
+	}
+	// Waiters p..rp-1 would each move one slot later: not past their
+	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
+	// although it arrived after them, move one slot earlier.)
+	for j := rp - 1; j >= p; j-- {
+		if ln.slots[j+1].slotMS > ln.waiters[j].latestMS {
+			p = j + 1
+			break
+		}
+	}
+	// Behind them, w takes a later slot than its own: not past its bound.
+	for p > rp && ln.slots[p].slotMS > w.latestMS {
+		p--
+	}
+	ln.waiters = slices.Insert(ln.waiters, p, w)
+	ln.handOut(min(p, rp))
+	return w.r.due
+}
+
+// handOut gives waiters[from:] the slots of their positions, telling each
+// one whose slot changed.
+func (ln *line) handOut(from int) {
+	for j := from; j < len(ln.waiters); j++ {
+		if o := ln.waiters[j]; o.r.slotMS != ln.slots[j].slotMS {
+			o.r = ln.slots[j]
+			select {
+			case o.moved <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// slot reports the instant of w's slot, and, when it has begun, takes w
+// (and its slot) out of line k.
+func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
+	l.linesMu.Lock()
+	defer l.linesMu.Unlock()
+	if time.Now().Before(w.r.due) {
+		return w.r.due, false
+	}
+	ln := l.lines[k]
+	i := slices.Index(ln.waiters, w)
+	ln.waiters = slices.Delete(ln.waiters, i, i+1)
+	ln.slots = slices.Delete(ln.slots, i, i+1)
+	l.dropIfEmpty(k, ln)
+	return w.r.due, true
+}
+
+// leave takes w out of line k, whose waiters after it move one slot
+// earlier each, and returns the slot freed: the line's last.
+func (l *Limiter) leave(k lineKey, w *waiter) reservation {
+	l.linesMu.Lock()
+	defer l.linesMu.Unlock()
+	ln := l.lines[k]
+	i := slices.Index(ln.waiters, w)
+	ln.waiters = slices.Delete(ln.waiters, i, i+1)
+	last := len(ln.slots) - 1
+	freed := ln.slots[last]
+	ln.slots = ln.slots[:last]
+	ln.handOut(i)
+	l.dropIfEmpty(k, ln)
+	return freed
+}
+
+func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
+	if len(ln.waiters) == 0 {
+		delete(l.lines, k)
+	}
 }
 
 // await waits for the slot the store reserved for d (d.waitMS from the
-// store's decision) or for ctx's end, whichever comes first. At its slot
-// the request goes on, admitted, its ResetAfter counted down by the wait;
-// when ctx ends first, the reservation is
-// given back in one Refund (its slot is still ahead, so all of its cost
-// comes back) and d becomes limited, with RetryAfter the time its slot was
-// still away. Either way d.Waited is the time waited and the Observer hears
-// of it.
-func (l *Limiter) await(ctx context.Context, d *Decision) {
+// store's decision), or the one its line gives it instead (see line), or
+// for ctx's end, whichever comes first. At its slot the request goes on,
+// admitted, with the numbers of that slot, its ResetAfter counted down by
+// the wait; when ctx ends first, it leaves the line and the slot freed is
+// given back in one Refund (it is still ahead, so all of its cost comes
+// back) and d becomes limited, with RetryAfter the time its slot was still
+// away. Either way d.Waited is the time waited and the Observer hears of
+// it.
+func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
-	t := time.NewTimer(time.Duration(d.waitMS) * time.Millisecond)
+	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
+	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
+	due := l.join(k, w)
+	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
-	select {
-	case <-t.C:
-		d.Waited = time.Since(start)
-		// The numbers as of the slot: the store gave them as of the
-		// reservation (ResetAt, an instant, stands).
-		d.ResetAfter = max(d.ResetAfter-time.Duration(d.waitMS)*time.Millisecond, 0)
-		l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
-		return
-	case <-ctx.Done():
+	for {
+		select {
+		case <-t.C:
+		case <-w.moved:
+		case <-ctx.Done():
+			d.Waited = time.Since(start)
+			freed := l.leave(k, w)
+			left := time.Until(w.r.due) // out of the line: w.r is its own again
+			freed.apply(d)              // the charge given back: the line's last slot
+			// The request's context has ended: the refund has a context of its
+			// own (the store's timeout bounds it; package guard).
+			l.giveBack(context.WithoutCancel(ctx), &d.charge)
+			d.charge.lim = nil
+			d.Allowed, d.Outcome = false, OutcomeLimited
+			d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
+			l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
+			return
+		}
+		var begun bool
+		if due, begun = l.slot(k, w); begun {
+			break
+		}
+		t.Reset(time.Until(due))
 	}
 	d.Waited = time.Since(start)
-	left := time.Duration(d.waitMS)*time.Millisecond - d.Waited
-	// The request's context has ended: the refund has a context of its
-	// own (the store's timeout bounds it; package guard).
-	l.giveBack(context.WithoutCancel(ctx), &d.charge)
-	d.charge.lim = nil
-	d.Allowed, d.Outcome = false, OutcomeLimited
-	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
-	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
+	w.r.apply(d)
+	// The numbers as of the slot: the store gave them as of the
+	// reservation (ResetAt, an instant, stands).
+	d.ResetAfter = max(d.ResetAfter-time.Duration(d.waitMS)*time.Millisecond, 0)
+	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
 }

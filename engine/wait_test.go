@@ -12,6 +12,7 @@ import (
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -130,6 +131,200 @@ func TestMaxWaitCancelGivesTheSlotBack(t *testing.T) {
 		// Its slot (400 ms) is the next one: 300 ms from now.
 		if d, _ := l.Consume(context.Background(), "c"); !d.Allowed || d.Waited != 300*time.Millisecond {
 			t.Fatalf("after the cancellation: %+v; want the freed slot, 300ms away", d)
+		}
+	})
+}
+
+// gatedStore holds its next Takes, one hold each in order: before the
+// store (a request that arrived first reaches it last) or after it (a
+// request's answer comes back late).
+type gatedStore struct {
+	limitstore.Store
+	mu    sync.Mutex
+	holds []hold
+}
+
+// hold is what one Take waits for: before closes, then after closes.
+type hold struct{ before, after chan struct{} }
+
+func (s *gatedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	s.mu.Lock()
+	var h hold
+	if len(s.holds) > 0 {
+		h, s.holds = s.holds[0], s.holds[1:]
+	}
+	s.mu.Unlock()
+	if h.before != nil {
+		<-h.before
+	}
+	res, err := s.Store.Take(ctx, op)
+	if h.after != nil {
+		<-h.after
+	}
+	return res, err
+}
+
+// waitFor runs Consume(ctx, "c") on its own goroutine and returns where its
+// Decision and the instant it returned go.
+func waitFor(ctx context.Context, l *limit.Limiter) chan limit.Decision {
+	done := make(chan limit.Decision, 1)
+	go func() { d, _ := l.Consume(ctx, "c"); done <- d }()
+	return done
+}
+
+// Waiters are served in the order they arrived, not in the order their
+// reservations reached the store: a request held on its way to the store
+// while a later one reserved the earlier slot is served first, at that
+// slot, and the later one at the slot reserved for the first.
+func TestMaxWaitServesInArrivalOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c") // the burst: the next slot at 200 ms
+		gate := make(chan struct{})
+		store.holds = []hold{{before: gate}}
+		first := waitFor(context.Background(), l) // held before the store
+		synctest.Wait()
+		second := waitFor(context.Background(), l) // reserves 200 ms
+		synctest.Wait()
+		close(gate) // the first reserves 400 ms
+		d1 := <-first
+		at1 := time.Since(start)
+		d2 := <-second
+		at2 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at1 != 200*time.Millisecond || at2 != 400*time.Millisecond {
+			t.Fatalf("first to arrive served at %v (%+v), second at %v (%+v); want 200ms, 400ms", at1, d1, at2, d2)
+		}
+		if d1.ResetAt.Before(start.Add(400*time.Millisecond)) || !d1.ResetAt.Before(d2.ResetAt) {
+			t.Fatalf("the slots' numbers did not follow the slots: ResetAt %v, %v", d1.ResetAt.Sub(start), d2.ResetAt.Sub(start))
+		}
+	})
+}
+
+// The same when the later arrival's earlier slot comes back from the store
+// after the first one's: the first is served at it.
+func TestMaxWaitServesInArrivalOrderWhateverTheAnswersOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before}, {after: after}}
+		first := waitFor(context.Background(), l) // held before the store
+		synctest.Wait()
+		second := waitFor(context.Background(), l) // reserves 200 ms, its answer held
+		synctest.Wait()
+		close(before) // the first reserves 400 ms and waits
+		synctest.Wait()
+		close(after) // the second's answer, 200 ms, arrives last
+		d1 := <-first
+		at1 := time.Since(start)
+		d2 := <-second
+		at2 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at1 != 200*time.Millisecond || at2 != 400*time.Millisecond {
+			t.Fatalf("first to arrive served at %v, second at %v; want 200ms, 400ms", at1, at2)
+		}
+	})
+}
+
+// The order of arrival never moves a waiter to a slot past its own bound:
+// a later arrival whose deadline comes before the slot the first one
+// reserved keeps its earlier slot, and both are served.
+func TestMaxWaitArrivalOrderKeepsEachBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		gate := make(chan struct{})
+		store.holds = []hold{{before: gate}}
+		first := waitFor(context.Background(), l)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		second := waitFor(ctx, l) // reserves 200 ms, may not wait past 250 ms
+		synctest.Wait()
+		close(gate)
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 400*time.Millisecond {
+			t.Fatalf("bounded second served at %v (%+v), first at %v (%+v); want 200ms, 400ms", at2, d2, at1, d1)
+		}
+	})
+}
+
+// Nor the one that arrived later, when its earlier slot comes back last:
+// it keeps its slot rather than take the first one's, past its deadline.
+func TestMaxWaitArrivalOrderKeepsTheLaterOnesBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before}, {after: after}}
+		first := waitFor(context.Background(), l)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		second := waitFor(ctx, l) // reserves 200 ms, may not wait past 250 ms, its answer held
+		synctest.Wait()
+		close(before) // the first reserves 400 ms and waits
+		synctest.Wait()
+		close(after)
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 400*time.Millisecond {
+			t.Fatalf("bounded second served at %v (%+v), first at %v (%+v); want 200ms, 400ms", at2, d2.Allowed, at1, d1.Allowed)
+		}
+	})
+}
+
+// A waiter cancelled mid-queue leaves no hole: the waiters after it move
+// one slot earlier each, the line's last slot is given back, and the next
+// request reserves that slot, so that no two requests are served at one
+// instant.
+func TestMaxWaitCancelMidQueueLeavesNoHole(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, limittest.NewStore(time.Now), feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		var done []chan limit.Decision
+		var cancels []context.CancelFunc
+		for range 4 { // slots at 200, 400, 600, 800 ms
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels = append(cancels, cancel)
+			done = append(done, waitFor(ctx, l))
+			synctest.Wait()
+		}
+		defer func() {
+			for _, c := range cancels {
+				c()
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		cancels[1]() // the waiter of 400 ms
+		if d := <-done[1]; d.Allowed || d.RetryAfter != 300*time.Millisecond {
+			t.Fatalf("cancelled: %+v; want limited, its slot 300ms away", d)
+		}
+		next := waitFor(context.Background(), l)
+		served := map[time.Duration]int{}
+		for i, ch := range [](chan limit.Decision){done[0], done[2], done[3], next} {
+			d := <-ch
+			at := time.Since(start)
+			if !d.Allowed {
+				t.Fatalf("waiter %d: %+v", i, d)
+			}
+			served[at]++
+			if want := time.Duration(i+1) * 200 * time.Millisecond; at != want {
+				t.Fatalf("waiter %d served at %v, want %v (served: %v)", i, at, want, served)
+			}
 		}
 	})
 }

@@ -84,7 +84,7 @@ func BenchmarkFillWriteHTTP(b *testing.B) {
 			for range 2 { // the second is limited by a quota of 1
 				tmpl = response{}
 				rc := r
-				l.check(context.Background(), &rc, &tmpl)
+				l.check(context.Background(), &rc, &tmpl, nil)
 			}
 			w := &sink{h: http.Header{}}
 			b.ReportAllocs()
@@ -132,7 +132,7 @@ func TestIETFFieldsAsTheGeneralPath(t *testing.T) {
 		}
 		var tmpl response
 		r := Request{Method: "GET", Path: "/", Peer: "192.0.2.1:4711"}
-		l.check(context.Background(), &r, &tmpl)
+		l.check(context.Background(), &r, &tmpl, nil)
 		for _, remaining := range []int64{0, 7, 99, 100, 12345, maxHeaderInt} {
 			for _, reset := range []int64{0, 1, 3600, maxDelayMS / 1000} {
 				resp := tmpl
@@ -159,7 +159,7 @@ func TestIETFFieldsAsTheGeneralPath(t *testing.T) {
 	l, _ := New(&mapStore{now: 1_767_225_610_500, m: map[string]limitstore.State{}}, Policy{Limit: 1 << 28, Window: time.Hour, Disclosure: DiscloseAlways})
 	var tmpl response
 	r := Request{Method: "GET", Path: "/", Peer: "192.0.2.1:4711"}
-	l.check(context.Background(), &r, &tmpl)
+	l.check(context.Background(), &r, &tmpl, nil)
 	w := &sink{h: http.Header{}}
 	if n := testing.AllocsPerRun(100, func() {
 		clear(w.h)

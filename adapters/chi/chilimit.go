@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 	httplimit "github.com/quotagate/quotagate/adapters/nethttp"
@@ -66,7 +67,8 @@ func route(r *http.Request) (pattern string, unmatched bool) {
 	if p == "" {
 		p = "/" // as chi routes it
 	}
-	tctx := chi.NewRouteContext()
+	tctx := routeContexts.Get().(*chi.Context)
+	defer routeContexts.Put(tctx)
 	if t := find(rctx.Routes, tctx, r.Method, p); t != "" {
 		return t, false
 	}
@@ -84,6 +86,11 @@ func route(r *http.Request) (pattern string, unmatched bool) {
 	}
 	return "", true
 }
+
+// routeContexts holds the scratch chi Contexts of route's lookups (find
+// resets one before each use), so that a lookup before routing allocates
+// none: a root mount looks up every request whose route the engine reads.
+var routeContexts = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // find is Routes.Find for method and path, with a HEAD request that no
 // route serves looked up as GET.
@@ -124,7 +131,8 @@ func urlFormat(p string) string {
 // does not count the status next wrote, observed through
 // httplimit.StatusWriter (only for such a policy; it keeps http.Flusher,
 // http.Hijacker and http.Pusher). A handler that panics leaves the request
-// counted.
+// counted (and gives its
+// Concurrency slots back).
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler { return l.HTTPHandler(next, route, httplimit.StatusWriter) }
 }

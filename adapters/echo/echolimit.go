@@ -35,7 +35,8 @@ import (
 // returned an error before writing, the status echo's default error handler
 // gives it (an *echo.HTTPError's Code, else 500; a custom HTTPErrorHandler
 // that answers otherwise is not seen). A handler that panics leaves the
-// request counted.
+// request counted (and gives its
+// Concurrency slots back).
 //
 // By default a limited request is answered by the middleware itself, with
 // the engine's exact bytes, and echo's HTTPErrorHandler is not involved;
@@ -60,6 +61,7 @@ func Middleware(l *limit.Limiter, opts ...Option) echo.MiddlewareFunc {
 			if !d.Allowed {
 				return nil
 			}
+			defer l.Finish(c.Request().Context(), &d, 0) // a panic: a Concurrency slot is given back, a charge stays
 			err := next(c)
 			l.Finish(c.Request().Context(), &d, status(c, err))
 			return err
@@ -107,6 +109,7 @@ func checkToError(l *limit.Limiter, c echo.Context, next echo.HandlerFunc, known
 	if d.Allowed {
 		w.h = nil
 		captures.Put(w)
+		defer l.Finish(c.Request().Context(), &d, 0) // a panic: a Concurrency slot is given back, a charge stays
 		err := next(c)
 		l.Finish(c.Request().Context(), &d, status(c, err))
 		return err

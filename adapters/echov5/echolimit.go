@@ -36,7 +36,8 @@ import (
 // the committed status, or when next returned an error before writing, the
 // error's echo.StatusCode (500 when it has none), as echo's default error
 // handler answers it (a custom HTTPErrorHandler that answers otherwise is
-// not seen). A handler that panics leaves the request counted.
+// not seen). A handler that panics leaves the request counted (and gives its
+// Concurrency slots back).
 //
 // By default a limited request is answered by the middleware itself, with
 // the engine's exact bytes, and echo's HTTPErrorHandler is not involved;
@@ -68,6 +69,7 @@ func Middleware(l *limit.Limiter, opts ...Option) echo.MiddlewareFunc {
 
 // finish runs next for an allowed request and settles it.
 func finish(l *limit.Limiter, c *echo.Context, next echo.HandlerFunc, d *limit.Decision) error {
+	defer l.Finish(c.Request().Context(), d, 0) // a panic: a Concurrency slot is given back, a charge stays
 	err := next(c)
 	_, status := echo.ResolveResponseStatus(c.Response(), err)
 	l.Finish(c.Request().Context(), d, status)

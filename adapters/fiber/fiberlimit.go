@@ -186,13 +186,15 @@ func Unmatched(l *limit.Limiter) fiber.Handler {
 // it back when it does not count the status (the response's, or when the
 // chain returned an error, the status fiber's default ErrorHandler answers
 // it with: a *fiber.Error's Code, else 500). A handler that panics leaves
-// the request counted.
+// the request counted (and gives its
+// Concurrency slots back).
 func serve(l *limit.Limiter, c *fiber.Ctx, route string, unmatched bool) error {
 	ctx := c.UserContext()
 	d := l.Check(ctx, request(c, route, unmatched), (*response)(c))
 	if !d.Allowed {
 		return nil
 	}
+	defer l.Finish(ctx, &d, 0) // a panic: a Concurrency slot is given back, a charge stays
 	err := c.Next()
 	l.Finish(ctx, &d, status(c, err))
 	return err

@@ -86,7 +86,8 @@ func Unmatched(l *limit.Limiter) fiber.Handler {
 // it back when it does not count the status (the response's, or when the
 // chain returned an error, the status fiber's DefaultErrorHandler answers
 // it with: the Code of a *fiber.Error in the error's chain, else 500). A
-// handler that panics leaves the request counted.
+// handler that panics leaves the request counted (and gives its
+// Concurrency slots back).
 func serve(l *limit.Limiter, c fiber.Ctx, route string, unmatched bool) error {
 	ctx := c.Context()
 	fc := c.RequestCtx()
@@ -94,6 +95,7 @@ func serve(l *limit.Limiter, c fiber.Ctx, route string, unmatched bool) error {
 	if !d.Allowed {
 		return nil
 	}
+	defer l.Finish(ctx, &d, 0) // a panic: a Concurrency slot is given back, a charge stays
 	err := c.Next()
 	l.Finish(ctx, &d, status(fc, err))
 	return err

@@ -19,7 +19,8 @@ import (
 // with c.Writer.Status()): a request that a later mount limited (a per-route
 // mount under a global one) gives this mount's charge back, and a policy
 // with CountStatus gives it back when it does not count the status. A
-// handler that panics leaves the request counted.
+// handler that panics leaves the request counted (and gives its
+// Concurrency slots back).
 //
 // A request no route matches (gin runs the engine-level handlers, r.Use,
 // for a 404, and for a 405 when Engine.HandleMethodNotAllowed is set) is
@@ -36,6 +37,7 @@ func Middleware(l *limit.Limiter) gin.HandlerFunc {
 			c.Abort()
 			return
 		}
+		defer l.Finish(c.Request.Context(), &d, 0) // a panic: a Concurrency slot is given back, a charge stays
 		c.Next()
 		l.Finish(c.Request.Context(), &d, c.Writer.Status())
 	}

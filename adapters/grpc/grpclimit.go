@@ -165,7 +165,10 @@ func (in *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServe
 		in.put(c)
 		return nil, err
 	}
+	panicked := true
+	defer in.settlePanic(ctx, c, &panicked)
 	resp, err := handler(ctx, req)
+	panicked = false
 	in.finish(ctx, c, err)
 	return resp, err
 }
@@ -198,17 +201,30 @@ func (in *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		in.put(c)
 		return err
 	}
+	panicked := true
+	defer in.settlePanic(ctx, c, &panicked)
 	err := handler(srv, ss)
+	panicked = false
 	in.finish(ctx, c, err)
 	return err
 }
 
+// settlePanic settles the call of a handler that panicked (the panic goes
+// on up): a Concurrency slot is given back, a charge stays counted, and c
+// is not returned to the pool.
+func (in *Interceptor) settlePanic(ctx context.Context, c *call, panicked *bool) {
+	if *panicked {
+		in.lim.Finish(ctx, &c.d, 0)
+	}
+}
+
 // check decides call c with the Limiter (unmatched: no service serves
 // it), writing through c, into c.d. The Decision lives in c and check is
-// never inlined, so that neither it nor the engine's response (about
-// 1 KB in limit.Limiter.Check's frame) stays on the stack under the
-// handler: grpc starts every call on a fresh goroutine, whose stack grows
-// (is copied) when the call goes deeper than it.
+// never inlined, so that neither it nor Check's frames stay on the stack
+// under the handler: grpc starts every call on a fresh goroutine, whose
+// stack grows (is copied) when the call goes deeper than it. The decision
+// itself fits in the stack grpc's own path has grown by then
+// (TestAllowedUnaryCallKeepsItsStack).
 //
 //go:noinline
 func (in *Interceptor) check(c *call, unmatched bool) {
@@ -298,6 +314,10 @@ func (s *meteredStream) RecvMsg(m any) error {
 			s.SetTrailer(c.md)
 		}
 		err = c.denial(false)
+	} else {
+		// A message holds nothing past its decision: a Concurrency
+		// slot is given back at once (for a rate, Finish does nothing).
+		in.lim.Finish(s.Context(), &c.d, 0)
 	}
 	in.put(c)
 	return err

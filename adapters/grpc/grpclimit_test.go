@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	grpclimit "github.com/quotagate/quotagate/adapters/grpc"
 	limit "github.com/quotagate/quotagate/engine"
@@ -532,6 +533,56 @@ func TestAllowedUnaryCallAllocatesNothing(t *testing.T) {
 				t.Errorf("%v allocations per allowed call, want 0", n)
 			}
 		})
+	}
+}
+
+// TestAllowedUnaryCallKeepsItsStack: grpc runs every call on a fresh
+// goroutine, whose stack grpc's own path has grown by the time the
+// interceptors run; an allowed call's decision fits in it, so the stack is
+// not copied (a stack copy costs more than the decision). An outer
+// interceptor sees a local variable's address move when the stack under it
+// was copied; a no-op interceptor's calls are the control.
+func TestAllowedUnaryCallKeepsItsStack(t *testing.T) {
+	if limittest.RaceEnabled {
+		t.Skip("SKIPPED under -race: its instrumentation enlarges frames and the stack guard; run without -race")
+	}
+	var moved atomic.Int64
+	outer := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		var x int
+		at := uintptr(unsafe.Pointer(&x))
+		resp, err := h(ctx, req)
+		if at != uintptr(unsafe.Pointer(&x)) {
+			moved.Add(1)
+		}
+		return resp, err
+	}
+	noop := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(ctx, req)
+	}
+	in := mustNew(t, limittest.MustNew(newStore(), limit.Policy{Limit: 1 << 40 / 60_000}))
+	for _, c := range []struct {
+		name string
+		icpt grpc.UnaryServerInterceptor
+	}{{"noop", noop}, {"quotagate", in.Unary}} {
+		srv := grpc.NewServer(grpc.ChainUnaryInterceptor(outer, c.icpt))
+		testpb.RegisterTestServiceServer(srv, &service{})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(ln)
+		cl := client(t, ln.Addr().String(), "127.0.0.1")
+		moved.Store(0)
+		const calls = 50
+		for range calls {
+			if _, err := cl.EmptyCall(context.Background(), &testpb.Empty{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.Stop()
+		if n := moved.Load(); n > 0 {
+			t.Errorf("%s: the stack was copied under %d of %d allowed calls", c.name, n, calls)
+		}
 	}
 }
 

@@ -32,7 +32,8 @@ import (
 // a later mount limited gives this mount's charge back, and a policy with
 // CountStatus gives it back when it does not count the status next wrote,
 // which the mount observes through StatusWriter (only for such a policy).
-// A handler that panics leaves the request counted.
+// A handler that panics leaves the request counted (and gives its
+// Concurrency slots back).
 func Middleware(l *limit.Limiter) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		var mux *http.ServeMux

@@ -34,7 +34,9 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -255,13 +257,68 @@ func main() {
 	benchtime := flag.Duration("benchtime", 300*time.Millisecond, "duration of one measurement")
 	heap := flag.Bool("heap", false, "also measure the live heap per address at 1 000 000 addresses")
 	verbose := flag.Bool("v", false, "print every measurement to stderr")
+	only := flag.String("only", "", "run only the contenders whose name contains this, and the columns whose name does (comma-separated parts; empty: all)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	testing.Init()
 	flag.Parse()
 	if err := flag.Set("test.benchtime", benchtime.String()); err != nil {
 		panic(err)
 	}
+	if *only != "" {
+		for _, c := range columns {
+			columnNames = append(columnNames, c.name)
+		}
+		contenders = slices.DeleteFunc(contenders, func(c contender) bool { return !matches(*only, c.name) })
+		columns = slices.DeleteFunc(columns, func(c column) bool { return !matchesColumn(*only, c.name) })
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			panic(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			panic(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	run(os.Stdout, *rounds, *heap, *verbose)
 }
+
+// matches reports whether name contains one of the comma-separated parts of
+// only that names a contender (a part naming a column is left to
+// matchesColumn); no such part matches every name.
+func matches(only, name string) bool {
+	any := false
+	for part := range strings.SplitSeq(only, ",") {
+		if isColumn(part) {
+			continue
+		}
+		any = true
+		if strings.Contains(name, part) {
+			return true
+		}
+	}
+	return !any
+}
+
+// matchesColumn is matches for the parts that name a column exactly.
+func matchesColumn(only, name string) bool {
+	any := false
+	for part := range strings.SplitSeq(only, ",") {
+		if isColumn(part) {
+			any = true
+			if part == name {
+				return true
+			}
+		}
+	}
+	return !any
+}
+
+// columnNames are the names of every column, before -only.
+var columnNames []string
+
+func isColumn(part string) bool { return slices.Contains(columnNames, part) }
 
 func run(out io.Writer, rounds int, heap, verbose bool) {
 	cells := make([][][]cell, len(contenders)) // contender, column, round
@@ -318,7 +375,7 @@ func run(out io.Writer, rounds int, heap, verbose bool) {
 	}
 	tw.Flush()
 	for i, c := range contenders {
-		if !c.peer {
+		if !c.peer && len(columns) == 4 {
 			fmt.Fprintf(out, "%s: 100 000 keys / 1 key (serial): wall %.2f, CPU %.2f\n", c.name,
 				med(i, 1, wall)/med(i, 0, wall), med(i, 1, cpu)/med(i, 0, cpu))
 		}

@@ -38,6 +38,8 @@ func (a Algorithm) String() string {
 		return "fixed-window"
 	case TokenBucket:
 		return "token-bucket"
+	case Concurrency:
+		return "concurrency"
 	}
 	return "algorithm(" + strconv.Itoa(int(a)) + ")"
 }

@@ -29,6 +29,7 @@ type Store struct {
 	m     map[string]*entry
 	keys  []string
 	calls int
+	lease map[string]map[[limitstore.TokenSize]byte]lease // concurrency slots (lease.go)
 }
 
 type entry struct {

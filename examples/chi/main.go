@@ -7,6 +7,7 @@
 //	POST /v1/login        + fixed window 5/60s (bucket "login")
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/feed         + token bucket 5/s, burst 1: waits up to 2 s for a slot (MaxWait)
+//	GET  /v1/slow?ms=N    + at most 2 in flight per client (Concurrency "slow"): sleeps N ms (at most 5000)
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
@@ -57,6 +58,9 @@ func main() {
 		})
 		r.With(chilimit.Middleware(l.Search)).Get("/v1/search", text(app.SearchBody))
 		r.With(chilimit.Middleware(l.Feed)).Get("/v1/feed", text(app.FeedBody))
+		r.With(chilimit.Middleware(l.Slow)).Get("/v1/slow", func(w http.ResponseWriter, r *http.Request) {
+			text(app.Slow(r.Context(), r.URL.Query().Get("ms")))(w, r)
+		})
 		r.With(chilimit.Middleware(l.Reports)).Get("/v1/reports", text(app.ReportsBody))
 		r.With(chilimit.Middleware(l.Export)).Get("/v1/export", text(app.ExportBody))
 		return r

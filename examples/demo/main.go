@@ -17,12 +17,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -140,6 +142,15 @@ func run(framework string) error {
 	// all within about 2 s; of 20, those whose slot begins within 2 s
 	// (about 10), the rest 429 at once.
 	// The two bursts come from two clients (two buckets), side by side.
+	// GET /v1/slow?ms=1500: at most 2 in flight per client (Concurrency):
+	// of 6 at once, 2 are served and 4 refused at once. Sent while the feed
+	// bursts wait, so that the demo takes no longer.
+	var slow row
+	slowDone := make(chan struct{})
+	go func() {
+		defer close(slowDone)
+		slow, _ = sendAtOnce(base, "GET /v1/slow?ms=1500 (6 at once)", "127.0.0.40", "/v1/slow?ms=1500", 6)
+	}()
 	var feed20 row
 	feed20done := make(chan struct{})
 	go func() {
@@ -148,7 +159,8 @@ func run(framework string) error {
 	}()
 	feed10, feed10Took := sendAtOnce(base, "GET /v1/feed (10 at once)", "127.0.0.30", "/v1/feed", 10)
 	<-feed20done
-	rows = append(rows, feed10, feed20)
+	<-slowDone
+	rows = append(rows, feed10, feed20, slow)
 	reportsPolicy := policyField(base+"/v1/reports", "127.0.0.14")
 	proPolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "pro-other"})
 	freePolicy := policyField(base+"/v1/export", "127.0.0.16", [2]string{"X-API-Key", "other"})
@@ -214,6 +226,8 @@ func run(framework string) error {
 		fmt.Sprintf("feed: 10 requests at once all served, one per 200 ms slot, the last after %v (MaxWait 2 s)", feed10Took.Round(time.Millisecond)))
 	check(feed20.ok >= 10 && feed20.ok <= 12 && feed20.limited == 20-feed20.ok,
 		fmt.Sprintf("feed: 20 at once: %d served within 2 s, %d limited at once", feed20.ok, feed20.limited))
+	check(slow.ok == 2 && slow.limited == 4 && slow.retryAfter == "1 s",
+		fmt.Sprintf("slow: 6 at once, %d served and %d refused at once with Retry-After 1 (2 in flight per client)", slow.ok, slow.limited))
 	check(strings.Contains(reportsPolicy, `"reports/2p10";q=2;w=10, "reports/5p60";q=5;w=60`),
 		"reports: RateLimit-Policy lists both quotas: "+reportsPolicy)
 	check(exportPro.ok == 20 && exportPro.limited == 2, "export: a pro- key gets 20 per 60 s (plan pro)")
@@ -257,6 +271,7 @@ func run(framework string) error {
 	signinAndStacked(base, loginClient, check)
 	adminReset(base, loginClient, check)
 	otpBlock(base, check)
+	sharedSlots(framework, check)
 
 	if len(problems) == 0 {
 		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
@@ -276,27 +291,43 @@ func run(framework string) error {
 // start builds examples/<framework>, starts it with flags on a free
 // loopback port and returns its base URL, its start-up line and a function that stops it.
 func start(framework string, flags ...string) (base, banner string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "quotagate-demo-")
+	bin, dir, err := build(framework)
 	if err != nil {
 		return "", "", nil, err
 	}
-	bin := filepath.Join(dir, "server")
+	return startBin(bin, dir, flags...)
+}
+
+// build builds examples/<framework> into a new temporary directory and
+// returns the binary and the directory.
+func build(framework string) (bin, dir string, err error) {
+	dir, err = os.MkdirTemp("", "quotagate-demo-")
+	if err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(dir, "server")
 	fmt.Printf("building examples/%s ...\n", framework)
 	build := exec.Command("go", "build", "-o", bin, "./"+framework)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)
-		return "", "", nil, fmt.Errorf("go build ./%s: %w", framework, err)
+		return "", "", fmt.Errorf("go build ./%s: %w", framework, err)
 	}
+	return bin, dir, nil
+}
+
+// startBin starts bin with flags on a free loopback port, as start does;
+// stop removes dir ("": nothing) once the server has ended.
+func startBin(bin, dir string, flags ...string) (base, banner string, stop func(), err error) {
 	srv := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
-		os.RemoveAll(dir)
+		removeDir(dir)
 		return "", "", nil, err
 	}
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
-		os.RemoveAll(dir)
+		removeDir(dir)
 		return "", "", nil, err
 	}
 	stop = func() {
@@ -309,7 +340,7 @@ func start(framework string, flags ...string) (base, banner string, stop func(),
 			_ = srv.Process.Kill()
 			<-done
 		}
-		os.RemoveAll(dir)
+		removeDir(dir)
 	}
 	base, banner, err = waitForStart(stdout)
 	if err != nil {
@@ -737,4 +768,75 @@ func adminPart(c *http.Client, url, name string, header ...[2]string) (string, b
 		return fmt.Sprintf("status %d", resp.StatusCode), false
 	}
 	return string(body[name]), true
+}
+
+// sharedSlots shows two example servers on one Redis sharing the 2 slots
+// of GET /v1/slow per client: 3 requests to each at once, 2 served in
+// all. It starts a redis-server of its own (persistence off, a free
+// loopback port) when one is on PATH, and says so when there is none.
+func sharedSlots(framework string, check func(bool, string)) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		fmt.Println("slow: no redis-server on PATH: the two servers sharing one Redis are not shown here (tests/redisstore TestConcurrencyFleetExact shows 3 processes sharing 10 slots)")
+		return
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		check(false, "slow: a port for redis-server: "+err.Error())
+		return
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	redis := exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := redis.Start(); err != nil {
+		check(false, "slow: redis-server: "+err.Error())
+		return
+	}
+	defer func() { _ = redis.Process.Kill(); _ = redis.Wait() }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			check(false, "slow: redis-server did not start on "+addr)
+			return
+		}
+	}
+	bin, dir, err := build(framework)
+	if err != nil {
+		check(false, "slow: "+err.Error())
+		return
+	}
+	defer os.RemoveAll(dir)
+	var bases []string
+	for range 2 {
+		base, _, stop, err := startBin(bin, "", "-redis", "redis://"+addr)
+		if err != nil {
+			check(false, "slow: a server on Redis: "+err.Error())
+			return
+		}
+		defer stop()
+		bases = append(bases, base)
+	}
+	var rows [2]row
+	var wg sync.WaitGroup
+	for i, base := range bases {
+		wg.Go(func() {
+			rows[i], _ = sendAtOnce(base, "GET /v1/slow?ms=1500 (3 at once)", "127.0.0.41", "/v1/slow?ms=1500", 3)
+		})
+	}
+	wg.Wait()
+	ok, limited := rows[0].ok+rows[1].ok, rows[0].limited+rows[1].limited
+	fmt.Printf("slow on two servers sharing redis %s: server 1 %d x 200 %d x 429, server 2 %d x 200 %d x 429\n",
+		addr, rows[0].ok, rows[0].limited, rows[1].ok, rows[1].limited)
+	check(ok == 2 && limited == 4, fmt.Sprintf("slow: two servers on one Redis share the 2 slots: %d served, %d refused of 6", ok, limited))
+}
+
+// removeDir removes dir, when there is one.
+func removeDir(dir string) {
+	if dir != "" {
+		os.RemoveAll(dir)
+	}
 }

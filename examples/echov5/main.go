@@ -7,6 +7,7 @@
 //	POST /v1/login        + fixed window 5/60s (bucket "login")
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/feed         + token bucket 5/s, burst 1: waits up to 2 s for a slot (MaxWait)
+//	GET  /v1/slow?ms=N    + at most 2 in flight per client (Concurrency "slow"): sleeps N ms (at most 5000)
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
@@ -56,6 +57,9 @@ func main() {
 		}, echolimit.Middleware(l.OTP))
 		e.GET("/v1/search", text(app.SearchBody), echolimit.Middleware(l.Search))
 		e.GET("/v1/feed", text(app.FeedBody), echolimit.Middleware(l.Feed))
+		e.GET("/v1/slow", func(c *echo.Context) error {
+			return text(app.Slow(c.Request().Context(), c.QueryParam("ms")))(c)
+		}, echolimit.Middleware(l.Slow))
 		e.GET("/v1/reports", text(app.ReportsBody), echolimit.Middleware(l.Reports))
 		e.GET("/v1/export", text(app.ExportBody), echolimit.Middleware(l.Export))
 		return e

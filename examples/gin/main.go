@@ -7,6 +7,7 @@
 //	POST /v1/login        + fixed window 5/60s (bucket "login")
 //	GET  /v1/search       + per-route token bucket 1/s, burst 5; ?expensive=1 costs 3
 //	GET  /v1/feed         + token bucket 5/s, burst 1: waits up to 2 s for a slot (MaxWait)
+//	GET  /v1/slow?ms=N    + at most 2 in flight per client (Concurrency "slow"): sleeps N ms (at most 5000)
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
@@ -58,6 +59,9 @@ func main() {
 		})
 		r.GET("/v1/search", ginlimit.Middleware(l.Search), text(app.SearchBody))
 		r.GET("/v1/feed", ginlimit.Middleware(l.Feed), text(app.FeedBody))
+		r.GET("/v1/slow", ginlimit.Middleware(l.Slow), func(c *gin.Context) {
+			text(app.Slow(c.Request.Context(), c.Query("ms")))(c)
+		})
 		r.GET("/v1/reports", ginlimit.Middleware(l.Reports), text(app.ReportsBody))
 		r.GET("/v1/export", ginlimit.Middleware(l.Export), text(app.ExportBody))
 		return r

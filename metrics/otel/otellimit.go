@@ -112,6 +112,9 @@ type Observer struct {
 	waitCache  cache[waitKey, []metric.RecordOption]
 	skipCache  cache[skipKey, []metric.AddOption]
 
+	slots     metric.Int64UpDownCounter // slots.go
+	slotCache cache[string, []metric.AddOption]
+
 	blocks blockSide // blocks.go
 }
 
@@ -208,6 +211,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("1 when the rate-limit store's server may evict the limiter's state under its memory policy (each evicted key gives its client a fresh quota), else 0; by store and the server's policy."))
 	add(err)
 	add(o.blocks.create(m))
+	o.slots, err = newSlots(m)
+	add(err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otellimit: New: %w", err)
 	}

@@ -104,6 +104,9 @@ type Observer struct {
 
 	side storeSide // breaker.go
 
+	slots     *prometheus.GaugeVec // slots.go
+	slotCache cache[string, prometheus.Gauge]
+
 	blocks blockSide // blocks.go
 }
 
@@ -196,6 +199,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 		}, []string{"bucket", "result"}),
 		side:   newStoreSide(),
 		blocks: newBlockSide(),
+		slots:  newSlots(),
 	}
 	if reg == nil {
 		return o, nil
@@ -209,7 +213,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 					if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
 						if o.waits, err = register(reg, WaitSeconds, o.waits, &done); err == nil {
 							if err = o.side.register(reg, &done); err == nil {
-								err = o.blocks.register(reg, &done)
+								if o.slots, err = register(reg, SlotsInFlight, o.slots, &done); err == nil {
+									err = o.blocks.register(reg, &done)
+								}
 							}
 						}
 					}
@@ -398,6 +404,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.side.open.Describe(ch)
 	o.side.opens.Describe(ch)
 	o.blocks.blocked.Describe(ch)
+	o.slots.Describe(ch)
 }
 
 // Collect implements prometheus.Collector: the metrics' series.
@@ -412,6 +419,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.side.open.Collect(ch)
 	o.side.opens.Collect(ch)
 	o.blocks.blocked.Collect(ch)
+	o.slots.Collect(ch)
 }
 
 // Handler returns an http.Handler that serves this Observer's metrics

@@ -114,6 +114,7 @@ type Store struct {
 	shardSeed maphash.Seed // places a key's hash tag in a shard
 	slotSeed  maphash.Seed // identifies a key in its shard
 	shards    [shardCount]shard
+	leases    [shardCount]leaseShard // concurrency slots (lease.go)
 }
 
 var (
@@ -205,7 +206,7 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	r := &res.Quotas[0]
 	switch {
 	case r.TTLMS <= 0:
-		if live { // rank the entry for eviction (see takeN)
+		if live && !op.Peek { // rank the entry for eviction (see takeN); a Peek writes nothing
 			sh.heads[p].setScore(r.Remaining, capacityOf(q))
 		}
 	case op.Refund: // keeps the expiry, never creates a key
@@ -286,9 +287,10 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
 			sh.words[p] = pack(q.Algorithm, &sts[i])
 			sh.wrote(sh.heads[p].exp())
-		case sh.heads[p].holds(q.Algorithm, now):
+		case !op.Peek && sh.heads[p].holds(q.Algorithm, now):
 			// Nothing is written for a denial, but the entry is now known
-			// to be that far from a whole quota: rank it so for eviction.
+			// to be that far from a whole quota: rank it so for eviction
+			// (a Peek writes nothing, the score included).
 			sh.heads[p].setScore(r.Remaining, capacity)
 		}
 	}

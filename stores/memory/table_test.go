@@ -334,3 +334,43 @@ func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
 		t.Fatalf("%d reclaimed, want at least %d", sh.reclaimed, want)
 	}
 }
+
+// A Peek writes nothing, the eviction score included: a peeked entry is
+// no less likely to be evicted than before (it used to be ranked as if the
+// peeked request had been admitted, which shielded it). Both the one-quota
+// and the several-quota paths.
+func TestPeekLeavesTheEvictionScore(t *testing.T) {
+	ctx := context.Background()
+	s, err := New(WithClock(func() time.Time { return time.UnixMilli(1_767_225_600_000) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := func(key []byte) int64 {
+		sh := &s.shards[s.shardOf(hashTag(key))]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		p := sh.find(s.keyID(key))
+		if p < 0 {
+			t.Fatalf("%s: no entry", key)
+		}
+		return sh.heads[p].meta
+	}
+	for _, n := range []int{1, 2} {
+		op := &limitstore.Op{Cost: 1, N: n}
+		for i := range n {
+			op.Quotas[i] = limitstore.Quota{Key: []byte("t:{u" + strconv.Itoa(n) + "}:q" + strconv.Itoa(i)), Algorithm: limit.FixedWindow, Limit: 4, WindowMS: 60_000}
+		}
+		if _, err := s.Take(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+		before := meta(op.Quotas[0].Key)
+		peek := *op
+		peek.Peek = true
+		if _, err := s.Take(ctx, &peek); err != nil {
+			t.Fatal(err)
+		}
+		if after := meta(op.Quotas[0].Key); after != before {
+			t.Errorf("%d quotas: Peek changed the entry's meta %x -> %x (eviction score %d -> %d)", n, before, after, before&255, after&255)
+		}
+	}
+}

@@ -23,6 +23,9 @@ import (
 //   - lua/block.lua decides an Op with a block rule (block.go), alone.
 //   - lua/peek.lua reads the clock and the states of a Peek (peek.go), and
 //     writes nothing; it is sent alone, without the prelude.
+//   - lua/acquire.lua and lua/release.lua take and give back the
+//     concurrency slots of limit.Concurrency policies (lease.go), each
+//     sent alone.
 //
 // Both pack their integers with the struct library of the server's Lua
 // (Redis, Valkey) and fall back to plain Lua where there is none

@@ -37,6 +37,9 @@ var scriptFiles = map[string]struct {
 	"batch.lua": {batchBody, batchSource, batchScript, false},
 	"peek.lua":  {peekSource, peekSource, peekScript, true},
 	"block.lua": {blockBody, blockSource, blockScript, false},
+
+	"acquire.lua": {acquireSource, acquireSource, acquireScript, true},
+	"release.lua": {releaseSource, releaseSource, releaseScript, true},
 }
 
 // preludeFile is the file every script begins with.

@@ -86,6 +86,8 @@ type Store struct {
 	stop      chan struct{}          // closed by Close
 	stopped   chan struct{}          // closed when the connect loop ends
 	closeOnce sync.Once
+
+	leaseTimeout time.Duration // the timeout of a lease call (lease.go); 0: guard.DefaultTimeout
 }
 
 // clientRef is the Store's client and whether its calls may be batched
@@ -114,6 +116,7 @@ type config struct {
 	observer  guard.Observer
 	unguarded bool
 	logger    *slog.Logger
+	timeout   time.Duration // WithTimeout's; 0: the default
 }
 
 // WithTimeout bounds each decision's wait for a Redis that answers nothing
@@ -125,6 +128,7 @@ func WithTimeout(d time.Duration) Option {
 			return fmt.Errorf("%w: WithTimeout(%v): must be positive and at most %v", ErrInvalidOption, d, guard.MaxTimeout)
 		}
 		c.guard = append(c.guard, guard.WithTimeout(d))
+		c.timeout = d
 		return nil
 	}
 }
@@ -177,7 +181,7 @@ func WithoutGuard() Option {
 
 // newStore returns a Store on cfg with its protections, not yet connected.
 func newStore(cfg *config) *Store {
-	s := &Store{clock: cfg.clock, logger: cfg.logger}
+	s := &Store{clock: cfg.clock, logger: cfg.logger, leaseTimeout: cfg.timeout}
 	s.batch.waiters.New = newWaiter
 	if s.logger == nil {
 		s.logger = slog.Default()

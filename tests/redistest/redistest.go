@@ -111,6 +111,18 @@ func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	return n.Store.Take(ctx, &o)
 }
 
+func (n *namespaced) Acquire(ctx context.Context, op *limitstore.LeaseOp) (limitstore.LeaseResult, error) {
+	o := *op
+	o.Key = append([]byte(n.ns), op.Key...)
+	return n.Store.Acquire(ctx, &o)
+}
+
+func (n *namespaced) Release(ctx context.Context, op *limitstore.LeaseOp) (bool, error) {
+	o := *op
+	o.Key = append([]byte(n.ns), op.Key...)
+	return n.Store.Release(ctx, &o)
+}
+
 func (n *namespaced) Reset(ctx context.Context, keys [][]byte) error {
 	ks := make([][]byte, len(keys))
 	for i, k := range keys {

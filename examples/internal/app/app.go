@@ -82,6 +82,10 @@ type Limiters struct {
 	// Search: PerRoute token bucket, 1 per second with a burst of 5, on
 	// GET /v1/search; ?expensive=1 costs 3.
 	Search *limit.Limiter
+	// Slow: at most SlowLimit requests of one client address in flight at
+	// once on GET /v1/slow (Concurrency "slow"), across every server on
+	// the same Redis; the others get 429 at once.
+	Slow *limit.Limiter
 	// Feed: token bucket "feed", 5 per second, burst 1, on GET /v1/feed:
 	// a request the bucket cannot take now waits up to 2 s for its slot
 	// (Policy.MaxWait) instead of a 429; with -shadow it does not wait.
@@ -297,8 +301,12 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otp policy: %w", err)
 	}
+	slow, err := global.With(e.Fill(limit.Policy{Name: "slow", Algorithm: limit.Concurrency, Limit: SlowLimit}))
+	if err != nil {
+		return nil, fmt.Errorf("slow policy: %w", err)
+	}
 	l := &Limiters{
-		Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin, OTP: otp,
+		Slow: slow, Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin, OTP: otp,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
 	}
@@ -472,6 +480,7 @@ func (l *Limiters) Describe() string {
 		"POST /v1/login fixed-window 5/60s (bucket login); " +
 		"GET /v1/search token-bucket 1/s burst 5 per route (?expensive=1 costs 3); " +
 		"GET /v1/feed token-bucket 5/s burst 1, waits up to 2s for a slot; " +
+		"GET /v1/slow?ms=N concurrency: 2 in flight per client; " +
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
