@@ -6,6 +6,7 @@ FRAMEWORK   ?= chi            # demo: chi | echo | echov5 | gin | fiber | fiberv
 REDIS_STATE ?= .redis-state   # state dir for redis-up / redis-down (gitignored)
 BENCHFLAGS  ?=                # extra flags for `make bench`, e.g. BENCHFLAGS=-benchtime=5s
 PEERFLAGS   ?=                # extra flags for the Redis peer table, e.g. PEERFLAGS="-rounds 5 -dur 3s"
+DEMO_TZ     ?= UTC            # demo: the zone of GET /v1/daily's calendar day (the server's -tz)
 
 .PHONY: test demo redis-up redis-down bench docs
 
@@ -15,7 +16,7 @@ test:
 
 ## demo: run the demo load driver against one framework's example server
 demo:
-	cd examples && go run ./demo -framework=$(strip $(FRAMEWORK))
+	cd examples && go run ./demo -framework=$(strip $(FRAMEWORK)) -tz=$(strip $(DEMO_TZ))
 
 ## redis-up: start a standalone Redis, a 3-master Cluster and (with redis-sentinel) a Sentinel set on free loopback ports
 redis-up:

@@ -18,10 +18,10 @@ func (l *Limiter) claim(s limitstore.Store) error {
 	if !ok || l.policy.Name != "" {
 		return nil
 	}
-	if c.Claim(l.cfg.keyPrefix + ":" + l.state) {
+	if c.Claim(l.cfg.keyPrefix + ":" + l.shared.name + ":" + l.state) {
 		return nil
 	}
 	return fmt.Errorf("%w: a Limiter with no Name and the same numbers (%s) was built on this Store already, so both would draw on one allowance without saying so: "+
 		"set distinct Names to keep them apart (one Name on both shares on purpose), or reuse the first Limiter where one allowance is meant (one Limiter may serve several routes)",
-		ErrInvalidPolicy, l.state)
+		ErrInvalidPolicy, l.shared.name)
 }

@@ -319,12 +319,14 @@ func (r *keyRecorder) Acquire(ctx context.Context, op *limitstore.LeaseOp) (limi
 }
 
 // A slot's key is the identity's, in one hash tag, with the policy's
-// signature: "10p10c" is 10 slots with a 10 s lease.
+// signature: bucket "10p10c" is 10 slots with a 10 s lease; the record
+// "p10c" (the lease and the algorithm: a Limit changed under one Name
+// keeps the slots held).
 func TestConcurrencyKeyAndBucket(t *testing.T) {
 	p := limit.Policy{Algorithm: limit.Concurrency, Limit: 10}
 	l := mustNew(t, limittest.NewStore(nil), p)
 	key := heldKey(t, p)
-	if !strings.HasPrefix(key, "quotagate:{") || !strings.HasSuffix(key, "}:10p10c:10p10c:r:k=k") {
+	if !strings.HasPrefix(key, "quotagate:{") || !strings.HasSuffix(key, "}:10p10c:p10c:r:k=k") {
 		t.Fatalf("key %q", key)
 	}
 	d, _ := l.Consume(context.Background(), "x")

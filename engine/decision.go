@@ -159,12 +159,12 @@ const (
 	KeySourceConsume KeySource = "consume"
 )
 
-// maxDelayMS bounds every delay a Decision reports, in ms: 400 days, above
-// the longest any accepted policy produces (two 24 h windows; a TokenBucket's
-// refill time), so that only a Store outside the contract reaches it, and
+// maxDelayMS bounds every delay a Decision reports, in ms: 800 days, above
+// the longest any accepted policy produces (two 366-day sliding windows
+// and 1 s; a TokenBucket's refill time and MaxWait), so that only a Store outside the contract reaches it, and
 // even then the Durations (which overflow past ~292 years), the header
 // values and X-RateLimit-Reset stay in range.
-const maxDelayMS = 400 * 24 * 3600 * 1000
+const maxDelayMS = 800 * 24 * 3600 * 1000
 
 // fill writes a store's Result into d: the numbers of the quota closest to
 // exhaustion (the least Remaining, then the latest reset), and for a limited request the latest

@@ -46,7 +46,7 @@ func ExampleNew() {
 	for _, p := range []limit.Policy{
 		{Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 50}, // 10 per second, bursts of 50
 		{Algorithm: limit.FixedWindow, Limit: 5, Burst: 10},
-		{Limit: 100, Window: 48 * time.Hour},
+		{Limit: 100, Window: 9000 * time.Hour},
 	} {
 		l, err := limit.New(store, p)
 		if err != nil {
@@ -59,7 +59,7 @@ func ExampleNew() {
 	// Output:
 	// 10p1gb50 true 49
 	// limit: invalid policy: Burst is only used by TokenBucket (Algorithm is fixed-window)
-	// limit: invalid policy: Window 48h0m0s is over the maximum 24h0m0s
+	// limit: invalid policy: Window 9000h0m0s is over the maximum 8784h0m0s
 }
 
 // A non-HTTP call site: a job runner that allows each tenant 3 jobs per

@@ -17,16 +17,19 @@ type keyer struct {
 }
 
 // stateSignature spells everything that decides how a stored state is read:
-// the signature (limit, window, algorithm letter, token-bucket burst), plus
+// the window and the algorithm letter (windowSignature: "p60f"), plus
 // "a" for a window algorithm with AlignWindows (its windows start at other
 // instants than the per-identity phase's), plus "w<ms>" for a token bucket
 // with MaxWait (its TAT may run MaxWait ahead with reservations). Two quotas whose states would not
 // be interchangeable never have the same state signature, so, being part of
 // every key, it keeps them from ever reading or writing one record, whatever
 // their Name. It depends on the policy alone, so every process of a fleet
-// spells the same key.
+// spells the same key. Limit and Burst are not part of it: a count, or a
+// token bucket's TAT, means the same under another Limit (see
+// carryover.go), so a policy whose Limit or Burst changes under one Name
+// keeps what each identity used.
 func stateSignature(a Algorithm, limit, windowMS, burst int64, aligned bool, maxWaitMS int64) string {
-	s := signature(a, limit, windowMS, burst)
+	s := windowSignature(a, windowMS)
 	if aligned && a != TokenBucket {
 		s += "a"
 	}

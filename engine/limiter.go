@@ -39,6 +39,7 @@ type Limiter struct {
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
 	blockLog   logGate      // the block-start log line, at most once per 10 s (block.go)
+	calendar   bool         // a quota counts calendar periods (calendar.go)
 	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
 
 	tickets atomic.Uint64     // waiting requests' order of arrival (wait.go)
@@ -139,8 +140,8 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 			} else {
 				q.limit = max(res.cost, q.limit/cfg.fallbackDivisor)
 			}
-			set.q[j].state = planState(pl.name, stateSignature(p.Algorithm, set.q[j].limit, set.q[j].windowMS, set.q[j].burst, p.AlignWindows, p.MaxWait.Milliseconds()))
-			q.state = planState(pl.name, stateSignature(p.Algorithm, q.limit, q.windowMS, q.burst, p.AlignWindows, p.MaxWait.Milliseconds()))
+			set.q[j].state = planState(pl.name, set.q[j].stateSignature(&p))
+			q.state = planState(pl.name, q.stateSignature(&p))
 		}
 		set.hdr = newSetHeaders(&p, set, set)
 		fb.hdr = newSetHeaders(&p, set, fb)
@@ -157,6 +158,7 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 		states[i] = def.q[i].state
 	}
 	l.state = strings.Join(states, "+")
+	l.calendar = l.res.hasCalendar()
 	l.store = newStoreCall(s, cfg, p.FailureMode)
 	if p.Algorithm == Concurrency {
 		if err := l.initSlots(s, cfg); err != nil {

@@ -21,5 +21,8 @@ func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cos
 	}
 	sc.key = l.keys.appendKeys(sc.key[:0], bucket, id, set, op)
 	l.blockRule(sc, bucket, id, set, op)
+	if l.calendar {
+		l.calendarWindows(op, set)
+	}
 	return op, false, 0
 }

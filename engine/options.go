@@ -6,6 +6,7 @@ import (
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // config is what Options set. It is shared, read-only, by a Limiter and the
@@ -24,6 +25,7 @@ type config struct {
 	rep             *reporter // built by New from logger and observer
 	// The stores with their names, once per New (newStoreCall).
 	primary, local storeRef
+	now            func() time.Time // WithClock; nil: time.Now
 }
 
 // DefaultKeyPrefix is the first segment of every store key when

@@ -18,11 +18,11 @@ const (
 	defaultLimit  = 100
 	defaultWindow = 60 * time.Second
 	defaultCost   = 1
-	maxWindow     = 24 * time.Hour
+	maxWindow     = 366 * 24 * time.Hour
 	// maxRefill is the longest accepted TokenBucket refill time, the time
 	// an empty bucket takes to fill: Burst * Window / Limit. It keeps every
 	// delay, header value and time to live a TokenBucket produces in range.
-	maxRefill = 365 * 24 * time.Hour
+	maxRefill = 366 * 24 * time.Hour
 )
 
 // maxHeaderInt is the largest integer a Structured Field carries (RFC 9651
@@ -156,7 +156,10 @@ type Policy struct {
 	// FixedWindow: exact arithmetic in Lua doubles).
 	Limit int64
 	// Window is the period of the quota, a whole number of milliseconds from
-	// 1 ms to 24 h. 0 means the default, 60 s.
+	// 1 ms to 366 days (a rolling window; for calendar days, weeks, months
+	// and years see Per). 0 means the default, 60 s. With a long Window the
+	// bound on 4*Limit*Window lowers the largest Limit: 71 000 per 366
+	// days.
 	Window time.Duration
 	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
 	Algorithm Algorithm
@@ -164,7 +167,7 @@ type Policy struct {
 	// reject a non-zero Burst. At most 15 digits. A TokenBucket accepts any
 	// Limit per Window (3 per second, 7 per minute: exact, no rounding of
 	// the emission interval) as long as Burst*Window (ms) and Limit stay
-	// within 2^50 and the refill time Burst*Window/Limit within 365 days,
+	// within 2^50 and the refill time Burst*Window/Limit within 366 days,
 	// so that every delay, header value and store TTL stays in range.
 	Burst int64
 	// MaxWait, when set (TokenBucket only), lets a request wait for a slot
@@ -210,6 +213,8 @@ type Policy struct {
 	// the limiting quotas'; RateLimit-Policy lists every quota and RateLimit
 	// reports the one closest to exhaustion (fewest Remaining). All quotas of
 	// one identity live in one Redis Cluster slot: one store round trip.
+	// Each quota counts its own window (or calendar unit and zone): two
+	// with one Window would share a record, and New refuses them.
 	// Example, 2 per 10 s and 5 per minute:
 	//	Quotas: []limit.Rate{{Limit: 2, Window: 10 * time.Second}, {Limit: 5, Window: time.Minute}}
 	Quotas []Rate
@@ -276,6 +281,11 @@ type Policy struct {
 	// Name, when set, is the bucket: every mount with the same Name shares one
 	// allowance per identity. It is also the policy name in RateLimit headers.
 	// Printable ASCII, no ':', not blank. Default: the signature, e.g. "100p60".
+	// Records are kept per Name, quota window (or calendar unit and
+	// zone) and algorithm, not per Limit or Burst: a policy whose Limit
+	// or Burst changes under one Name (a new deploy, a rolling one) keeps
+	// what each identity used; one whose Window, Per, Location,
+	// Algorithm, AlignWindows or MaxWait changes starts afresh.
 	Name string
 	// Scope is Shared (default) or PerRoute; ignored when Name is set.
 	Scope Scope
@@ -397,6 +407,28 @@ type Policy struct {
 	// days, a whole number of milliseconds; it needs BlockFor. 0: every
 	// block lasts BlockFor.
 	BlockMax time.Duration
+	// Calendar quotas.
+
+	// Per, when set, makes the policy's own quota a calendar quota: Limit
+	// per calendar Day, Week (ISO, Monday first), Month or Year in
+	// Location, in place of Window (which must then be 0). The window
+	// begins at the local boundary (midnight; Monday's; the first of the
+	// month; the first of January) and lasts until the next, 23 to 25
+	// hours for a day across a daylight-saving change, 28 to 31 days for a
+	// month. Only FixedWindow counts calendar periods (New rejects the
+	// other algorithms). Reset, Retry-After and the RateLimit fields'
+	// reset are the time to the next local boundary; RateLimit-Policy's w
+	// is the length of the current period in seconds. A store key lives
+	// until the boundary plus 1 s. The engine finds the period from its
+	// own clock (WithClock) and tells the store its start and length, so
+	// the stores know nothing of zones. 0: Window applies.
+	Per Period
+	// Location is the time zone of Per's calendar (default time.UTC):
+	// the application's, e.g. time.LoadLocation("America/New_York"),
+	// which reads the system's zoneinfo, or the copy embedded by
+	// importing time/tzdata. New rejects a Location without Per and one
+	// without a name.
+	Location *time.Location
 	// Lease is, for a Concurrency policy, how long a slot stays taken when
 	// its holder vanishes (a killed process, a lost connection to the
 	// store): a request holds its slot while its handler runs, however
@@ -418,11 +450,18 @@ type Rate struct {
 	// Limit is the quota per Window, >= 1, at most 15 digits.
 	Limit int64
 	// Window is the quota's period, a whole number of milliseconds from
-	// 1 ms to 24 h.
+	// 1 ms to 366 days.
 	Window time.Duration
 	// Burst is the TokenBucket capacity (0: Limit); other algorithms
 	// reject a non-zero Burst.
 	Burst int64
+	// Per, when set, makes this a calendar quota: Limit per calendar Day,
+	// Week, Month or Year in Location, in place of Window (see
+	// Policy.Per). 10 per second and 10 000 per month:
+	//	Quotas: []limit.Rate{{Limit: 10, Window: time.Second}, {Limit: 10000, Per: limit.Month}}
+	Per Period
+	// Location is Per's time zone (default time.UTC; see Policy.Location).
+	Location *time.Location
 }
 
 // quotaSpec is one validated quota: its numbers, the state signature its
@@ -430,6 +469,7 @@ type Rate struct {
 type quotaSpec struct {
 	limit, windowMS, burst int64
 	state                  string
+	cal                    *calendar // a calendar quota's unit and zone; nil: Window
 }
 
 // capacity is the most one request can take: Limit, or Burst for a
@@ -547,13 +587,13 @@ func (p *Policy) resolveSet(rates []Rate, field string, cost int64) (quotaSet, e
 	}
 	for i, rt := range rates {
 		place := fmt.Sprintf("%s[%d].", field, i)
-		q, err := checkRate(p.Algorithm, place, rt.Limit, rt.Window, rt.Burst)
+		q, err := checkQuota(p.Algorithm, place, rt.Limit, rt.Window, rt.Burst, rt.Per, rt.Location)
 		if err != nil {
 			return set, err
 		}
 		for j := range i {
-			if o := set.q[j]; o.limit == q.limit && o.windowMS == q.windowMS && o.burst == q.burst {
-				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]", ErrInvalidPolicy, field, i, field, j)
+			if o := set.q[j]; repeats(&o, &q) {
+				return set, fmt.Errorf("%w: %s[%d] repeats %s[%d]: quotas of one policy count distinct windows (one window is one record, whatever the Limits)", ErrInvalidPolicy, field, i, field, j)
 			}
 		}
 		if c := q.capacity(p.Algorithm); cost > c {
@@ -618,12 +658,15 @@ func (p *Policy) resolve() (resolved, error) {
 		if p.Limit != 0 || p.Window != 0 || p.Burst != 0 {
 			return r, fmt.Errorf("%w: Limit, Window and Burst must be zero when Quotas is set (each quota is a Rate in Quotas)", ErrInvalidPolicy)
 		}
+		if p.Per != 0 || p.Location != nil {
+			return r, fmt.Errorf("%w: Per and Location must be zero when Quotas is set (a calendar quota is a Rate in Quotas with its own Per and Location)", ErrInvalidPolicy)
+		}
 		var err error
 		if def, err = p.resolveSet(p.Quotas, "Quotas", r.cost); err != nil {
 			return r, err
 		}
 	} else {
-		q, err := checkRate(p.Algorithm, "", p.Limit, p.Window, p.Burst)
+		q, err := checkQuota(p.Algorithm, "", p.Limit, p.Window, p.Burst, p.Per, p.Location)
 		if err != nil {
 			return r, err
 		}
@@ -677,7 +720,7 @@ func (p *Policy) resolve() (resolved, error) {
 	sigs := make([]string, def.n)
 	for i := range def.n {
 		q := &def.q[i]
-		sigs[i] = signature(p.Algorithm, q.limit, q.windowMS, q.burst)
+		sigs[i] = q.signature(p.Algorithm)
 	}
 	r.signature = strings.Join(sigs, "+")
 	return r, nil

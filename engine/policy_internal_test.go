@@ -108,14 +108,14 @@ func (s *mapStore) Take(_ context.Context, op *limitstore.Op) (limitstore.Result
 // whole ms, small enough for the brute-force models.
 func randomRates(rng *rand.Rand, alg Algorithm) []Rate {
 	var rs []Rate
-	seen := map[Rate]bool{}
+	seen := map[time.Duration]bool{} // one window, one record
 	for n := 1 + rng.IntN(limitstore.MaxQuotas); len(rs) < n; {
 		r := Rate{Limit: 1 + rng.Int64N(6), Window: time.Duration(1+rng.Int64N(40)) * time.Millisecond}
 		if alg == TokenBucket {
 			r.Burst = 1 + rng.Int64N(6)
 		}
-		if !seen[r] {
-			seen[r] = true
+		if !seen[r.Window] {
+			seen[r.Window] = true
 			rs = append(rs, r)
 		}
 	}

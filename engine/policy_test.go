@@ -68,11 +68,12 @@ func TestAcceptedPoliciesGiveInRangeNumbers(t *testing.T) {
 		})
 	}
 	// The Window's own boundary.
-	if _, err := limit.New(storeAt(0), limit.Policy{Window: 24 * time.Hour}); err != nil {
-		t.Fatalf("Window 24h: %v", err)
+	const days366 = 366 * 24 * time.Hour
+	if _, err := limit.New(storeAt(0), limit.Policy{Window: days366}); err != nil {
+		t.Fatalf("Window 366 days: %v", err)
 	}
-	if _, err := limit.New(storeAt(0), limit.Policy{Window: 24*time.Hour + time.Millisecond}); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "Window") {
-		t.Fatalf("Window 24h+1ms: %v, want an error naming Window", err)
+	if _, err := limit.New(storeAt(0), limit.Policy{Window: days366 + time.Millisecond}); !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "Window") {
+		t.Fatalf("Window 366 days + 1 ms: %v, want an error naming Window", err)
 	}
 }
 
@@ -343,7 +344,9 @@ func TestNewValidatesPolicyFields(t *testing.T) {
 		{"zero_value_takes_defaults", limit.Policy{}, ""},
 		{"negative_limit", limit.Policy{Limit: -1}, "Limit"},
 		{"negative_window", limit.Policy{Window: -time.Second}, "Window"},
-		{"window_over_24h", limit.Policy{Window: 25 * time.Hour}, "Window"},
+		{"window_over_366_days", limit.Policy{Window: 366*24*time.Hour + time.Millisecond}, "Window"},
+		{"window_of_366_days", limit.Policy{Limit: 71_000, Window: 366 * 24 * time.Hour}, ""},
+		{"window_of_366_days_inexact", limit.Policy{Limit: 72_000, Window: 366 * 24 * time.Hour}, "Limit"},
 		{"window_sub_millisecond", limit.Policy{Window: 1500 * time.Microsecond}, "Window"},
 		{"negative_cost", limit.Policy{Cost: -2}, "Cost"},
 		{"cost_over_limit", limit.Policy{Limit: 3, Cost: 4}, "Cost"},
@@ -352,8 +355,8 @@ func TestNewValidatesPolicyFields(t *testing.T) {
 		{"token_bucket_7_per_minute", limit.Policy{Algorithm: limit.TokenBucket, Limit: 7, Window: time.Minute}, ""},
 		{"token_bucket_3000_per_second", limit.Policy{Algorithm: limit.TokenBucket, Limit: 3000, Window: time.Second}, ""},
 		{"token_bucket_exact_interval", limit.Policy{Algorithm: limit.TokenBucket, Limit: 4, Window: time.Second, Burst: 10}, ""},
-		{"token_bucket_refill_at_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 365}, ""},
-		{"token_bucket_refill_over_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 366}, "Burst"},
+		{"token_bucket_refill_at_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 366}, ""},
+		{"token_bucket_refill_over_max", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: 24 * time.Hour, Burst: 367}, "Burst"},
 		{"token_bucket_burst_over_exact_math", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1 << 40, Window: time.Second, Burst: 1 << 41}, "Burst"},
 		{"token_bucket_limit_over_exact_math", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1<<50 + 1, Window: time.Second}, "Limit"},
 		{"cost_over_burst", limit.Policy{Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 2, Cost: 3}, "Cost"},

@@ -260,6 +260,7 @@ type setHeaders struct {
 	limitText  [limitstore.MaxQuotas]string // each quota's Limit in decimal
 	ietfPolicy string                       // every quota: "2p10";q=2;w=10, "5p60";q=5;w=60
 	triplet    string                       // every quota, the -06 form: 2;w=10, 5;w=60
+	cal        *calendarHeaders             // with calendar quotas, the two above per period (calendar.go); nil: none
 }
 
 // newSetHeaders renders the header parts of set, whose quota names come
@@ -269,10 +270,10 @@ type setHeaders struct {
 // signature ("100p60": the default bucket name of a one-quota policy).
 func newSetHeaders(p *Policy, named, set *quotaSet) setHeaders {
 	var h setHeaders
-	var ietf, triplet []string
+	var ietf, triplet, quotedNames, ws []string
 	for i := range set.n {
 		nq, q := &named.q[i], &set.q[i]
-		name := signature(p.Algorithm, nq.limit, nq.windowMS, nq.burst)
+		name := nq.signature(p.Algorithm)
 		switch {
 		case p.Name != "" && set.n == 1:
 			name = p.Name
@@ -285,8 +286,10 @@ func newSetHeaders(p *Policy, named, set *quotaSet) setHeaders {
 		w := strconv.FormatInt(ceilDiv(q.windowMS, 1000), 10)
 		ietf = append(ietf, quoted+";q="+h.limitText[i]+";w="+w)
 		triplet = append(triplet, h.limitText[i]+";w="+w)
+		quotedNames, ws = append(quotedNames, quoted), append(ws, w)
 	}
 	h.ietfPolicy, h.triplet = strings.Join(ietf, ", "), strings.Join(triplet, ", ")
+	h.cal = newCalendarHeaders(set, quotedNames, h.limitText[:set.n], ws)
 	return h
 }
 
@@ -358,8 +361,9 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 	h := &resp.set.hdr
 	resp.remaining, resp.reset = d.Remaining, t
 	limit := h.limitText[d.quota]
+	ietfPolicy, triplet := h.policy(&d.charge.windows)
 	if r.style&HeadersIETF != 0 {
-		resp.add(hRateLimitPolicy, h.ietfPolicy)
+		resp.add(hRateLimitPolicy, ietfPolicy)
 		resp.addKind(hRateLimit, h.member[d.quota], valItem)
 	}
 	if r.style&HeadersTriplet != 0 {
@@ -367,7 +371,7 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 		// only: one List field cannot mix -10 members (strings) with -06
 		// members (integers). Triplet clients read the other three fields.
 		if r.style&HeadersIETF == 0 {
-			resp.add(hRateLimitPolicy, h.triplet)
+			resp.add(hRateLimitPolicy, triplet)
 		}
 		resp.add(hRateLimitLimit, limit)
 		resp.addKind(hRateLimitRemaining, "", valRemaining)

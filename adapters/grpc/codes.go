@@ -76,8 +76,8 @@ func Code(status int) codes.Code {
 }
 
 // maxRetrySeconds bounds a RetryInfo delay: the engine's own bound on any
-// delay (400 days), well inside a time.Duration.
-const maxRetrySeconds = 400 * 24 * 3600
+// delay (800 days), well inside a time.Duration.
+const maxRetrySeconds = 800 * 24 * 3600
 
 // secondsDuration is secs seconds, at most maxRetrySeconds.
 func secondsDuration(secs int64) time.Duration {

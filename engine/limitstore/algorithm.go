@@ -126,6 +126,12 @@ type Quota struct {
 	// algorithms), or the TAT just after the charge, Unix ms rounded up
 	// (TokenBucket).
 	Window int64
+	// Calendar marks a FixedWindow quota whose window the engine names (a
+	// calendar day, week, month or year in the policy's time zone): it
+	// spans [PhaseMS, PhaseMS+WindowMS), PhaseMS being its start in Unix
+	// ms, whatever the store's clock reads, and its window index (State.Window,
+	// QuotaResult.Window) is that start. See Quota.calendarView.
+	Calendar bool
 }
 
 // State is the stored state of one quota of one identity. The zero value is
@@ -338,6 +344,10 @@ type windowView struct {
 // future window, and the client would wait for the whole step. A forward
 // step simply starts a new window.
 func (q *Quota) windowView(v *windowView, s *State, now int64) {
+	if q.Calendar {
+		q.calendarView(v, s, now)
+		return
+	}
 	w := q.WindowMS
 	idx := floorDiv(now-q.PhaseMS, w)
 	*v = windowView{idx: idx, start: idx*w + q.PhaseMS, at: now}
@@ -365,6 +375,9 @@ func (q *Quota) fixed(r *QuotaResult, s *State, cost, now int64, m mode) {
 	var v windowView
 	q.windowView(&v, s, now)
 	reset := v.start + q.WindowMS - now
+	if q.Calendar {
+		reset = calendarReset(reset, q.WindowMS)
+	}
 	allowed := cost <= q.Limit-v.curr
 	admit := m.admits(allowed)
 	*r = QuotaResult{Allowed: allowed, Window: v.idx, ResetAfterMS: reset}

@@ -42,7 +42,9 @@ func refOp(tb testing.TB, ms []refmodel.Quota, op *Op, t int64) (Result, [MaxQuo
 		} else {
 			write[i] = norms[i]
 			q.Allowed, q.Window = oks[i], m.Window(t)
-			if !q.Allowed {
+			if c, ok := m.(*refmodel.Calendar); ok && !q.Allowed {
+				q.RetryAfterMS = c.ResetAfter(t) // the named period does not move with t
+			} else if !q.Allowed {
 				q.RetryAfterMS = refmodel.RetryAfter(tb, m, t, cost)
 			}
 		}

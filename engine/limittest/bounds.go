@@ -12,7 +12,7 @@ import (
 // BoundaryPolicies returns policies on the boundary of the range limit.New
 // accepts, and random ones inside it, for property tests of the numbers a
 // policy produces (every delay, header value and time to live in range).
-// For each algorithm and windows from 1 ms to 24 h it finds by bisection the
+// For each algorithm and windows from 1 ms to 366 days it finds by bisection the
 // largest Limit New accepts (and, for a TokenBucket, the largest Burst for
 // several rates), checks that one more is refused with an error naming the
 // field, and returns the largest, a random smaller one and (window
@@ -22,7 +22,7 @@ func BoundaryPolicies(t TB, rng *rand.Rand) []limit.Policy {
 	t.Helper()
 	var ps []limit.Policy
 	windows := []time.Duration{time.Millisecond, 7 * time.Millisecond, 999 * time.Millisecond, time.Second,
-		time.Minute, time.Hour, 24 * time.Hour}
+		time.Minute, time.Hour, 24 * time.Hour, 7 * 24 * time.Hour, 366 * 24 * time.Hour}
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		for _, w := range windows {
 			if alg != limit.TokenBucket {

@@ -63,6 +63,7 @@ func main() {
 		})
 		r.With(chilimit.Middleware(l.Reports)).Get("/v1/reports", text(app.ReportsBody))
 		r.With(chilimit.Middleware(l.Export)).Get("/v1/export", text(app.ExportBody))
+		r.With(chilimit.Middleware(l.Daily)).Get("/v1/daily", text(app.DailyBody))
 		return r
 	})
 }

@@ -62,6 +62,7 @@ func main() {
 		}, echolimit.Middleware(l.Slow))
 		e.GET("/v1/reports", text(app.ReportsBody), echolimit.Middleware(l.Reports))
 		e.GET("/v1/export", text(app.ExportBody), echolimit.Middleware(l.Export))
+		e.GET("/v1/daily", text(app.DailyBody), echolimit.Middleware(l.Daily))
 		return e
 	})
 }

@@ -76,6 +76,7 @@ func main() {
 	})
 	v1.Get("/reports", global, fiberlimit.New(l.Reports), text(app.ReportsBody))
 	v1.Get("/export", global, fiberlimit.New(l.Export), text(app.ExportBody))
+	v1.Get("/daily", global, fiberlimit.New(l.Daily), text(app.DailyBody))
 	a.Use(fiberlimit.Unmatched(l.Global))
 
 	ln, err := net.Listen("tcp", c.Addr)

@@ -64,6 +64,7 @@ func main() {
 		})
 		r.GET("/v1/reports", ginlimit.Middleware(l.Reports), text(app.ReportsBody))
 		r.GET("/v1/export", ginlimit.Middleware(l.Export), text(app.ExportBody))
+		r.GET("/v1/daily", ginlimit.Middleware(l.Daily), text(app.DailyBody))
 		return r
 	})
 }

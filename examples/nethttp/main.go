@@ -61,6 +61,7 @@ func main() {
 		})))
 		mux.Handle("GET /v1/reports", httplimit.Middleware(l.Reports)(text(app.ReportsBody)))
 		mux.Handle("GET /v1/export", httplimit.Middleware(l.Export)(text(app.ExportBody)))
+		mux.Handle("GET /v1/daily", httplimit.Middleware(l.Daily)(text(app.DailyBody)))
 		return httplimit.Middleware(l.Global)(mux)
 	})
 }

@@ -82,7 +82,7 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 		t.Errorf("got %+v, %v; want a denial at %d with Retry-After %d", got, err, now, 1000-now%1000)
 	}
 	// The same state expired (or absurdly far ahead): no state, admitted.
-	for _, exp := range []int64{now, now + 1<<35 + 1} {
+	for _, exp := range []int64{now, now + 1<<37 + 1} {
 		got, err = decide(&op, reply(now, full(exp)...))
 		if err != nil || !got.Allowed || got.Quotas[0].Remaining != 4 {
 			t.Errorf("expiry %d: got %+v, %v; want a fresh window admitted", exp, got, err)

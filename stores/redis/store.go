@@ -424,12 +424,15 @@ func checked(res limitstore.Result, err error) (limitstore.Result, error) {
 }
 
 // quotaCode is the script's algorithm integer of quota q of op: the
-// algorithm's number, and for a token bucket with reservations (MaxWaitMS
-// > 0) 2 + 4*(mw + 2^22*rw), its MaxWait mw and the Op's wait rw =
+// algorithm's number, -1 for a calendar window (Quota.Calendar), and for
+// a token bucket with reservations (MaxWaitMS > 0) 2 + 4*(mw + 2^22*rw), its MaxWait mw and the Op's wait rw =
 // min(max(op.WaitMS, 0), mw), both ms (lua/take.lua). limit.New keeps
 // MaxWait under 2^22 ms; a larger one, outside the contract, is sent as
 // 2^22-1.
 func quotaCode(op *limitstore.Op, q *limitstore.Quota) int64 {
+	if q.Calendar && q.Algorithm == limit.FixedWindow {
+		return -1 // a calendar window: its start is the phase
+	}
 	if q.Algorithm != limit.TokenBucket || q.MaxWaitMS <= 0 {
 		return algorithmCode(q.Algorithm)
 	}
@@ -532,7 +535,7 @@ func readStates(op *limitstore.Op, now int64, s string) (sts [limitstore.MaxQuot
 
 // maxClockMS is the latest caller's clock reading a Take accepts (Unix ms,
 // 2^52: the year 144683). The script computes in doubles, exact below 2^53,
-// and adds up to 2^35 ms (maxStateLifeMS) and a bucket's slack to now; a
+// and adds up to 2^37 ms (maxStateLifeMS) and a bucket's slack to now; a
 // flight's answers take the reading each Op sent (splitBatch), so beyond
 // 2^53 the engine and the script decided at two instants (ErrBadReply, or
 // Results other than the same Op's alone) and a write's deadline could
@@ -544,9 +547,9 @@ const maxClockMS = 1 << 52
 const stateLen = 40
 
 // maxStateLifeMS is the furthest ahead of now a stored state's expiry may
-// be and still count (2^35 ms, 397 days: beyond any policy's; see
+// be and still count (2^37 ms, 1590 days: beyond any policy's; see
 // lua/take.lua, "the state read").
-const maxStateLifeMS = 1 << 35
+const maxStateLifeMS = 1 << 37
 
 // le64 is the little-endian 64-bit integer at s[i:i+8].
 func le64(s string, i int) int64 {

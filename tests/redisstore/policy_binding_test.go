@@ -40,9 +40,9 @@ func TestRegressionOneNameTwoPolicies(t *testing.T) {
 		bounds := map[string]int64{}
 		for _, k := range keys {
 			switch {
-			case strings.Contains(k, ":x:5p3600f:"):
+			case strings.Contains(k, ":x:p3600f:"):
 				bounds[k] = time.Hour.Milliseconds() + 1000
-			case strings.Contains(k, ":x:5p1f:"):
+			case strings.Contains(k, ":x:p1f:"):
 				bounds[k] = 2000
 			}
 		}

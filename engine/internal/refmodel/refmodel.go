@@ -332,3 +332,112 @@ func (m *Bucket) ResetAfter(t int64) int64 {
 func (m *Bucket) TTLBound() int64 {
 	return max((m.burst*m.w+m.mw*m.limit+m.limit-1)/m.limit, 1)
 }
+
+// Calendar models a calendar quota (limitstore.Quota.Calendar): a fixed
+// window the caller names before each request (Name: the period's start
+// and length, as the engine finds them in its own clock), counted by the
+// period's start, with totals per period. The clock-step rules are the
+// window's: a stored later period up to 1 s ahead of t is honoured as it
+// stands; further ahead, its total is carried into the named period. A
+// period has ended, and the quota is whole, at its start plus the named
+// length; the time to that end is bounded to [0, length + 1 s].
+type Calendar struct {
+	limit         int64
+	start, length int64           // the named period
+	stored        int64           // the period of the stored state
+	total         map[int64]int64 // cost admitted per period start
+}
+
+// NewCalendar returns a fresh calendar quota of limit per period.
+func NewCalendar(limit int64) *Calendar {
+	return &Calendar{limit: limit, total: map[int64]int64{}}
+}
+
+// Name sets the period the next requests count in.
+func (m *Calendar) Name(start, length int64) { m.start, m.length = start, length }
+
+// Clone implements Quota.
+func (m *Calendar) Clone() Quota {
+	c := *m
+	c.total = make(map[int64]int64, len(m.total))
+	for k, v := range m.total {
+		c.total[k] = v
+	}
+	return &c
+}
+
+// Forget implements Quota.
+func (m *Calendar) Forget() { m.stored, m.total = 0, map[int64]int64{} }
+
+// Capacity implements Quota.
+func (m *Calendar) Capacity() int64 { return m.limit }
+
+// read returns the period a request at t counts in, its total and whether
+// the stored period is far ahead (its total carried into the named one).
+func (m *Calendar) read(t int64) (win, curr int64, far bool) {
+	win = m.start
+	if m.stored > m.start {
+		if m.stored-t <= 1000 {
+			return m.stored, m.total[m.stored], false
+		}
+		return m.start, m.total[m.stored], true
+	}
+	return win, m.total[win], false
+}
+
+// Fits implements Quota.
+func (m *Calendar) Fits(t, cost int64) bool {
+	_, curr, _ := m.read(t)
+	return curr+cost <= m.limit
+}
+
+// Wait implements Quota: a calendar quota never reserves.
+func (m *Calendar) Wait(t, cost, _ int64) (int64, bool) { return 0, m.Fits(t, cost) }
+
+// Normalize implements Quota.
+func (m *Calendar) Normalize(t int64) bool {
+	win, curr, far := m.read(t)
+	if !far {
+		return false
+	}
+	m.total, m.stored = map[int64]int64{win: curr}, win
+	return true
+}
+
+// Admit implements Quota.
+func (m *Calendar) Admit(t, cost int64) int64 {
+	m.Normalize(t)
+	win, _, _ := m.read(t)
+	if win > m.stored {
+		m.stored = win
+	}
+	m.total[win] += cost
+	return win
+}
+
+// Refund implements Quota.
+func (m *Calendar) Refund(_, cost, win int64) bool {
+	if win != m.stored || m.total[win] == 0 || cost == 0 {
+		return false
+	}
+	m.total[win] = max(m.total[win]-cost, 0)
+	return true
+}
+
+// Window implements Quota.
+func (m *Calendar) Window(t int64) int64 { win, _, _ := m.read(t); return win }
+
+// Whole implements Quota: nothing counted, or the period over.
+func (m *Calendar) Whole(t int64) bool {
+	win, curr, _ := m.read(t)
+	return curr == 0 || t >= win+m.length
+}
+
+// ResetAfter implements Quota: the time to the end of the period.
+func (m *Calendar) ResetAfter(t int64) int64 {
+	win, _, _ := m.read(t)
+	return min(max(win+m.length-t, 0), m.length+1000)
+}
+
+// TTLBound implements Quota.
+func (m *Calendar) TTLBound() int64 { return m.length + 2000 }

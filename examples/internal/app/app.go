@@ -47,6 +47,7 @@ type Config struct {
 	Shadow         bool
 	Otel           bool
 	AdminToken     string
+	TZ             string // -tz: the zone of GET /v1/daily's calendar day
 }
 
 // ParseFlags parses the example servers' flags from os.Args.
@@ -62,6 +63,7 @@ func ParseFlags() Config {
 	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
 	flag.StringVar(&c.AdminToken, "admin-token", "", "serve GET and DELETE "+AdminPrefix+"{identity} (the Peek and the Reset of the global, login and otp limiters) to callers sending Authorization: Bearer TOKEN; empty: no admin routes")
 	flag.BoolVar(&c.Otel, "otel", false, "record quotagate's metrics through the OpenTelemetry SDK (otellimit), printed as JSON by the stdout exporter on stderr every 10 s, instead of on GET /metrics")
+	flag.StringVar(&c.TZ, "tz", "UTC", "time zone of GET /v1/daily's calendar day (an IANA name: America/New_York, Europe/Berlin, ...)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fatal(fmt.Errorf("unexpected argument %q: every setting is a flag (run with -h to list them)", flag.Arg(0)))
@@ -124,6 +126,12 @@ type Limiters struct {
 	// (BlockFor, BlockMax), and a blocked client gets 429 even with the
 	// right code.
 	OTP *limit.Limiter
+	// Daily: keyed by the X-API-Key header (by client address without
+	// one), 2 per second and 20 per calendar day in the zone of -tz
+	// (FixedWindow: the day begins at local midnight), on GET /v1/daily.
+	Daily *limit.Limiter
+	// DailyZone is -tz's zone name ("UTC" by default).
+	DailyZone string
 }
 
 // APIKey is the export policy's KeyFunc: the X-API-Key header, or "" (the
@@ -301,12 +309,17 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("otp policy: %w", err)
 	}
+	daily, zone, err := dailyLimiter(global, c, disclosure, style, failure)
+	if err != nil {
+		return nil, err
+	}
 	slow, err := global.With(e.Fill(limit.Policy{Name: "slow", Algorithm: limit.Concurrency, Limit: SlowLimit}))
 	if err != nil {
 		return nil, fmt.Errorf("slow policy: %w", err)
 	}
 	l := &Limiters{
 		Slow: slow, Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin, OTP: otp,
+		Daily: daily, DailyZone: zone,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
 	}
@@ -454,6 +467,7 @@ const (
 	FeedBody    = `{"items":[]}`
 	ReportsBody = `{"reports":[]}`
 	ExportBody  = `{"export":"ready"}`
+	DailyBody   = `{"daily":"ok"}`
 )
 
 // NoteBody is the body of GET /v1/notes/{id}.
@@ -485,6 +499,7 @@ func (l *Limiters) Describe() string {
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
 		"POST /v1/otp fixed-window 3 failed attempts/5s, then blocked 8s, a repeat 16s (bucket otp); " +
+		"GET /v1/daily fixed-window per X-API-Key, 2/s and 20 per calendar day in " + l.DailyZone + "; " +
 		"a request a per-route limit answers 429 charges the global limit nothing"
 	if l.Admin != nil {
 		d += "; admin routes GET|DELETE " + AdminPrefix + "{identity} (Bearer token)"

@@ -245,7 +245,7 @@ while p <= e do
       -- inline: state begin
       if v and #v == 40 then
         sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-        if ex <= now or ex - now > 34359738368 then
+        if ex <= now or ex - now > 137438953472 then
           sa, sb, sc, ex = 0, 0, 0, 0
         end
       else
@@ -313,9 +313,15 @@ while p <= e do
           idx, rem = idx + 1, rem - w
         end
         local start, at = idx * w + x, now
+        if alg < 0 then
+          idx, start = x, x
+        end
         local wa, norm = sa, false
         if wa > idx then
           local s2 = wa * w + x
+          if alg < 0 then
+            s2 = wa
+          end
           if s2 - now <= 1000 then
             idx, start, at = wa, s2, s2
           else
@@ -328,12 +334,12 @@ while p <= e do
         elseif wa == idx - 1 then
           prev = sb
         end
-        if alg == 1 then
+        if alg ~= 0 then
           prev = 0
         end
         -- inline: windowview end
         -- inline: windowadmits begin
-        if alg == 1 then
+        if alg ~= 0 then
           ok = cost <= lim - curr
         else
           ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
@@ -345,8 +351,14 @@ while p <= e do
         if ok or norm then
           na, nb, nc = idx, curr, prev
           -- inline: windowttl begin
-          if alg == 1 then
-            ttl = start + w - now + 1000
+          if alg ~= 0 then
+            ttl = start + w - now
+            if alg < 0 and ttl < 0 then
+              ttl = 0
+            elseif alg < 0 and ttl > w + 1000 then
+              ttl = w + 1000
+            end
+            ttl = ttl + 1000
             bound = w + 2000
           else
             ttl = (w - (at - start)) + w + (at - now)

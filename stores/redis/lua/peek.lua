@@ -2,7 +2,7 @@
 -- of an Op, for limitstore.Op.Peek: it reads and writes nothing else. Sent
 -- alone (it needs nothing of prelude.lua); the store decodes the states
 -- with the scripts' rule (a state counts only while its expiry is after
--- now and at most 2^35 ms ahead) and runs limitstore.Op.Apply on them.
+-- now and at most 2^37 ms ahead) and runs limitstore.Op.Apply on them.
 --
 -- KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
 -- ARGV[1]  now in Unix ms, decimal (0: read the server's TIME)

@@ -160,15 +160,16 @@ local function library(call, floor, byte, sunpack, spack, K)
 
   -- state: the state read from the value v: sa, sb, sc (a, b, c), ex (its
   -- expiry) and px (the key's deadline). A dead state reads as zero, its
-  -- key's deadline kept; so does one whose expiry is further than 2^35 ms
-  -- (397 days, beyond any policy's: MaxRefill plus the clock-step second),
+  -- key's deadline kept; so does one whose expiry is further than 2^37 ms
+  -- (1590 days, beyond any policy's: two 366-day sliding windows, and a
+  -- clock stepped back by as much again),
   -- which only a value written by something else can hold.
   local function state(v, now)
     local sa, sb, sc, ex, px
     -- inline: state begin
     if v and #v == 40 then
       sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-      if ex <= now or ex - now > 34359738368 then
+      if ex <= now or ex - now > 137438953472 then
         sa, sb, sc, ex = 0, 0, 0, 0
       end
     else
@@ -237,7 +238,8 @@ local function library(call, floor, byte, sunpack, spack, K)
     return na, nb, nc, ttl, slack, bound
   end
 
-  -- windowview: window algorithms (x = phase), Quota.windowView: the window
+  -- windowview: window algorithms (x = phase; alg -1, a calendar window:
+  -- x = its start, its index; Quota.calendarView), Quota.windowView: the window
   -- idx the decision counts in, its start, the instant at it is judged at,
   -- the counts curr and prev, and norm when the stored window is more than
   -- 1 s ahead (read as the current one).
@@ -251,9 +253,15 @@ local function library(call, floor, byte, sunpack, spack, K)
       idx, rem = idx + 1, rem - w
     end
     local start, at = idx * w + x, now
+    if alg < 0 then
+      idx, start = x, x
+    end
     local wa, norm = sa, false
     if wa > idx then
       local s2 = wa * w + x
+      if alg < 0 then
+        s2 = wa
+      end
       if s2 - now <= 1000 then
         idx, start, at = wa, s2, s2
       else
@@ -266,7 +274,7 @@ local function library(call, floor, byte, sunpack, spack, K)
     elseif wa == idx - 1 then
       prev = sb
     end
-    if alg == 1 then
+    if alg ~= 0 then
       prev = 0
     end
     -- inline: windowview end
@@ -277,7 +285,7 @@ local function library(call, floor, byte, sunpack, spack, K)
   local function windowadmits(alg, cost, lim, w, curr, prev, at, start)
     local ok
     -- inline: windowadmits begin
-    if alg == 1 then
+    if alg ~= 0 then
       ok = cost <= lim - curr
     else
       ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
@@ -287,13 +295,20 @@ local function library(call, floor, byte, sunpack, spack, K)
   end
 
   -- windowttl: a window state's ttl and the key's bound (Quota.fixed: to
-  -- the end of the window plus 1 s; Quota.sliding: to the end of the next
-  -- window).
+  -- the end of the window plus 1 s, for a calendar window its time to the
+  -- end bounded as calendarReset does; Quota.sliding: to the end of the
+  -- next window).
   local function windowttl(alg, w, start, at, now)
     local ttl, bound
     -- inline: windowttl begin
-    if alg == 1 then
-      ttl = start + w - now + 1000
+    if alg ~= 0 then
+      ttl = start + w - now
+      if alg < 0 and ttl < 0 then
+        ttl = 0
+      elseif alg < 0 and ttl > w + 1000 then
+        ttl = w + 1000
+      end
+      ttl = ttl + 1000
       bound = w + 2000
     else
       ttl = (w - (at - start)) + w + (at - now)

@@ -10,7 +10,9 @@
 -- KEYS     the quotas' keys (one Cluster hash tag), in the Op's order
 -- ARGV[1]  little-endian signed 64-bit integers, 8 bytes each: now in Unix
 --          ms (0: read the server's TIME), cost, then per quota the
---          algorithm (0 sliding window, 1 fixed window, 2 token bucket;
+--          algorithm (0 sliding window, 1 fixed window, -1 a calendar
+--          window, the fixed window the engine names: phase ms = its start;
+--          2 token bucket;
 --          a token bucket with reservations 2 + 4*(mw + 2^22*rw): its
 --          MaxWait mw and the Op's wait rw, ms, rw <= mw < 2^22),
 --          limit, window ms, and phase ms (window algorithms) or burst
@@ -26,7 +28,7 @@
 -- or not holding a 40-byte value; for one quota (the straight path)
 -- nothing instead. The store decodes the states from them with the
 -- scripts' rule (a state counts only while its expiry is after now and at
--- most 2^35 ms ahead).
+-- most 2^37 ms ahead).
 --
 -- Shape: one Op of one quota (nearly every call) runs the straight path,
 -- prelude.lua's steps inline (each copy marked, and tested to be the
@@ -99,7 +101,7 @@ if n == 1 and not refund then
   -- inline: state begin
   if v and #v == 40 then
     sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
-    if ex <= now or ex - now > 34359738368 then
+    if ex <= now or ex - now > 137438953472 then
       sa, sb, sc, ex = 0, 0, 0, 0
     end
   else
@@ -167,9 +169,15 @@ if n == 1 and not refund then
       idx, rem = idx + 1, rem - w
     end
     local start, at = idx * w + x, now
+    if alg < 0 then
+      idx, start = x, x
+    end
     local wa, norm = sa, false
     if wa > idx then
       local s2 = wa * w + x
+      if alg < 0 then
+        s2 = wa
+      end
       if s2 - now <= 1000 then
         idx, start, at = wa, s2, s2
       else
@@ -182,12 +190,12 @@ if n == 1 and not refund then
     elseif wa == idx - 1 then
       prev = sb
     end
-    if alg == 1 then
+    if alg ~= 0 then
       prev = 0
     end
     -- inline: windowview end
     -- inline: windowadmits begin
-    if alg == 1 then
+    if alg ~= 0 then
       ok = cost <= lim - curr
     else
       ok = cost <= lim and prev * (w - (at - start)) + (curr + cost) * w <= lim * w
@@ -199,8 +207,14 @@ if n == 1 and not refund then
     if ok or norm then
       na, nb, nc = idx, curr, prev
       -- inline: windowttl begin
-      if alg == 1 then
-        ttl = start + w - now + 1000
+      if alg ~= 0 then
+        ttl = start + w - now
+        if alg < 0 and ttl < 0 then
+          ttl = 0
+        elseif alg < 0 and ttl > w + 1000 then
+          ttl = w + 1000
+        end
+        ttl = ttl + 1000
         bound = w + 2000
       else
         ttl = (w - (at - start)) + w + (at - now)
