@@ -239,14 +239,14 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 // whole ms, small enough for the brute-force models.
 func blockRates(rng *rand.Rand, alg limit.Algorithm, scale int64) []limit.Rate {
 	var rs []limit.Rate
-	seen := map[limit.Rate]bool{}
+	seen := map[time.Duration]bool{} // one window is one record: quotas of a policy differ in Window
 	for n := 1 + rng.IntN(limitstore.MaxQuotas); len(rs) < n; {
 		r := limit.Rate{Limit: 1 + rng.Int64N(6), Window: time.Duration((1+rng.Int64N(40))*scale) * time.Millisecond}
 		if alg == limit.TokenBucket {
 			r.Burst = 1 + rng.Int64N(6)
 		}
-		if !seen[r] {
-			seen[r] = true
+		if !seen[r.Window] {
+			seen[r.Window] = true
 			rs = append(rs, r)
 		}
 	}
