@@ -333,7 +333,11 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity, in the bucket named by Policy.Name or else the signature. A blank
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
-// want to log it (it never means "limited"). Events are emitted as for Check,
+// want to log it (it never means "limited"). A ctx cancelled while the store
+// is asked, when the store returns at the cancellation (a guarded store
+// does: see package guard) or fails with context.Canceled, gives a Decision
+// that admits nothing, whatever the FailureMode, with that error (the caller
+// is gone; what the call did in the store stays done). Events are emitted as for Check,
 // with an empty handler. For a Concurrency policy an allowed Decision holds
 // its slots, renewing their lease, until Finish gives them back: call
 // Finish once the work is done (a Decision never finished holds its slots

@@ -86,6 +86,15 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 		return nil
 	}
 	d.StoreFailed = true
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// The caller went away while the store was asked (its store
+		// released it, or failed with the cancellation): nothing is
+		// admitted whatever the failure mode, so that cancelling a request
+		// cannot make FailOpen admit it, and it is not the store's failure.
+		d.Outcome = OutcomeLimited
+		d.RetryAfter = failClosedRetryAfter
+		return err
+	}
 	switch c.mode {
 	case FailLocal:
 		var lerr error

@@ -169,3 +169,16 @@ func TestStoreFailureModes(t *testing.T) {
 		})
 	}
 }
+
+// A store called without the guard that fails with the caller's
+// cancellation gives a decision that admits nothing, FailOpen or not.
+func TestCancelledCallerOfUnguardedStoreIsNotAdmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := limittest.MustNew(limittest.SlowStore{Store: limittest.NewStore(nil), Delay: time.Second}, limit.Policy{Limit: 5, FailureMode: limit.FailOpen})
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Millisecond, cancel)
+		if d, err := l.Consume(ctx, "u"); d.Allowed || !errors.Is(err, context.Canceled) {
+			t.Fatalf("%+v, %v; want nothing admitted and context.Canceled", d, err)
+		}
+	})
+}

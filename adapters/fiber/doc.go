@@ -59,6 +59,14 @@
 // instead; the adapter gives the engine the request's header lines (every line
 // of a repeated header) only when it asks for them.
 //
+// # A client that leaves
+//
+// The decision's context is c.UserContext(), which fasthttp never cancels
+// when the client closes its connection (it has no such signal): a
+// decision waits for the store's answer or its timeout even for a client
+// that left, where the net/http adapters release it at once (see package
+// guard). Set a UserContext of your own to bound it otherwise.
+//
 // # Buffers
 //
 // fasthttp reuses the memory behind the strings *fiber.Ctx returns once the

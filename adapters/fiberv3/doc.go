@@ -73,6 +73,14 @@
 // engine the request's header lines (every line of a repeated header) only
 // when it asks for them.
 //
+// # A client that leaves
+//
+// The decision's context is c.Context(), which fasthttp never cancels when
+// the client closes its connection (it has no such signal): a decision
+// waits for the store's answer or its timeout even for a client that left,
+// where the net/http adapters release it at once (see package guard). Set
+// a context of your own (c.SetContext) to bound it otherwise.
+//
 // # Buffers
 //
 // fasthttp reuses the memory behind the strings fiber.Ctx returns once the

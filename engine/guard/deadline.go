@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -39,6 +40,11 @@ const (
 	// nothing fails at the store timeout + 1 tick + silenceGrace, within
 	// 10 ms of the timeout.
 	silenceGrace = 4 * time.Millisecond
+	// watchAfter is how long a call waits before its caller's cancellation
+	// is watched (see storeCtx): a call that returns sooner costs nothing
+	// for it, and a caller that goes away is released at most watchAfter
+	// after the call began, at once when it leaves later.
+	watchAfter = 10 * time.Millisecond
 )
 
 // tickSource hands out the shared deadlines of one store under one timeout.
@@ -74,7 +80,7 @@ type deadline struct {
 	start int64     // monotonic ns: the tick's start (no call of it started earlier)
 	at    time.Time // nominal deadline: start + tick + timeout
 	done  chan struct{}
-	timer *time.Timer // the first check's; only stopped, by get
+	timer *time.Timer // the first timer's (look's, or the first check's); only stopped, by get
 	// why is 0 while done is open, then whyStoreSilent (the store answered
 	// nothing for a whole timeout) or whyTooLate (the store answered others
 	// but not this call within lateAnswerFactor timeouts).
@@ -82,7 +88,21 @@ type deadline struct {
 	// suspect is when check found the store silent (0: it did not), since
 	// the instant no success came after; read and written by check only.
 	suspect, since int64
+	// first is when the first check looks for a silence; the first timer
+	// fires earlier, at watchAfter, for look.
+	first int64
+	// watched holds the calls of the tick that watch their caller (a list
+	// through storeCtx.next, pushed by begin), until look takes them
+	// (watchedTaken); kept, those look found still waiting, until close.
+	// looked and kept are read and written by check only.
+	watched atomic.Pointer[storeCtx]
+	kept    *storeCtx
+	looked  bool
 }
+
+// watchedTaken is what deadline.watched holds once look took the list: a
+// call that begins later keeps the tick's own Done channel.
+var watchedTaken = new(storeCtx)
 
 const (
 	whyStoreSilent int32 = 1 + iota
@@ -93,7 +113,8 @@ func newDeadline(ts *tickSource, now int64) *deadline {
 	d := &deadline{src: ts, start: now, done: make(chan struct{})}
 	first := now + tickNS + ts.timeout
 	d.at = monoStart.Add(time.Duration(first))
-	d.timer = time.AfterFunc(time.Duration(first-now), d.check)
+	d.first = first
+	d.timer = time.AfterFunc(time.Duration(min(first-now, int64(watchAfter))), d.check)
 	return d
 }
 
@@ -119,6 +140,13 @@ func newDeadline(ts *tickSource, now int64) *deadline {
 func (d *deadline) check() {
 	sh, to := d.src.store, d.src.timeout
 	now := sh.now()
+	if !d.looked {
+		d.look()
+		if now < d.first {
+			time.AfterFunc(time.Duration(d.first-now), d.check)
+			return
+		}
+	}
 	last := sh.breaker.lastSuccess.Load()
 	limit := d.start + tickNS + lateAnswerFactor*to
 	if d.suspect != 0 { // confirming a silence found silenceGrace ago
@@ -143,6 +171,48 @@ func (d *deadline) check() {
 func (d *deadline) close(why int32) {
 	if d.why.CompareAndSwap(0, why) {
 		close(d.done)
+		if !d.looked {
+			d.look()
+		}
+		for sc := d.kept; sc != nil; sc = sc.next {
+			if sc.state.CompareAndSwap(scKept, scTimedOut) {
+				close(sc.own)
+			}
+		}
+		d.kept = nil
+	}
+}
+
+// look runs once per deadline, watchAfter after its tick began (or at its
+// close, if that comes first): the calls of the tick that are over go back
+// to the pool; for each still waiting, a caller already gone releases it
+// now, and otherwise context.AfterFunc will when its caller goes away (an
+// allocation, for calls that waited watchAfter only); those are kept for
+// close, and never pooled again.
+func (d *deadline) look() {
+	d.looked = true
+	next := d.watched.Swap(watchedTaken)
+	for sc := next; sc != nil; sc = next {
+		next, sc.next = sc.next, nil
+		if sc.state.CompareAndSwap(scEnded, scShared) {
+			sc.parent = nil
+			d.src.store.ctxs.Put(sc)
+			continue
+		}
+		if !sc.state.CompareAndSwap(scWatched, scLooking) {
+			continue // not a state a listed call can be in
+		}
+		parent := sc.parent
+		if parent.Err() != nil {
+			sc.state.Store(scReleased)
+			close(sc.own)
+			continue
+		}
+		if parent.Done() != nil {
+			sc.stop = context.AfterFunc(parent, sc.release) // stopped by end
+		}
+		sc.state.Store(scKept)
+		sc.next, d.kept = d.kept, sc
 	}
 }
 
@@ -152,6 +222,24 @@ func (d *deadline) stop() { d.timer.Stop() }
 // storeCtx is the context of one store call: Done, Err and Deadline come
 // from the shared deadline, Value from the caller's context. It is pooled,
 // so passing it as a context.Context allocates nothing.
+//
+// The caller's cancellation. A store that waits on its context asks for
+// Done (rueidis does when it has sent a command, the Redis store when an
+// Op is queued); a store that never waits never asks. The first Done of a
+// call whose caller's context was not done when the call began returns a
+// channel of the call's own (own, made with the pooled value) and puts the
+// call on its deadline's list (one compare-and-swap). watchAfter after the
+// tick began the deadline looks at the list: a call that is over goes back
+// to the pool; for one still waiting, context.AfterFunc closes own when
+// the caller goes away (at once if it has), and Err then reports
+// errCallerGone: the store returns, and the guard releases the caller. own
+// is closed with the shared deadline too. So a call that returns within
+// watchAfter pays a push at most, and only a call that waits longer pays
+// the AfterFunc (stopped when the call returns; its storeCtx is then left
+// to the garbage collector). A
+// caller whose context was done before the call (a client that
+// half-closed its connection) is not released: it gets the store's
+// decision, as a caller that stays.
 //
 // A store's client may leave a goroutine behind that still watches the
 // context after Take returned: rueidis does when it waits for a pooled
@@ -164,19 +252,122 @@ func (d *deadline) stop() { d.timer.Stop() }
 type storeCtx struct {
 	parent context.Context
 	d      atomic.Pointer[deadline]
+	own    chan struct{} // Done of a watched call; closed only for a call never pooled again
+	state  atomic.Int32  // scShared, ...
+	next   *storeCtx     // in its deadline's list (watched, then kept)
+	stop   func() bool   // a kept call's AfterFunc's; set by look before scKept
 }
 
-// begin makes sc the context of a call under d on behalf of parent.
-func (sc *storeCtx) begin(parent context.Context, d *deadline) {
+// storeCtx states. A call begins scShared (its Done is the tick's: the
+// caller's cancellation is not watched) or scFresh (watched once the store
+// asks for Done: scWatched, on its deadline's list; a Done asked after
+// the deadline looked is the tick's, scShared). look takes a watched call
+// that is over (scEnded) back to the pool, or keeps one still waiting
+// (scLooking, then scKept), which ends scReleased (its caller went away),
+// scTimedOut (the deadline closed) or scKeptEnded (the call returned),
+// whichever comes first.
+const (
+	scShared int32 = iota
+	scFresh
+	scWatched
+	scEnded
+	scLooking
+	scKept
+	scReleased
+	scTimedOut
+	scKeptEnded
+)
+
+// begin makes sc the context of a call under d on behalf of parent; watch
+// false: the caller's cancellation is not watched.
+func (sc *storeCtx) begin(parent context.Context, d *deadline, watch bool) {
 	sc.parent = parent
 	sc.d.Store(d)
+	if watch && parent.Err() == nil {
+		sc.state.Store(scFresh)
+	} else {
+		sc.state.Store(scShared) // the store's decision, as for a caller that stays
+	}
+}
+
+// watch puts a fresh call on d's list, the first time its store asks for
+// Done, and returns its Done channel.
+func (sc *storeCtx) watch(d *deadline) <-chan struct{} {
+	if !sc.state.CompareAndSwap(scFresh, scWatched) {
+		return sc.Done() // another Done, or end, came first
+	}
+	for {
+		head := d.watched.Load()
+		if head == watchedTaken { // look has run: a call that waited only later
+			if sc.state.CompareAndSwap(scWatched, scShared) {
+				return d.done
+			}
+			return closedChan // over meanwhile (end left it to the garbage collector)
+		}
+		sc.next = head
+		if d.watched.CompareAndSwap(head, sc) {
+			return sc.own
+		}
+	}
+}
+
+// released reports whether the caller went away while the call waited
+// (and the call was released).
+func (sc *storeCtx) released() bool { return sc.state.Load() == scReleased }
+
+// release is the AfterFunc of a kept call's caller.
+func (sc *storeCtx) release() {
+	for sc.state.Load() == scLooking {
+		runtime.Gosched() // look has not marked it kept yet
+	}
+	if sc.state.CompareAndSwap(scKept, scReleased) {
+		close(sc.own)
+	}
+}
+
+// unwatch stops a kept call's AfterFunc, so that a caller's context that
+// outlives many calls (a worker's) does not keep one per slow call.
+func (sc *storeCtx) unwatch() {
+	if sc.stop != nil {
+		sc.stop()
+		sc.stop = nil
+	}
 }
 
 // end marks the call over and drops the caller's context (the pool must not
-// keep it alive).
-func (sc *storeCtx) end() {
+// keep it alive). It reports whether sc may go back to the pool now: a
+// watched call's goes back when its deadline looks at it, a kept call's
+// never.
+func (sc *storeCtx) end() bool {
 	sc.d.Store(nil)
-	sc.parent = nil
+	for {
+		switch sc.state.Load() {
+		case scShared:
+			sc.parent = nil
+			return true
+		case scFresh:
+			if sc.state.CompareAndSwap(scFresh, scShared) {
+				sc.parent = nil
+				return true
+			}
+		case scWatched:
+			if sc.state.CompareAndSwap(scWatched, scEnded) {
+				return false // look reads parent and pools it
+			}
+		case scLooking:
+			runtime.Gosched() // look is reading parent
+		case scKept:
+			if sc.state.CompareAndSwap(scKept, scKeptEnded) {
+				sc.parent = nil
+				sc.unwatch()
+				return false
+			}
+		default: // released, timed out
+			sc.parent = nil
+			sc.unwatch()
+			return false
+		}
+	}
 }
 
 // closedChan is the Done channel of a call that is over.
@@ -194,14 +385,32 @@ func (c *storeCtx) Deadline() (time.Time, bool) {
 }
 
 func (c *storeCtx) Done() <-chan struct{} {
-	if d := c.d.Load(); d != nil {
-		return d.done
+	d := c.d.Load()
+	if d == nil {
+		return closedChan
 	}
-	return closedChan
+	switch c.state.Load() {
+	case scShared:
+		return d.done
+	case scFresh:
+		return c.watch(d)
+	}
+	return c.own
 }
 
 func (c *storeCtx) Err() error {
-	if d := c.d.Load(); d == nil || d.why.Load() != 0 {
+	d := c.d.Load()
+	if d == nil {
+		return context.DeadlineExceeded
+	}
+	switch c.state.Load() {
+	case scShared, scFresh:
+		if d.why.Load() != 0 {
+			return context.DeadlineExceeded
+		}
+	case scReleased:
+		return errCallerGone
+	case scTimedOut:
 		return context.DeadlineExceeded
 	}
 	return nil

@@ -19,7 +19,7 @@ func TestStoreCtxHidesTheCallersCancellation(t *testing.T) {
 	cancel(errors.New("client went away"))
 	d := &deadline{done: make(chan struct{})}
 	sc := &storeCtx{}
-	sc.begin(parent, d)
+	sc.begin(parent, d, true)
 	if err := context.Cause(sc); err != nil {
 		t.Fatalf("context.Cause of a live store context: %v", err)
 	}

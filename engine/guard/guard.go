@@ -27,9 +27,18 @@
 //     other calls (a late reply is queueing, not an outage).
 //
 // The call's context keeps the caller's values and its deadline, when that
-// comes before the timeout would, but not its cancellation: a client that
-// goes away (or half-closes its connection) gets the same decision as one
-// that stays, so cancelling cannot make a FailOpen policy admit it.
+// comes before the timeout would, but not its cancellation as such: the
+// store's answer still counts, and a caller whose context was done before
+// the call (a client that half-closed its connection) gets the same
+// decision as one that stays. A caller whose context is cancelled while
+// the call waits is released: at once, or 10 ms after the call began when
+// it left sooner, Take returns an error wrapping context.Canceled (the
+// engine then admits nothing, whatever the failure mode, so cancelling
+// cannot make a FailOpen policy admit a client), provided the store waits
+// on its context's Done channel, as the Redis store and every network
+// client do; what the call did in the store stays done (a charge is not
+// refunded), and the breaker learns nothing from it. A call that returns
+// within those 10 ms pays nothing for this; no goroutine is started.
 package guard
 
 import (
@@ -75,7 +84,10 @@ type Store struct {
 	deny    *denyCache // nil: WithoutDenyCache
 	ticks   tickSource
 	ctxs    sync.Pool // *storeCtx
-	blocks  bool      // next's Info.Blocks
+	// unwatched: no caller's cancellation is watched (the path before
+	// releasing callers, for benchmarks beside it).
+	unwatched bool
+	blocks    bool // next's Info.Blocks
 }
 
 // Option configures New. Options are checked by New, which names the
@@ -181,7 +193,7 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 	}
 	s.breaker.lastSuccess.Store(never)
 	s.ticks = tickSource{timeout: int64(s.timeout), store: s}
-	s.ctxs.New = func() any { return new(storeCtx) }
+	s.ctxs.New = func() any { return &storeCtx{own: make(chan struct{})} }
 	return s, nil
 }
 
@@ -280,10 +292,15 @@ func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, n
 	}
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
-	sc.begin(ctx, dl)
+	sc.begin(ctx, dl, !s.unwatched)
 	res, err := s.call(sc, op, keys, verdict)
-	sc.end()
-	s.ctxs.Put(sc)
+	gone := err != nil && sc.released()
+	if sc.end() {
+		s.ctxs.Put(sc)
+	}
+	if gone {
+		return limitstore.Result{}, errCallerGone
+	}
 	end := s.now()
 	if err == nil {
 		if s.breaker.succeeded(end) {
@@ -323,19 +340,28 @@ func (s *Store) transitionClosed(end int64) {
 
 // takeBy calls the wrapped store for a caller whose own deadline, by,
 // comes before the wrapper's timeout would: the call ends at by (with
-// context.DeadlineExceeded), and a call cut short there tells the breaker
-// nothing about the store (such a caller is never the probe: see
-// breaker.allow). This path allocates a context per call; a request
-// without such a deadline takes the shared one.
+// context.DeadlineExceeded), or when the caller goes away (errCallerGone),
+// and a call cut short there tells the breaker nothing about the store
+// (such a caller is never the probe: see breaker.allow). This path
+// allocates a context per call; a request without such a deadline takes
+// the shared one.
 func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by time.Time) (limitstore.Result, error) {
 	if !time.Now().Before(by) {
 		return limitstore.Result{}, context.DeadlineExceeded
 	}
 	start := s.now()
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), by)
+	parent := ctx
+	if ctx.Err() != nil { // done before the call: the store's decision all the same
+		parent = context.WithoutCancel(ctx)
+	}
+	cctx, cancel := context.WithDeadline(parent, by)
 	res, err := s.call(cctx, op, keys, callStore)
 	cut := cctx.Err() != nil
+	gone := err != nil && cctx.Err() == context.Canceled
 	cancel()
+	if gone {
+		return limitstore.Result{}, errCallerGone
+	}
 	end := s.now()
 	if err == nil {
 		if s.breaker.succeeded(end) {
@@ -371,6 +397,11 @@ func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verd
 	done = true
 	return res, err
 }
+
+// errCallerGone is what Take returns for a caller whose context was
+// cancelled while the store call waited: the caller is released, the call
+// may have been counted by the store.
+var errCallerGone = fmt.Errorf("guard: the caller went away while the store was asked (its context was cancelled); the call may have been counted: %w", context.Canceled)
 
 // errPanicked is what the breaker records for a store call that panicked.
 var errPanicked = fmt.Errorf("guard: the store panicked")

@@ -122,6 +122,97 @@ func (o takeOnly) Take(ctx context.Context, op *limitstore.Op) (limitstore.Resul
 	return o.s.Take(ctx, op)
 }
 
+// A caller whose context is cancelled while the store is asked is released
+// (at once when it leaves after the first 10 ms of the call, at 10 ms when
+// it leaves sooner), admitted by no failure mode (a client cannot cancel
+// its way past FailOpen), with an error wrapping context.Canceled; the
+// call goes on without it and its charge counts: the next caller meets it.
+// The breaker learns nothing from it. A caller cancelled before the call
+// still gets the store's decision (a client that half-closed its
+// connection).
+func TestCancelledCallerIsReleased(t *testing.T) {
+	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal, limit.FailClosed} {
+		for _, tc := range []struct {
+			name          string
+			leave, wantAt time.Duration
+		}{
+			{"leaves_after_10ms", 30 * time.Millisecond, 30 * time.Millisecond},
+			{"leaves_within_10ms", 2 * time.Millisecond, 10 * time.Millisecond},
+		} {
+			t.Run(mode.String()+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					obs := &limittest.Recorder{}
+					store := guarded(t, &lateReplyStore{Store: limittest.NewStore(nil), delay: 100 * time.Millisecond}, guard.WithTimeout(time.Second), guard.WithObserver(obs))
+					var opts []limit.Option
+					if mode == limit.FailLocal {
+						opts = append(opts, limit.WithLocalStore(limittest.NewStore(nil)))
+					}
+					l := mustNew(t, store, limit.Policy{Limit: 1, FailureMode: mode}, opts...)
+					ctx, cancel := context.WithCancel(context.Background())
+					time.AfterFunc(tc.leave, cancel)
+					start := time.Now()
+					d, err := l.Consume(ctx, "u")
+					if el := time.Since(start); el != tc.wantAt {
+						t.Errorf("Consume returned %v after the call began, want %v", el, tc.wantAt)
+					}
+					if d.Allowed || !errors.Is(err, context.Canceled) {
+						t.Fatalf("cancelled caller: %+v, %v; want nothing admitted and context.Canceled", d, err)
+					}
+					time.Sleep(200 * time.Millisecond)
+					if d, err := l.Consume(context.Background(), "u"); err != nil || d.Allowed {
+						t.Fatalf("after the abandoned call: %+v, %v; want its charge to count (denied)", d, err)
+					}
+					gone, stop := context.WithCancel(context.Background())
+					stop()
+					l2 := mustNew(t, store, limit.Policy{Name: "fresh", Limit: 1, FailureMode: mode}, opts...)
+					if d, err := l2.Consume(gone, "v"); err != nil || !d.Allowed {
+						t.Fatalf("caller cancelled before the call: %+v, %v; want the store's own decision (admitted)", d, err)
+					}
+					if len(obs.Breaker()) != 0 {
+						t.Fatalf("breaker transitions %v after a caller left: want none", obs.Breaker())
+					}
+				})
+			})
+		}
+	}
+}
+
+// A caller with a deadline nearer than the timeout is released when it goes
+// away too, before its deadline.
+func TestCancelledCallerWithADeadlineIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := guarded(t, limittest.SlowStore{Store: limittest.NewStore(nil), Delay: 100 * time.Millisecond}, guard.WithTimeout(time.Second))
+		l := mustNew(t, store, limit.Policy{Limit: 1, FailureMode: limit.FailOpen})
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		time.AfterFunc(3*time.Millisecond, cancel)
+		start := time.Now()
+		d, err := l.Consume(ctx, "u")
+		if el := time.Since(start); el != 3*time.Millisecond || d.Allowed || !errors.Is(err, context.Canceled) {
+			t.Fatalf("after %v: %+v, %v; want released at 3 ms, nothing admitted, context.Canceled", el, d, err)
+		}
+	})
+}
+
+// lateReplyStore decides each call at once in Store and answers delay
+// later, or at its context's end with the context's error: a network store
+// whose command was sent and whose reply is slow (the charge is made
+// whether or not the caller waits for it).
+type lateReplyStore struct {
+	limitstore.Store
+	delay time.Duration
+}
+
+func (s *lateReplyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := s.Store.Take(ctx, op)
+	select {
+	case <-time.After(s.delay):
+		return res, err
+	case <-ctx.Done():
+		return limitstore.Result{}, ctx.Err()
+	}
+}
+
 // A timeout New cannot honour is refused, naming the option: zero,
 // negative, and past MaxTimeout (math.MaxInt64 used to overflow the
 // call's deadline, which then fired at once and failed every decision).

@@ -26,7 +26,9 @@
 //   - a denied request only reads; an admitted one writes each state, with
 //     SETRANGE over the 40 bytes (which keeps the key's deadline, and
 //     PEXPIREAT ... NX gives a key that lost it, PERSIST from outside, its
-//     deadline back) while that deadline covers the state's life and SET
+//     deadline back; a flight of 8 keys or more asks INFO keyspace once
+//     instead, and sends none when no key of the server lacks a deadline)
+//     while that deadline covers the state's life and SET
 //     ... PXAT (PX on a caller's clock) when it must move, so every key the
 //     store writes has a time to live after any write, within the policy's
 //     bound: a fixed window's the end of the window plus 1 s, a sliding

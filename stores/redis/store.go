@@ -308,8 +308,9 @@ func (s *Store) Client() rueidis.Client {
 // timeout, circuit breaker and deny cache; see package guard; on a Cluster,
 // the guard of the key's master): ctx's values and its deadline reach the
 // call, its cancellation does not, but a ctx cancelled while the call
-// waits makes Take return at once with an error wrapping context.Canceled
-// (the call goes on; WithoutGuard: ctx as it is). The error is non-nil
+// waits makes Take return with an error wrapping context.Canceled, at once
+// or 10 ms after the call began when that is later (a queued Op is then
+// never sent; one sent stays counted; WithoutGuard: ctx as it is). The error is non-nil
 // when Redis could not be asked or did not answer in time; the request may
 // still have been counted when the deadline expired after the script ran,
 // but never when the call ended while it waited for a call to share. The error's text starts with

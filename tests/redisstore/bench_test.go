@@ -71,6 +71,52 @@ func BenchmarkRedis(b *testing.B) {
 	}
 }
 
+// BenchmarkRedisCallerContext is one allowed decision (Limiter.Consume)
+// on a real Redis, one caller at a time and from 64 goroutines, for a
+// caller whose context is a background one, a cancellable one (every HTTP
+// request's: the guard watches it while the call waits, to release the
+// caller when it goes away) and one cancelled before the call (the guard
+// never watches it: the path before callers were released), in one run:
+//
+//	. DIR/env && go test -run '^$' -bench RedisCallerContext -benchmem
+func BenchmarkRedisCallerContext(b *testing.B) {
+	url := skipNoEnv(b, envURL, "benchmark (real standalone Redis)")
+	s, err := NewFromURL(url, WithTimeout(time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	prefix := testPrefix(b)
+	defer deleteKeys(b, s.Client(), prefix)
+	const nkeys = 1024
+	ids := make([]string, nkeys)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("client-%d", i)
+	}
+	lim := limittest.MustNew(s, limit.Policy{Limit: 1_000_000, Window: time.Minute},
+		limit.WithKeyPrefix(prefix))
+	cancellable, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before, stop := context.WithCancel(context.Background())
+	stop()
+	for _, g := range []int{1, 64} {
+		for _, c := range []struct {
+			name string
+			ctx  context.Context
+		}{{"cancelled-before", before}, {"background", context.Background()}, {"cancellable", cancellable}} {
+			b.Run(fmt.Sprintf("%s/g=%d", c.name, g), func(b *testing.B) {
+				parallel(b, g, func(i int) error {
+					d, err := lim.Consume(c.ctx, ids[i%nkeys])
+					if err == nil && !d.Allowed {
+						err = fmt.Errorf("denied: %+v", d)
+					}
+					return err
+				})
+			})
+		}
+	}
+}
+
 // parallel runs f from g goroutines and reports decisions/s.
 func parallel(b *testing.B, g int, f func(i int) error) {
 	b.ReportAllocs()

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -252,6 +254,58 @@ func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
 				t.Fatalf("%v refund: %+v %v", alg, res, err)
 			}
 			check("refund", &two.Quotas[0])
+		}
+	})
+}
+
+// A flight's write in place repairs a key that lost its deadline too,
+// whether the flight checks each key (4 keys: fewer than 8) or asks the
+// server once whether any key lacks one (13 keys: 8 or more), for every
+// algorithm; a flight on keys that all have one leaves them as they are.
+func TestFlightRepairsKeyWithoutDeadline(t *testing.T) {
+	forOneServer(t, func(t *testing.T, be *backend) {
+		for _, size := range []int{3, 12} {
+			for _, alg := range algorithms {
+				t.Run(fmt.Sprintf("%v/%d", alg, size), func(t *testing.T) {
+					prefix, client, s, g := countingStore(t, be)
+					ctx := ctxT(t)
+					q := limitstore.Quota{Algorithm: alg, Limit: 100, Burst: 100, WindowMS: 60_000}
+					ops := make([]limitstore.Op, size)
+					for i := range ops {
+						ops[i] = oneQuota(opKey(prefix, "100p60", alg, strconv.Itoa(i)), q, 1)
+						if res, err := s.Take(ctx, &ops[i]); err != nil || !res.Allowed {
+							t.Fatalf("%+v %v", res, err)
+						}
+					}
+					lost := string(ops[size/2].Quotas[0].Key)
+					if err := client.Do(ctx, client.B().Persist().Key(lost).Build()).Error(); err != nil {
+						t.Fatal(err)
+					}
+					r := startGated(t, s, g, prefix+":fill")
+					var chs []chan outcome
+					for i := range ops {
+						ch, queued := r.start(ctx, &ops[i])
+						if !queued {
+							t.Fatal("an Op was sent alone, not queued for the flight")
+						}
+						chs = append(chs, ch)
+					}
+					r.releaseAll()
+					for _, ch := range chs {
+						if o := r.wait(ch); o.err != nil || !o.res.Allowed {
+							t.Fatalf("%+v %v", o.res, o.err)
+						}
+					}
+					if !slices.Contains(g.batchCalls(), size+1) { // the filler that queued first, then ops
+						t.Fatalf("script calls of %v Ops, want one flight of %d", g.batchCalls(), size+1)
+					}
+					for i := range ops {
+						if p, b := pttl(t, client, string(ops[i].Quotas[0].Key)), ttlBound(&ops[i].Quotas[0]); p <= 0 || p > b {
+							t.Errorf("key %d (lost its deadline: %v): PTTL %d after the flight, want 0 < PTTL <= %d", i, i == size/2, p, b)
+						}
+					}
+				})
+			}
 		}
 	})
 }

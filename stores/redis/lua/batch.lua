@@ -118,6 +118,12 @@ end
 local clock, general
 local h = A[1]
 local got = call('MGET', unpack(K))
+-- A small flight repairs each key's deadline on a write in place; a larger
+-- one asks INFO keyspace once whether any key lacks one (prelude.lua,
+-- persisted).
+if #K < 8 then
+  persisted = true
+end
 local Z = string.rep('\0', 40)
 
 -----------------------------------------------------------------------------
@@ -405,12 +411,24 @@ while p <= e do
           end
         end
         -- A write in place keeps the key's deadline; NX gives one back to a
-        -- key that lost it (PERSIST from outside), and costs a lookup else.
+        -- key that lost it (PERSIST from outside), and costs a lookup else;
+        -- not needed when no key lacks a deadline (persisted false).
         if keep then
-          if servertime then
-            call('PEXPIREAT', k, pe, 'NX')
-          else
-            call('PEXPIRE', k, pe - now, 'NX')
+          if persisted == nil then
+            local info, seen, lack = redis.pcall('INFO', 'keyspace'), false, false
+            if type(info) == 'string' then
+              for nk, ne in string.gmatch(info, 'keys=(%d+),expires=(%d+)') do
+                seen, lack = true, lack or nk ~= ne
+              end
+            end
+            persisted = lack or not seen
+          end
+          if persisted then
+            if servertime then
+              call('PEXPIREAT', k, pe, 'NX')
+            else
+              call('PEXPIRE', k, pe - now, 'NX')
+            end
           end
         end
         -- inline: write end

@@ -70,6 +70,10 @@ if #ARGV > 1 then -- by hand: the integers as decimal arguments
 end
 local refund = #a > 16 + 32 * n
 
+-- One Op: a write in place repairs its key's deadline itself (prelude.lua,
+-- persisted).
+persisted = true
+
 if n == 1 and not refund then
   ---------------------------------------------------------------------------
   -- The straight path: one quota, no refund; prelude.lua's steps inline.
@@ -261,12 +265,24 @@ if n == 1 and not refund then
       end
     end
     -- A write in place keeps the key's deadline; NX gives one back to a
-    -- key that lost it (PERSIST from outside), and costs a lookup else.
+    -- key that lost it (PERSIST from outside), and costs a lookup else;
+    -- not needed when no key lacks a deadline (persisted false).
     if keep then
-      if servertime then
-        call('PEXPIREAT', k, pe, 'NX')
-      else
-        call('PEXPIRE', k, pe - now, 'NX')
+      if persisted == nil then
+        local info, seen, lack = redis.pcall('INFO', 'keyspace'), false, false
+        if type(info) == 'string' then
+          for nk, ne in string.gmatch(info, 'keys=(%d+),expires=(%d+)') do
+            seen, lack = true, lack or nk ~= ne
+          end
+        end
+        persisted = lack or not seen
+      end
+      if persisted then
+        if servertime then
+          call('PEXPIREAT', k, pe, 'NX')
+        else
+          call('PEXPIRE', k, pe - now, 'NX')
+        end
       end
     end
     -- inline: write end

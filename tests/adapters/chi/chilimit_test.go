@@ -297,6 +297,10 @@ func TestMiddlewareAllocations(t *testing.T) {
 
 func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
+// A client that leaves while its request's decision waits on a slow store
+// releases the decision at once, and the handler does not run.
+func TestClientGoneReleasesTheDecision(t *testing.T) { conformance.CheckClientGone(t, harness{}) }
+
 // harness builds a chi router for a conformance App: global limiters with
 // r.Use, groups as r.Route subrouters with Use, route limiters with r.With.
 type harness struct{}

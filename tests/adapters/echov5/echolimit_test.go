@@ -23,6 +23,10 @@ import (
 
 func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
+// A client that leaves while its request's decision waits on a slow store
+// releases the decision at once, and the handler does not run.
+func TestClientGoneReleasesTheDecision(t *testing.T) { conformance.CheckClientGone(t, harness{}) }
+
 // harness builds an echo v5 server for a conformance App: global limiters
 // with e.Use, groups with e.Group(prefix, middleware...), route limiters as
 // route middleware.

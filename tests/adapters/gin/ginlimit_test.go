@@ -130,6 +130,10 @@ func TestMiddlewareAllocations(t *testing.T) {
 
 func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
+// A client that leaves while its request's decision waits on a slow store
+// releases the decision at once, and the handler does not run.
+func TestClientGoneReleasesTheDecision(t *testing.T) { conformance.CheckClientGone(t, harness{}) }
+
 // harness builds a gin engine for a conformance App: global limiters with
 // r.Use, groups with r.Group(prefix, middleware...), route limiters before
 // the route's handler.

@@ -236,6 +236,10 @@ func TestPerRouteBucketWhateverTheSpelling(t *testing.T) {
 
 func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
 
+// A client that leaves while its request's decision waits on a slow store
+// releases the decision at once, and the handler does not run.
+func TestClientGoneReleasesTheDecision(t *testing.T) { conformance.CheckClientGone(t, harness{}) }
+
 // harness builds a ServeMux for a conformance App: global limiters around
 // the root mux, each group as a sub-mux under "<prefix>/" wrapped in the
 // group's limiters, route limiters around the route's handler. Patterns
