@@ -252,6 +252,8 @@ func admin(t *testing.T, i int, l *limit.Limiter, a *Admin) {
 		t.Errorf("step %d: Peek(%q) = allowed %v, remaining %d; want %v, %d", i, a.Identity, d.Allowed, d.Remaining, a.Allowed, a.Remaining)
 	case a.WantIdentity != "" && d.Identity() != a.WantIdentity:
 		t.Errorf("step %d: Peek(%q).Identity() = %q, want %q", i, a.Identity, d.Identity(), a.WantIdentity)
+	case d.Blocked != a.Blocked || a.RetryAfter != 0 && d.RetryAfter != a.RetryAfter:
+		t.Errorf("step %d: Peek(%q) = blocked %v, retry after %v; want %v, %v", i, a.Identity, d.Blocked, d.RetryAfter, a.Blocked, a.RetryAfter)
 	}
 }
 

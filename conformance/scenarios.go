@@ -130,6 +130,10 @@ type Admin struct {
 	Allowed      bool
 	Remaining    int64
 	WantIdentity string
+	// Blocked is the Peek's expected Decision.Blocked (Policy.BlockFor);
+	// RetryAfter, when not 0, its RetryAfter exactly.
+	Blocked    bool
+	RetryAfter time.Duration
 }
 
 // Want is the expected response.
@@ -965,5 +969,6 @@ func Scenarios() []Scenario {
 			},
 			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/v1/slow", Clients: 6, Allowed: 2},
 		},
+		otpBlockScenario(),
 	}
 }

@@ -45,6 +45,7 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	}
 	t.Run("peek-and-reset-through-limiters-as-the-reference", func(t *testing.T) { peekResetPolicies(t, newStore) })
 	t.Run("reset-races-200-requests", func(t *testing.T) { resetRacesRequests(t, newStore) })
+	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) }) // blocks.go
 }
 
 // model is the reference: the engine's math over a map with TTLs, written

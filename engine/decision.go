@@ -87,6 +87,14 @@ type Decision struct {
 	waitMS int64
 	// who is the identity decided for (see Identity).
 	who who
+	// Blocked reports that a block (Policy.BlockFor) limits the request:
+	// one in force, or the one this request began; RetryAfter is then at
+	// least the time left on it. Under Shadow the request is admitted
+	// (OutcomeShadowLimited) and Blocked still says so. A Peek reports the
+	// block a request would meet or begin.
+	Blocked bool
+	// blockStarted reports that this request began the block.
+	blockStarted bool
 	// slot is the hold of an admitted Concurrency request on its slots,
 	// which Finish gives back; slotGen tells this hold from a later one on
 	// the same pooled slot. nil: none.
@@ -196,4 +204,5 @@ func (d *Decision) fill(res *limitstore.Result) {
 			d.waitMS = max(d.waitMS, min(res.Quotas[i].WaitMS, maxDelayMS))
 		}
 	}
+	d.fillBlock(res)
 }

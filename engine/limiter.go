@@ -38,6 +38,7 @@ type Limiter struct {
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
+	blockLog   logGate      // the block-start log line, at most once per 10 s (block.go)
 	calendar   bool         // a quota counts calendar periods (calendar.go)
 	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
 
@@ -100,6 +101,9 @@ func (l *Limiter) With(p Policy) (*Limiter, error) {
 func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	res, err := p.resolve()
 	if err != nil {
+		return nil, err
+	}
+	if err := checkBlockStore(s, &p); err != nil {
 		return nil, err
 	}
 	if cfg.localStore != nil && p.FailureMode != FailLocal {
@@ -252,7 +256,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scr
 	if !resp.Decision.Allowed && l.policy.Shadow {
 		l.shadow(&resp.Decision, r.Route)
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src, Plan: resp.Decision.Plan})
+	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src, Plan: resp.Decision.Plan, Blocked: resp.Decision.Blocked})
 	l.resp.fill(resp)
 	if resp.Decision.Allowed {
 		return
@@ -296,6 +300,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 			wait = l.enterWait(ctx, op)
 		}
 		err = l.store.decide(ctx, op, bucket.name, d, &sc.res)
+		l.logBlock(d)
 		if err == nil && d.Allowed {
 			// Taken from the shared store: Finish may give it back.
 			d.charge.lim, d.charge.bucket, d.charge.id, d.charge.set, d.charge.cost = l, *bucket, *id, set, cost
@@ -366,7 +371,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if !d.Allowed && l.policy.Shadow {
 		l.shadow(&d, "")
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src, Plan: d.Plan})
+	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src, Plan: d.Plan, Blocked: d.Blocked})
 	if !d.Allowed && l.policy.OnLimited != nil {
 		l.onLimited(ctx, &r, &d)
 	}

@@ -85,6 +85,10 @@ type DecisionEvent struct {
 	// Plan is the plan that decided (Decision.Plan): a key of Policy.Plans,
 	// Policy.DefaultPlan, or "".
 	Plan string
+	// Blocked reports a request limited by a block (Policy.BlockFor,
+	// Decision.Blocked); its Outcome is limited, or shadow-limited under
+	// Shadow.
+	Blocked bool
 }
 
 // The reasons of a refund (Observer.Refund).

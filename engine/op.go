@@ -20,6 +20,7 @@ func (l *Limiter) op(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, cos
 		q.Algorithm, q.Limit, q.WindowMS, q.Burst, q.Window, q.MaxWaitMS = a, s.limit, s.windowMS, s.burst, 0, l.maxWaitMS
 	}
 	sc.key = l.keys.appendKeys(sc.key[:0], bucket, id, set, op)
+	l.blockRule(sc, bucket, id, set, op)
 	if l.calendar {
 		l.calendarWindows(op, set)
 	}

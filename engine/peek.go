@@ -12,8 +12,10 @@ import (
 )
 
 // Peek returns the Decision a request of cost 1 by identity would get now
-// (Allowed, Outcome, Remaining, ResetAfter, RetryAfter, ResetAt, the plan),
-// with every quota of the identity's plan considered, and writes nothing:
+// (Allowed, Outcome, Remaining, ResetAfter, RetryAfter, ResetAt, the plan,
+// and Blocked: a block in force, or the one the request would begin, with
+// its RetryAfter; see Policy.BlockFor), with every quota of the identity's
+// plan considered, and writes nothing:
 // no key is created, no count nor time to live changes, no Decision event
 // is emitted, Finish gives nothing back for it. Remaining is what such a
 // request, admitted, would leave (one less than is left now). Under
@@ -69,15 +71,21 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	d.fill(&res)
 	d.Limit = set.q[d.quota].limit
 	d.charge = charge{}
-	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 {
+	if !d.Allowed && !d.OverCapacity && l.maxWaitMS > 0 && (!d.Blocked || d.blockStarted) {
 		// Under MaxWait the request would reserve its slot and wait for
-		// it, as far as the wait, ctx's deadline and the waiters allow.
+		// it, as far as the wait, ctx's deadline and the waiters allow
+		// (and then begin no block; a block in force admits no wait).
 		wait := l.maxWaitMS
 		if dl, ok := ctx.Deadline(); ok {
 			wait = min(wait, time.Until(dl).Milliseconds()-1)
 		}
-		if ms := d.RetryAfter.Milliseconds(); ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
-			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, d.RetryAfter, 0
+		ms := d.RetryAfter.Milliseconds()
+		if d.blockStarted {
+			ms = quotaRetryMS(&res)
+		}
+		if ms > 0 && ms <= wait && l.waiting.Load() < l.maxWaiting {
+			d.Allowed, d.Outcome, d.Waited, d.RetryAfter = true, OutcomeAllowed, time.Duration(ms)*time.Millisecond, 0
+			d.Blocked, d.blockStarted = false, false
 		}
 	}
 	if !d.Allowed && l.policy.Shadow {
@@ -87,7 +95,8 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 }
 
 // Reset forgets identity's usage in every quota of every plan of the
-// policy, as one atomic store operation (limitstore.Resetter.Reset: the
+// policy, and its block and offence (Policy.BlockFor), as one atomic store
+// operation (limitstore.Resetter.Reset: the
 // identity's keys share one hash tag, so one Redis command on one Cluster
 // slot, or one shard lock of the memory store): a request racing it is
 // counted wholly before it (and forgotten) or wholly after it. It is
@@ -110,6 +119,7 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 			keys = append(keys, op.Quotas[j].Key)
 		}
 	}
+	keys = l.blockKey(keys, &id)
 	start := time.Now()
 	err = reset(ctx, rs, keys)
 	l.store.timed(l.store.primary.name, "reset", start, err)

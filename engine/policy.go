@@ -378,6 +378,35 @@ type Policy struct {
 	// Consume and ConsumeN, r is as for OnLimited.
 	OnStoreError func(ctx context.Context, r Request, err error)
 
+	// Blocks: a limited identity stays limited.
+
+	// BlockFor, when set, blocks an identity the policy limits: from the
+	// moment a request is limited by its quotas, every request of that
+	// identity is limited for BlockFor, whatever the quotas say, answered
+	// 429 with Retry-After the time left on the block (rounded up, never
+	// early), charged nothing and counted as limited (Decision.Blocked;
+	// DecisionEvent.Blocked). Requests during a block do not extend it.
+	// The store decides it in the same atomic step as the quotas, from a
+	// record under the identity's hash tag, so every process on a shared
+	// store honours it from its next request, and a guarded store's deny
+	// cache answers the blocked identity without a store call after the
+	// first denial. With CountStatus a block follows the counted requests
+	// only (the request that finds the counted quota spent begins it).
+	// Shadow decides and reports blocks and enforces none. Limiter.Reset
+	// lifts a block; Limiter.Peek shows it. Requests without an identity
+	// (the fallback bucket) are never blocked. A whole number of
+	// milliseconds, at most 180 days; negative is an error, and so is a
+	// store that does not decide blocks (limitstore.Info.Blocks). 0: no
+	// blocks.
+	BlockFor time.Duration
+	// BlockMax, when set, lengthens repeat offences: a block that begins
+	// while the identity's previous offence is remembered lasts twice the
+	// previous block, up to BlockMax. An offence is remembered from the
+	// start of its block until BlockMax after the block ends; after that
+	// the next block lasts BlockFor again. At least BlockFor, at most 180
+	// days, a whole number of milliseconds; it needs BlockFor. 0: every
+	// block lasts BlockFor.
+	BlockMax time.Duration
 	// Calendar quotas.
 
 	// Per, when set, makes the policy's own quota a calendar quota: Limit
@@ -619,6 +648,9 @@ func (p *Policy) resolve() (resolved, error) {
 		return p.resolveConcurrency(r)
 	}
 	if err := p.checkMaxWait(); err != nil {
+		return r, err
+	}
+	if err := p.checkBlock(); err != nil {
 		return r, err
 	}
 	var def quotaSet

@@ -77,6 +77,8 @@ func (c *denyCache) rest(op *limitstore.Op) uint64 {
 		p = binary.LittleEndian.AppendUint64(p, uint64(len(q.Key)))
 		h.Write(p)
 	}
+	// The block rule (Op.Block): a denial of another rule's says nothing.
+	h.Write(binary.LittleEndian.AppendUint64(binary.LittleEndian.AppendUint64(b[:0], uint64(op.Block.ForMS)), uint64(op.Block.MaxMS)))
 	return h.Sum64()
 }
 
@@ -107,6 +109,9 @@ func (c *denyCache) lookup(op *limitstore.Op, now int64) (res limitstore.Result,
 	res = e.res
 	el := max(now-e.receipt, 0) / int64(1e6) // whole ms, rounded down: delays never early
 	res.NowMS += el
+	if res.BlockMS > 0 { // a block counts down as the delays do; it began at the store's answer
+		res.BlockMS, res.BlockStarted, res.BlockTTLMS = max(res.BlockMS-el, 1), false, 0
+	}
 	for i := range min(res.N, limitstore.MaxQuotas) {
 		q := &res.Quotas[i]
 		q.ResetAfterMS = max(q.ResetAfterMS-el, 0)
@@ -138,6 +143,7 @@ func (c *denyCache) store(op *limitstore.Op, res *limitstore.Result, start, rece
 			retry = max(retry, q.RetryAfterMS)
 		}
 	}
+	retry = max(retry, res.BlockMS) // a block (Op.Block) denies until it ends, whatever the quotas say
 	if retry <= 0 {
 		return
 	}

@@ -87,6 +87,7 @@ type Store struct {
 	// unwatched: no caller's cancellation is watched (the path before
 	// releasing callers, for benchmarks beside it).
 	unwatched bool
+	blocks    bool // next's Info.Blocks
 }
 
 // Option configures New. Options are checked by New, which names the
@@ -172,6 +173,7 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 			s.name = info.Name
 		}
 		s.shared = info.Shared
+		s.blocks = info.Blocks
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -196,7 +198,9 @@ func New(next limitstore.Store, opts ...Option) (*Store, error) {
 }
 
 // Describe reports the wrapped store's description.
-func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: s.name, Shared: s.shared} }
+func (s *Store) Describe() limitstore.Info {
+	return limitstore.Info{Name: s.name, Shared: s.shared, Blocks: s.blocks}
+}
 
 // Claim passes limit.New's record of an unnamed Limiter to the wrapped
 // store when it keeps limitstore.Claims, so that wrapping a store never

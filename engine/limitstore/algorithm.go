@@ -85,6 +85,11 @@ type Op struct {
 	WaitMS int64
 	// Quotas are the quotas the cost is taken from; only the first N count.
 	Quotas [MaxQuotas]Quota
+	// Block is the identity's block rule (Policy.BlockFor): a store that
+	// honours it (Info.Blocks) reads and writes Block.Key in the same
+	// atomic step as the quotas and decides with ApplyBlock. The zero
+	// value: no rule.
+	Block Block
 }
 
 // Quota is one limit of an Op and the identity it applies to.
@@ -186,6 +191,15 @@ type Result struct {
 	N int
 	// Quotas are the quotas' answers, in the Op's order.
 	Quotas [MaxQuotas]QuotaResult
+	// BlockMS is, for an Op denied by a block (Op.Block), the time left on
+	// it in ms: a block in force, or the one this Op began (its length);
+	// 0 when no block denied it.
+	BlockMS int64
+	// BlockStarted reports that this Op began the block (BlockMS long).
+	BlockStarted bool
+	// BlockTTLMS is, when > 0, the time to live with which the store
+	// writes the new block record under Op.Block.Key (see ApplyBlock).
+	BlockTTLMS int64
 }
 
 // Apply decides op against the N states at now (Unix ms). It is pure: the

@@ -73,4 +73,9 @@ type Info struct {
 	// default key prefix unless the caller sets one (WithKeyPrefix), so that
 	// two services on one store never draw on one allowance by accident.
 	Shared bool
+	// Blocks reports that the store honours Op.Block: it reads and writes
+	// the block record in the same atomic step as the quotas and decides
+	// with Op.ApplyBlock (the memory and Redis stores do). limit.New
+	// refuses Policy.BlockFor on a store without it.
+	Blocks bool
 }

@@ -73,7 +73,7 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, e
 			sts[i] = e.st
 		}
 	}
-	res := op.Apply(&sts, now)
+	res := s.applyBlock(op, &sts, now)
 	for i := range n {
 		ttl, e := res.Quotas[i].TTLMS, es[i]
 		switch {
@@ -95,8 +95,13 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, e
 	return res, nil
 }
 
-// Describe describes the store to the engine (limitstore.Info): it returns Info.
-func (s *Store) Describe() limitstore.Info { return s.Info }
+// Describe describes the store to the engine (limitstore.Info): it returns
+// Info, with Blocks set (the store decides blocks, Op.Block).
+func (s *Store) Describe() limitstore.Info {
+	i := s.Info
+	i.Blocks = true
+	return i
+}
 
 // Calls returns how many times Take or Reset was called.
 func (s *Store) Calls() int {

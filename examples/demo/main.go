@@ -276,6 +276,7 @@ func run(framework string) error {
 	unmatched(framework, base, check)
 	signinAndStacked(base, loginClient, check)
 	adminReset(base, loginClient, check)
+	otpBlock(base, check)
 	sharedSlots(framework, check)
 
 	if len(problems) == 0 {
@@ -501,23 +502,7 @@ func adminReset(base, loginClient string, check func(bool, string)) {
 
 // adminPeek returns the login part of GET url's JSON.
 func adminPeek(c *http.Client, url string, header ...[2]string) (string, bool) {
-	req, err := http.NewRequest("GET", url, nil)
-	if err != nil {
-		return err.Error(), false
-	}
-	for _, h := range header {
-		req.Header.Add(h[0], h[1])
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err.Error(), false
-	}
-	defer resp.Body.Close()
-	var body map[string]json.RawMessage
-	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
-		return fmt.Sprintf("status %d", resp.StatusCode), false
-	}
-	return string(body["login"]), true
+	return adminPart(c, url, "login", header...)
 }
 
 // metricLines fetches a Prometheus text exposition and returns its
@@ -728,6 +713,68 @@ func sendAtOnce(base, route, client, path string, n int) (row, time.Duration) {
 		}
 	}
 	return r, time.Since(start)
+}
+
+// otpBlock shows a block: a client sends wrong codes to POST /v1/otp until
+// it is limited (3 failed attempts per 5 s; right codes are free); the
+// attempt that finds the quota spent begins an 8 s block, so the right code
+// then gets 429 too, with the block's Retry-After. The admin GET shows the
+// block, and DELETE lifts it at once: the demo checks the reset instead of
+// waiting the block out.
+func otpBlock(base string, check func(bool, string)) {
+	const client = "127.0.0.40"
+	c := limittest.ClientFrom(client)
+	defer c.CloseIdleConnections()
+	url := base + "/v1/otp"
+	right, wrong := [2]string{"X-OTP", "123456"}, [2]string{"X-OTP", "000000"}
+	free, _, _ := request(c, "POST", url, right)
+	failed, status := 0, 0
+	var h http.Header
+	for range 8 { // a fixed window may roll during the attempts: more than 3 may fail
+		if status, h, _ = request(c, "POST", url, wrong); status != http.StatusUnauthorized {
+			break
+		}
+		failed++
+	}
+	retry := h.Get("Retry-After")
+	blocked, bh, _ := request(c, "POST", url, right)
+	ac := limittest.ClientFrom("127.0.0.30")
+	defer ac.CloseIdleConnections()
+	bearer := [2]string{"Authorization", "Bearer " + adminToken}
+	admin := base + "/admin/limits/" + client
+	peek, peekOK := adminPart(ac, admin, "otp", bearer)
+	del, _, _ := request(ac, "DELETE", admin, bearer)
+	after, _, _ := request(c, "POST", url, right)
+	fmt.Printf("\nPOST /v1/otp from %s: right code %d; %d wrong codes 401, then %d (Retry-After: %s); the right code while blocked: %d (Retry-After: %s)\n",
+		client, free, failed, status, retry, blocked, bh.Get("Retry-After"))
+	fmt.Printf("GET /admin/limits/%s: otp %s\nDELETE: %d; POST /v1/otp with the right code: %d\n", client, peek, del, after)
+	check(free == http.StatusNoContent && failed >= 3 && status == http.StatusTooManyRequests && retry == "8",
+		"otp: right codes are free; after 3 wrong codes the next attempt gets 429 and begins an 8 s block (Retry-After: 8)")
+	check(blocked == http.StatusTooManyRequests && bh.Get("Retry-After") != "" && bh.Get("Retry-After") != "0",
+		"otp: a blocked client gets 429 even with the right code, with the time left on the block as Retry-After")
+	check(peekOK && strings.Contains(peek, `"blocked":true`) && del == http.StatusNoContent && after == http.StatusNoContent,
+		"otp: GET /admin/limits/{identity} shows the block; DELETE lifts it (the right code is then 204 at once)")
+}
+
+// adminPart returns the limiter name's part of GET url's JSON.
+func adminPart(c *http.Client, url, name string, header ...[2]string) (string, bool) {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return err.Error(), false
+	}
+	for _, h := range header {
+		req.Header.Add(h[0], h[1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer resp.Body.Close()
+	var body map[string]json.RawMessage
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&body) != nil {
+		return fmt.Sprintf("status %d", resp.StatusCode), false
+	}
+	return string(body[name]), true
 }
 
 // sharedSlots shows two example servers on one Redis sharing the 2 slots

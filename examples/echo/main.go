@@ -11,7 +11,8 @@
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
-//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global and login limiters
+//	POST /v1/otp          + fixed window "otp": 3 failed attempts/5s, then blocked 8s, a repeat 16s (204 with X-OTP: 123456, else 401; 429 while blocked)
+//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global, login and otp limiters
 //
 // Run: go run ./echo -addr 127.0.0.1:8080
 package main
@@ -52,6 +53,9 @@ func main() {
 		e.POST("/v1/signin", func(c echo.Context) error {
 			return c.NoContent(app.SigninStatus(c.Request().Header.Get("X-Password")))
 		}, echolimit.Middleware(l.Signin))
+		e.POST("/v1/otp", func(c echo.Context) error {
+			return c.NoContent(app.OTPStatus(c.Request().Header.Get("X-OTP")))
+		}, echolimit.Middleware(l.OTP))
 		e.GET("/v1/search", text(app.SearchBody), echolimit.Middleware(l.Search))
 		e.GET("/v1/feed", text(app.FeedBody), echolimit.Middleware(l.Feed))
 		e.GET("/v1/slow", func(c echo.Context) error {

@@ -11,7 +11,8 @@
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
-//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global and login limiters
+//	POST /v1/otp          + fixed window "otp": 3 failed attempts/5s, then blocked 8s, a repeat 16s (204 with X-OTP: 123456, else 401; 429 while blocked)
+//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global, login and otp limiters
 //
 // Run: go run ./fiberv3 -addr 127.0.0.1:8080
 package main
@@ -64,6 +65,9 @@ func main() {
 	v1.Post("/login", global, fiberlimit.New(l.Login), text(app.LoginBody))
 	v1.Post("/signin", global, fiberlimit.New(l.Signin), func(c fiber.Ctx) error {
 		return c.SendStatus(app.SigninStatus(c.Get("X-Password")))
+	})
+	v1.Post("/otp", global, fiberlimit.New(l.OTP), func(c fiber.Ctx) error {
+		return c.SendStatus(app.OTPStatus(c.Get("X-OTP")))
 	})
 	v1.Get("/search", global, fiberlimit.New(l.Search), text(app.SearchBody))
 	v1.Get("/feed", global, fiberlimit.New(l.Feed), text(app.FeedBody))

@@ -11,7 +11,8 @@
 //	GET  /v1/reports      + 2 per 10 s and 5 per 60 s at once, sliding window
 //	GET  /v1/export       + per X-API-Key: pro- keys 20/60s, others 5/60s
 //	POST /v1/signin       + per-route fixed window: 3 failed attempts/60s (204 with X-Password: open-sesame, else 401)
-//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global and login limiters
+//	POST /v1/otp          + fixed window "otp": 3 failed attempts/5s, then blocked 8s, a repeat 16s (204 with X-OTP: 123456, else 401; 429 while blocked)
+//	GET|DELETE /admin/limits/{identity}  with -admin-token T and Authorization: Bearer T: the Peek (JSON) / Reset (204) of the global, login and otp limiters
 //
 // Run: go run ./nethttp -addr 127.0.0.1:8080
 package main
@@ -49,6 +50,9 @@ func main() {
 		mux.Handle("POST /v1/login", httplimit.Middleware(l.Login)(text(app.LoginBody)))
 		mux.Handle("POST /v1/signin", httplimit.Middleware(l.Signin)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(app.SigninStatus(r.Header.Get("X-Password")))
+		})))
+		mux.Handle("POST /v1/otp", httplimit.Middleware(l.OTP)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(app.OTPStatus(r.Header.Get("X-OTP")))
 		})))
 		mux.Handle("GET /v1/search", httplimit.Middleware(l.Search)(text(app.SearchBody)))
 		mux.Handle("GET /v1/feed", httplimit.Middleware(l.Feed)(text(app.FeedBody)))

@@ -16,6 +16,7 @@
 //
 //	quotagate.requests{bucket,handler,outcome,key_source,plan} Int64Counter  {request}
 //	quotagate.refunds{bucket,reason}                         Int64Counter    {request}
+//	quotagate.blocked{bucket,plan}                           Int64Counter    {request}
 //	quotagate.issues{bucket,kind}                            Int64Counter    {request}
 //	quotagate.store.errors{bucket,failure_mode}              Int64Counter    {call}
 //	quotagate.store.duration{store,op}                       Float64Histogram s

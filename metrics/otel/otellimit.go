@@ -114,6 +114,8 @@ type Observer struct {
 
 	slots     metric.Int64UpDownCounter // slots.go
 	slotCache cache[string, []metric.AddOption]
+
+	blocks blockSide // blocks.go
 }
 
 var _ limit.Observer = (*Observer)(nil)
@@ -208,6 +210,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.mayEvict, err = m.Int64ObservableGauge(StoreMayEvict,
 		metric.WithDescription("1 when the rate-limit store's server may evict the limiter's state under its memory policy (each evicted key gives its client a fresh quota), else 0; by store and the server's policy."))
 	add(err)
+	add(o.blocks.create(m))
 	o.slots, err = newSlots(m)
 	add(err)
 	if err := errors.Join(errs...); err != nil {
@@ -239,6 +242,9 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 		opts = o.resolveRequest(k)
 	}
 	o.requests.Add(bg, 1, opts...)
+	if e.Blocked {
+		o.blocks.inc(e.Bucket, e.Plan)
+	}
 }
 
 func (o *Observer) resolveRequest(k requestKey) []metric.AddOption {

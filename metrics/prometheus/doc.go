@@ -13,6 +13,7 @@
 //
 //	quotagate_requests_total{bucket,handler,outcome,key_source,plan}  counter
 //	quotagate_refunds_total{bucket,reason}                            counter
+//	quotagate_blocked_requests_total{bucket,plan}                     counter
 //	quotagate_issues_total{bucket,kind}                               counter
 //	quotagate_store_errors_total{bucket,failure_mode}                 counter
 //	quotagate_store_duration_seconds{store,op}                        histogram
@@ -40,7 +41,9 @@
 // is later-mount (a later mount limited the request and this mount gave its
 // charge back) or status (Policy.CountStatus did not count the status): a
 // refunded request is also counted allowed in quotagate_requests_total, so
-// a bucket served allowed minus refunded; kind (issues) is one of the
+// a bucket served allowed minus refunded; quotagate_blocked_requests_total
+// counts the requests a block limited (Policy.BlockFor), each also counted
+// limited (shadow-limited under Shadow) in quotagate_requests_total; kind (issues) is one of the
 // limit.Issue values; failure_mode is
 // open, local or closed; store is the store's name (memory, redis, custom) and
 // op the operation (take); reason is expired or live for evictions (see

@@ -18,6 +18,7 @@ import (
 var docLabels = map[string][]string{
 	promlimit.RequestsTotal:                    {"bucket", "handler", "outcome", "key_source", "plan"},
 	promlimit.RefundsTotal:                     {"bucket", "reason"},
+	promlimit.BlockedTotal:                     {"bucket", "plan"},
 	promlimit.IssuesTotal:                      {"bucket", "kind"},
 	promlimit.StoreErrorsTotal:                 {"bucket", "failure_mode"},
 	promlimit.StoreDurationSeconds + "_bucket": {"store", "op", "le"},

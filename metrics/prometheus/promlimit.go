@@ -106,6 +106,8 @@ type Observer struct {
 
 	slots     *prometheus.GaugeVec // slots.go
 	slotCache cache[string, prometheus.Gauge]
+
+	blocks blockSide // blocks.go
 }
 
 var (
@@ -195,8 +197,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 			Help:    "Time requests waited for the slot they reserved (Policy.MaxWait), in seconds, by bucket and result (served: admitted at its slot; cancelled: its context ended first and the slot was given back). The count is the requests that waited.",
 			Buckets: WaitBuckets(),
 		}, []string{"bucket", "result"}),
-		side:  newStoreSide(),
-		slots: newSlots(),
+		side:   newStoreSide(),
+		blocks: newBlockSide(),
+		slots:  newSlots(),
 	}
 	if reg == nil {
 		return o, nil
@@ -210,7 +213,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Observer, error) {
 					if o.durations, err = register(reg, StoreDurationSeconds, o.durations, &done); err == nil {
 						if o.waits, err = register(reg, WaitSeconds, o.waits, &done); err == nil {
 							if err = o.side.register(reg, &done); err == nil {
-								o.slots, err = register(reg, SlotsInFlight, o.slots, &done)
+								if o.slots, err = register(reg, SlotsInFlight, o.slots, &done); err == nil {
+									err = o.blocks.register(reg, &done)
+								}
 							}
 						}
 					}
@@ -277,6 +282,9 @@ func (o *Observer) Decision(e limit.DecisionEvent) {
 		c = o.resolveRequest(k)
 	}
 	c.Inc()
+	if e.Blocked {
+		o.blocks.inc(e.Bucket, e.Plan)
+	}
 }
 
 func (o *Observer) resolveRequest(k requestKey) prometheus.Counter {
@@ -395,6 +403,7 @@ func (o *Observer) Describe(ch chan<- *prometheus.Desc) {
 	o.side.skipped.Describe(ch)
 	o.side.open.Describe(ch)
 	o.side.opens.Describe(ch)
+	o.blocks.blocked.Describe(ch)
 	o.slots.Describe(ch)
 }
 
@@ -409,6 +418,7 @@ func (o *Observer) Collect(ch chan<- prometheus.Metric) {
 	o.side.skipped.Collect(ch)
 	o.side.open.Collect(ch)
 	o.side.opens.Collect(ch)
+	o.blocks.blocked.Collect(ch)
 	o.slots.Collect(ch)
 }
 

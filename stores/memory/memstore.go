@@ -184,6 +184,9 @@ func New(opts ...Option) (*Store, error) {
 // takeN without its loops over quotas and shards, here (a Result is a few
 // hundred bytes: a call in between would copy it once more).
 func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Result, err error) {
+	if op.Block.ForMS > 0 && !op.Refund {
+		return s.takeBlocked(op), nil // block.go
+	}
 	if op.N != 1 {
 		return s.takeN(op), nil
 	}
@@ -407,8 +410,8 @@ func (s *Store) nowMS() int64 {
 }
 
 // Describe tells the engine that Store is "memory", the store label in
-// metrics.
-func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: "memory"} }
+// metrics, and that it decides blocks (limitstore.Info.Blocks).
+func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: "memory", Blocks: true} }
 
 // Len returns the number of entries held, expired ones not yet reclaimed
 // included.

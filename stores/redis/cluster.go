@@ -312,12 +312,17 @@ type nodeBackend struct {
 	n *nodeRoute
 }
 
-func (b *nodeBackend) Describe() limitstore.Info { return limitstore.Info{Name: "redis", Shared: true} }
+func (b *nodeBackend) Describe() limitstore.Info {
+	return limitstore.Info{Name: "redis", Shared: true, Blocks: true}
+}
 
 // Take sends op to the node; a MOVED or ASK answer (the slot moved: the
 // script did not run) sends it again through the cluster client, which
 // follows the redirection, and asks for a new reading of the slots.
 func (b *nodeBackend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if blocked(op) {
+		return b.blockNode(ctx, op) // block.go
+	}
 	if op.Peek {
 		return b.peek(ctx, op)
 	}

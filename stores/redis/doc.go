@@ -43,6 +43,16 @@
 // decision); a Reset is one DEL of the identity's keys, atomic and on one
 // Cluster slot (they share its hash tag). Both go through the Store's guard.
 //
+// Blocks (limit.Policy.BlockFor, limitstore.Op.Block): an Op with a block
+// rule, or its Peek, is one call of lua/block.lua (after lua/prelude.lua),
+// never batched: it reads the quotas' states and the identity's block
+// record in one MGET, decides nothing while a block is in force, and
+// otherwise decides the quotas as take.lua's general path and, on a
+// denial, writes the new record (16 bytes, its deadline BlockMax after the
+// block ends), all in one atomic step on the identity's slot; Take then
+// runs limitstore.Op.ApplyBlock on what it read. The guard's deny cache
+// answers the blocked identity until the block ends.
+//
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
 // rejects policies that could exceed it. Per call the store allocates once
 // (rueidis' reply), so under load less than once per decision; a decision

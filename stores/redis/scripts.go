@@ -20,6 +20,7 @@ import (
 //     algorithm, or a refund): one EVALSHA per decision.
 //   - lua/batch.lua decides a flight of Ops one after the other, each as
 //     take.lua would (group commit, see batch.go).
+//   - lua/block.lua decides an Op with a block rule (block.go), alone.
 //   - lua/peek.lua reads the clock and the states of a Peek (peek.go), and
 //     writes nothing; it is sent alone, without the prelude.
 //   - lua/acquire.lua and lua/release.lua take and give back the

@@ -36,6 +36,7 @@ var scriptFiles = map[string]struct {
 	"take.lua":  {takeBody, takeSource, takeScript, false},
 	"batch.lua": {batchBody, batchSource, batchScript, false},
 	"peek.lua":  {peekSource, peekSource, peekScript, true},
+	"block.lua": {blockBody, blockSource, blockScript, false},
 
 	"acquire.lua": {acquireSource, acquireSource, acquireScript, true},
 	"release.lua": {releaseSource, releaseSource, releaseScript, true},
@@ -217,7 +218,8 @@ func TestInlineCopies(t *testing.T) {
 	}
 	// take.lua first: its blocks are the originals of those prelude.lua
 	// does not mark.
-	names := []string{"take.lua", "batch.lua"}
+	// block.lua has no inline copy (the general path only).
+	names := []string{"take.lua", "batch.lua", "block.lua"}
 	var after []string // the scripts sent after the prelude (peek.lua is sent alone)
 	for name, s := range scriptFiles {
 		if !s.alone {

@@ -272,15 +272,22 @@ func New(client rueidis.Client, opts ...Option) (*Store, error) {
 // Describe tells the engine that Store is "redis", the store label in
 // metrics, and shared between processes (limit.New then asks for a key
 // prefix of the service's own: limit.WithKeyPrefix).
-func (s *Store) Describe() limitstore.Info { return limitstore.Info{Name: "redis", Shared: true} }
+func (s *Store) Describe() limitstore.Info {
+	return limitstore.Info{Name: "redis", Shared: true, Blocks: true}
+}
 
 // backend is the Store without its protections: its Take is the script
 // call, which the Store's guard wraps.
 type backend Store
 
-func (b *backend) Describe() limitstore.Info { return limitstore.Info{Name: "redis", Shared: true} }
+func (b *backend) Describe() limitstore.Info {
+	return limitstore.Info{Name: "redis", Shared: true, Blocks: true}
+}
 
 func (b *backend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if blocked(op) {
+		return checked((*Store)(b).blockTake(ctx, op, nil)) // block.go
+	}
 	if op.Peek {
 		return (*Store)(b).peek(ctx, op, nil)
 	}

@@ -105,6 +105,9 @@ func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	for i := range o.N {
 		o.Quotas[i].Key = append([]byte(n.ns), op.Quotas[i].Key...)
 	}
+	if op.Block.Key != nil {
+		o.Block.Key = append([]byte(n.ns), op.Block.Key...)
+	}
 	return n.Store.Take(ctx, &o)
 }
 

@@ -31,12 +31,15 @@ type adminLimit struct {
 	Remaining    int64  `json:"remaining"`
 	ResetAfterMS int64  `json:"reset_after_ms"`
 	RetryAfterMS int64  `json:"retry_after_ms"`
+	// Blocked: a block (Policy.BlockFor) limits the identity, or would
+	// begin with its next request; RetryAfterMS is then the block's.
+	Blocked bool `json:"blocked"`
 }
 
 // adminHandler serves the admin routes over the named limiters, for a
 // caller presenting "Authorization: Bearer <token>":
 //
-//	GET    /admin/limits/{identity}  200 {"global": {...}, "login": {...}}: each limiter's Peek
+//	GET    /admin/limits/{identity}  200 {"global": {...}, "login": {...}, "otp": {...}}: each limiter's Peek
 //	DELETE /admin/limits/{identity}  204: every limiter's Reset
 //
 // 401 without the token, 400 for an identity the limiters never key by
@@ -73,7 +76,7 @@ func (h *adminHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			out[h.names[i]] = adminLimit{Allowed: d.Allowed, Outcome: string(d.Outcome), Identity: d.Identity(), Limit: d.Limit,
-				Remaining: d.Remaining, ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds()}
+				Remaining: d.Remaining, ResetAfterMS: d.ResetAfter.Milliseconds(), RetryAfterMS: d.RetryAfter.Milliseconds(), Blocked: d.Blocked}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)

@@ -10,7 +10,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 )
 
-// TestAdminRoutes: GET answers the Peek of the global and login limiters
+// TestAdminRoutes: GET answers the Peek of the global, login and otp limiters
 // and spends nothing, DELETE resets both (204), every spelling of an
 // address reaches the same identity, a bad identity is 400 with the
 // engine's reason, and without the Bearer token everything is 401.

@@ -61,7 +61,7 @@ func ParseFlags() Config {
 	flag.StringVar(&c.Disclosure, "disclosure", "retry-after", "none|retry-after|on-limit|always")
 	flag.StringVar(&c.Headers, "headers", "ietf", "comma-separated header styles: ietf,triplet,legacy")
 	flag.BoolVar(&c.Shadow, "shadow", false, "every limiter in shadow mode: decide and count, never limit (no 429; /metrics shows outcome=\"shadow-limited\")")
-	flag.StringVar(&c.AdminToken, "admin-token", "", "serve GET and DELETE "+AdminPrefix+"{identity} (the Peek and the Reset of the global and login limiters) to callers sending Authorization: Bearer TOKEN; empty: no admin routes")
+	flag.StringVar(&c.AdminToken, "admin-token", "", "serve GET and DELETE "+AdminPrefix+"{identity} (the Peek and the Reset of the global, login and otp limiters) to callers sending Authorization: Bearer TOKEN; empty: no admin routes")
 	flag.BoolVar(&c.Otel, "otel", false, "record quotagate's metrics through the OpenTelemetry SDK (otellimit), printed as JSON by the stdout exporter on stderr every 10 s, instead of on GET /metrics")
 	flag.StringVar(&c.TZ, "tz", "UTC", "time zone of GET /v1/daily's calendar day (an IANA name: America/New_York, Europe/Berlin, ...)")
 	flag.Parse()
@@ -114,12 +114,18 @@ type Limiters struct {
 	// GET /metrics, which every example mounts outside the limiter.
 	Metrics http.Handler
 	// Admin serves GET and DELETE AdminPrefix+"{identity}" (the Peek and
-	// the Reset of Global and Login) to callers with the -admin-token; nil
+	// the Reset of Global, Login and OTP) to callers with the -admin-token; nil
 	// without the flag, and then the examples mount no admin route.
 	Admin  http.Handler
 	shadow bool
 	// flush, with -otel, exports the last measurements at shutdown.
 	flush func(context.Context) error
+	// OTP: fixed window "otp", 3 failed attempts per 5 s per client, on
+	// POST /v1/otp (CountStatus: a right code is free); the attempt that
+	// finds them spent blocks the client for 8 s, a repeat offence 16 s
+	// (BlockFor, BlockMax), and a blocked client gets 429 even with the
+	// right code.
+	OTP *limit.Limiter
 	// Daily: keyed by the X-API-Key header (by client address without
 	// one), 2 per second and 20 per calendar day in the zone of -tz
 	// (FixedWindow: the day begins at local midnight), on GET /v1/daily.
@@ -299,6 +305,10 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signin policy: %w", err)
 	}
+	otp, err := global.With(otpPolicy(c, disclosure, style, failure))
+	if err != nil {
+		return nil, fmt.Errorf("otp policy: %w", err)
+	}
 	daily, zone, err := dailyLimiter(global, c, disclosure, style, failure)
 	if err != nil {
 		return nil, err
@@ -308,13 +318,13 @@ func Build(c Config, searchCost func(limit.Request) int64) (*Limiters, error) {
 		return nil, fmt.Errorf("slow policy: %w", err)
 	}
 	l := &Limiters{
-		Slow: slow, Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin,
+		Slow: slow, Global: global, Login: login, Search: search, Feed: feed, Reports: reports, Export: export, Signin: signin, OTP: otp,
 		Daily: daily, DailyZone: zone,
 		StoreName: storeName, RedisStatus: redisStatus, shadow: c.Shadow, flush: e.Flush,
 		Metrics: e.Metrics,
 	}
 	if c.AdminToken != "" {
-		l.Admin = &adminHandler{token: c.AdminToken, names: []string{"global", "login"}, limiters: []*limit.Limiter{global, login}}
+		l.Admin = &adminHandler{token: c.AdminToken, names: []string{"global", "login", "otp"}, limiters: []*limit.Limiter{global, login, otp}}
 	}
 	return l, nil
 }
@@ -488,6 +498,7 @@ func (l *Limiters) Describe() string {
 		"GET /v1/reports sliding-window 2/10s and 5/60s; " +
 		"GET /v1/export sliding-window per X-API-Key, pro- keys 20/60s, others 5/60s; " +
 		"POST /v1/signin fixed-window 3 failed attempts/60s per route (successes free); " +
+		"POST /v1/otp fixed-window 3 failed attempts/5s, then blocked 8s, a repeat 16s (bucket otp); " +
 		"GET /v1/daily fixed-window per X-API-Key, 2/s and 20 per calendar day in " + l.DailyZone + "; " +
 		"a request a per-route limit answers 429 charges the global limit nothing"
 	if l.Admin != nil {

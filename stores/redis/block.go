@@ -1,0 +1,108 @@
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/quotagate/quotagate/engine/limitstore"
+	"github.com/redis/rueidis"
+)
+
+//go:embed lua/block.lua
+var blockBody string
+
+// blockSource is the script of an Op with a block rule
+// (limitstore.Op.Block): lua/prelude.lua, then lua/block.lua.
+var blockSource = preludeSource + blockBody
+
+// blockScript is created once, as takeScript.
+var blockScript = rueidis.NewLuaScript(blockSource)
+
+// blockLen is the length of a stored block record: two little-endian
+// 64-bit integers (see lua/block.lua).
+const blockLen = 16
+
+// blocked reports whether op goes to lua/block.lua: a Take or Peek with a
+// block rule (a Refund never reads the block).
+func blocked(op *limitstore.Op) bool { return op.Block.ForMS > 0 && !op.Refund }
+
+// blockNode is blockTake on one master, as Take: a MOVED or ASK answer
+// sends it again through the cluster client.
+func (b *nodeBackend) blockNode(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	via := b.via()
+	res, err := b.s.blockTake(ctx, op, via)
+	if via != nil && redirected(err) {
+		b.s.refreshSoon()
+		return b.s.blockTake(ctx, op, nil)
+	}
+	return res, err
+}
+
+// blockTake decides op, which has a block rule, or answers its Peek: one
+// call of lua/block.lua, never batched (the flight script knows no block),
+// then limitstore.Op.ApplyBlock on the states and the record it read,
+// which must admit exactly when the script did. The call goes through via
+// when it is not nil (a Cluster master's own connection).
+func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Client) (limitstore.Result, error) {
+	r := s.client.Load()
+	if r == nil || s.closed.Load() {
+		return limitstore.Result{}, s.unusable()
+	}
+	n := op.N
+	if n < 1 || n > limitstore.MaxQuotas {
+		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
+	}
+	var now int64 // 0: the server's TIME
+	if s.clock != nil {
+		t := s.clock()
+		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
+			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	w := s.batch.waiters.Get().(*waiter)
+	w.encode(op, now)
+	keys := make([]string, n+1)
+	from := 0
+	for i := range n {
+		keys[i], from = string(w.buf[from:w.ends[i]]), w.ends[i]
+	}
+	keys[n] = string(op.Block.Key)
+	var rule [24]byte
+	binary.LittleEndian.PutUint64(rule[0:], uint64(op.Block.ForMS))
+	binary.LittleEndian.PutUint64(rule[8:], uint64(max(op.Block.MaxMS, 0)))
+	if op.Peek {
+		rule[16] = 1
+	}
+	args := []string{string(w.buf[from:]), string(rule[:])}
+	s.batch.waiters.Put(w) // the strings are copies
+	c := r.c
+	if via != nil {
+		c = via
+	}
+	str, err := blockScript.Exec(ctx, c, keys, args).ToString()
+	if err != nil {
+		s.notPrimary(err)
+		return limitstore.Result{}, err
+	}
+	if len(str) != 8+stateLen*n+blockLen {
+		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+stateLen*n+blockLen)
+	}
+	now, allowed := le64(str, 0), true
+	if now < 0 {
+		now, allowed = -now, false
+	}
+	if now == 0 {
+		return limitstore.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
+	}
+	sts := readStates(op, now, str[8:8+stateLen*n])
+	rec := str[8+stateLen*n:]
+	b := limitstore.BlockState{UntilMS: le64(rec, 0), LastMS: le64(rec, 8)}
+	res := op.ApplyBlock(&sts, &b, now)
+	if !op.Peek && res.Allowed != allowed {
+		return limitstore.Result{}, fmt.Errorf("%w: block.lua decided %v, the engine %v on states %v and block %+v at %d", ErrBadReply, allowed, res.Allowed, sts, b, now)
+	}
+	return res, nil
+}

@@ -1,0 +1,207 @@
+package redisstore_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
+	. "github.com/quotagate/quotagate/stores/redis"
+	"github.com/redis/rueidis"
+)
+
+// TestBlocksAgainstTheReferenceModels: limittest.CheckBlocks (random
+// sequences of ConsumeN, Peek and Reset under policies that block, several
+// quotas and plans, compared field by field with brute-force models) on
+// miniredis, a real server and the Cluster, with an injected clock: on the
+// real servers an hour ahead of real time and never falling behind it
+// (limittest.RealTimeFloor), so that no key dies in Redis before the clock
+// says its state is dead.
+func TestBlocksAgainstTheReferenceModels(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		start := int64(1_767_225_600_000)
+		if be.real {
+			start = time.Now().Add(time.Hour).UnixMilli()
+		}
+		var now atomic.Int64
+		now.Store(start)
+		s, err := New(client, WithTimeout(10*time.Second), WithClock(func() time.Time { return time.UnixMilli(now.Load()) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rounds := 24
+		if be.real {
+			rounds = 12
+		}
+		set, scale := func(ms int64) int64 { now.Store(ms); return ms }, int64(1)
+		if be.real {
+			set, scale = limittest.RealTimeFloor(now.Store), 50
+		}
+		limittest.CheckBlocks(t, s, limittest.BlockRun{Start: start, Set: set, Seed: 3, Rounds: rounds, Scale: scale,
+			Options: []limit.Option{limit.WithKeyPrefix(prefix)}})
+		// Every key, the block records' included, has a deadline.
+		for _, k := range scanKeys(t, client, prefix) {
+			if p := pttl(t, client, k); p == -1 {
+				t.Errorf("key %s has no deadline (PTTL %d)", k, p)
+			}
+		}
+	})
+}
+
+// TestBlockSeenBySecondReplica: two Stores on one Redis (two replicas of a
+// service, the server's clock, each with its own deny cache). The requests
+// that spend the quota and begin the block go through the first; the
+// second's first request is limited by the block (the store's word, with
+// the block's Retry-After), and from then on its deny cache answers: its
+// further requests run no command on the server (INFO commandstats). A
+// Reset through the first lifts the block for both.
+func TestBlockSeenBySecondReplica(t *testing.T) {
+	run := func(t *testing.T, be *backend, addrs []string) {
+		nodes := make([]rueidis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = nodeClient(t, a)
+		}
+		ctx := context.Background()
+		prefix := testPrefix(t)
+		p := limit.Policy{Name: "otp", Algorithm: limit.FixedWindow, Limit: 3, Window: 5 * time.Second,
+			BlockFor: 8 * time.Second, BlockMax: 16 * time.Second}
+		c1 := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, c1, prefix) })
+		s1, s2 := newStore(t, be), newStore(t, be)
+		l1 := limittest.MustNew(s1, p, limit.WithKeyPrefix(prefix))
+		l2 := limittest.MustNew(s2, p, limit.WithKeyPrefix(prefix))
+		for i := range 4 {
+			d, err := l1.Consume(ctx, "client")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed != (i < 3) || d.Blocked != (i == 3) {
+				t.Fatalf("request %d on the first replica: %+v", i+1, d)
+			}
+		}
+		d, err := l2.Consume(ctx, "client")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed || !d.Blocked || d.RetryAfter <= 6*time.Second || d.RetryAfter > 8*time.Second {
+			t.Fatalf("first request on the second replica: %+v, want blocked with a Retry-After near 8 s", d)
+		}
+		before := commandCalls(t, nodes)
+		for range 20 {
+			d, err := l2.Consume(ctx, "client")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || !d.Blocked || d.RetryAfter <= 0 {
+				t.Fatalf("a later request on the second replica: %+v, want blocked", d)
+			}
+		}
+		after := commandCalls(t, nodes)
+		for cmd, n := range after {
+			if cmd != "info" && n != before[cmd] {
+				t.Errorf("20 blocked requests on the second replica ran %s %d times on the server, want none (its deny cache answers)", cmd, n-before[cmd])
+			}
+		}
+		if err := l1.Reset(ctx, "client"); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l1.Peek(ctx, "client"); err != nil || !d.Allowed || d.Blocked || d.Remaining != 2 {
+			t.Fatalf("Peek after the Reset: %+v, %v: want a whole quota and no block", d, err)
+		}
+		if keys := scanKeys(t, c1, prefix); len(keys) != 0 {
+			t.Fatalf("keys after the Reset: %v", keys)
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		be := standaloneBackend(t)
+		opt, _ := ParseURL(skipNoEnv(t, envURL, "real standalone Redis"))
+		run(t, be, opt.InitAddress)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		be := clusterBackend(t)
+		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
+	})
+}
+
+// TestBlockedPeekWritesNothingOnTheServer: on a real server, Peeks of a
+// blocked identity and of one whose next request would begin a block leave
+// every key as it was (values byte for byte, PTTLs only counting down) and
+// run no write command (INFO commandstats).
+func TestBlockedPeekWritesNothingOnTheServer(t *testing.T) {
+	run := func(t *testing.T, be *backend, addrs []string) {
+		nodes := make([]rueidis.Client, len(addrs))
+		for i, a := range addrs {
+			nodes[i] = nodeClient(t, a)
+		}
+		ctx := context.Background()
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		l := limittest.MustNew(newStore(t, be), limit.Policy{Name: "otp", Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute,
+			BlockFor: time.Minute, BlockMax: 4 * time.Minute}, limit.WithKeyPrefix(prefix))
+		for range 3 {
+			l.Consume(ctx, "blocked")
+		}
+		for range 2 {
+			l.Consume(ctx, "spent")
+		}
+		type snap struct {
+			val  string
+			pttl int64
+		}
+		read := func() map[string]snap {
+			m := map[string]snap{}
+			for _, k := range scanKeys(t, client, prefix) {
+				v, err := client.Do(ctx, client.B().Get().Key(k).Build()).ToString()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m[k] = snap{v, pttl(t, client, k)}
+			}
+			return m
+		}
+		before := read()
+		if len(before) != 3 { // two quota keys, one block record
+			t.Fatalf("%d keys after the requests, want 3: %v", len(before), before)
+		}
+		calls := commandCalls(t, nodes)
+		for range 5 {
+			if d, err := l.Peek(ctx, "blocked"); err != nil || !d.Blocked || d.Allowed {
+				t.Fatalf("Peek of the blocked identity: %+v, %v", d, err)
+			}
+			if d, err := l.Peek(ctx, "spent"); err != nil || !d.Blocked || d.RetryAfter != time.Minute {
+				t.Fatalf("Peek of the spent identity: %+v, %v: want the block its next request begins", d, err)
+			}
+		}
+		after := read()
+		for k, b := range before {
+			if a, ok := after[k]; !ok || a.val != b.val || a.pttl > b.pttl {
+				t.Errorf("key %s: %+v before the Peeks, %+v (present %v) after", k, b, a, ok)
+			}
+		}
+		if len(after) != len(before) {
+			t.Errorf("%d keys after the Peeks, %d before", len(after), len(before))
+		}
+		now := commandCalls(t, nodes)
+		for _, cmd := range []string{"set", "setrange", "del", "pexpire", "pexpireat", "expire"} {
+			if n := now[cmd] - calls[cmd]; n != 0 {
+				t.Errorf("the Peeks ran %s %d times", cmd, n)
+			}
+		}
+	}
+	t.Run("standalone", func(t *testing.T) {
+		be := standaloneBackend(t)
+		opt, _ := ParseURL(skipNoEnv(t, envURL, "real standalone Redis"))
+		run(t, be, opt.InitAddress)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		be := clusterBackend(t)
+		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
+	})
+}
