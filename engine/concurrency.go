@@ -103,6 +103,8 @@ func (p *Policy) resolveConcurrency(r resolved) (resolved, error) {
 		return r, fmt.Errorf("%w: Window is set, and means nothing for Concurrency (a slot is held while its request runs): drop Window; Lease bounds a vanished holder's slot", ErrInvalidPolicy)
 	case p.Burst != 0:
 		return r, fmt.Errorf("%w: Burst is only used by TokenBucket (Algorithm is Concurrency)", ErrInvalidPolicy)
+	case p.Per != 0 || p.Location != nil:
+		return r, fmt.Errorf("%w: Per (or Location) is set, and Concurrency has no calendar period: a slot is held while its request runs", ErrInvalidPolicy)
 	case len(p.Quotas) > 0:
 		return r, fmt.Errorf("%w: Quotas is set, and means nothing for Concurrency: mount a rate policy beside it (stacked mounts)", ErrInvalidPolicy)
 	case p.Plans != nil || p.Plan != nil || p.DefaultPlan != "":

@@ -29,6 +29,7 @@ func TestConcurrencyConstructionErrorsNameTheField(t *testing.T) {
 		{"Limit", limit.Policy{Algorithm: limit.Concurrency, Limit: 1_000_000}},
 		{"Window", limit.Policy{Algorithm: limit.Concurrency, Limit: 2, Window: time.Minute}},
 		{"Burst", limit.Policy{Algorithm: limit.Concurrency, Limit: 2, Burst: 3}},
+		{"Per", limit.Policy{Algorithm: limit.Concurrency, Limit: 2, Per: limit.Day}},
 		{"Quotas", limit.Policy{Algorithm: limit.Concurrency, Quotas: []limit.Rate{{Limit: 1, Window: time.Second}}, Limit: 2}},
 		{"AlignWindows", limit.Policy{Algorithm: limit.Concurrency, Limit: 2, AlignWindows: true}},
 		{"MaxWait", limit.Policy{Algorithm: limit.Concurrency, Limit: 2, MaxWait: time.Second}},
