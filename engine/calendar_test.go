@@ -279,3 +279,30 @@ func TestCalendarCheckDoesNotAllocate(t *testing.T) {
 		}
 	})
 }
+
+// A calendar quota blocks like any other: the request that finds the
+// day's quota spent blocks the identity for BlockFor, and the block
+// outlasts the local midnight that brings the quota back.
+func TestCalendarQuotaBlocks(t *testing.T) {
+	ny := mustZone(t, "America/New_York")
+	clock := limittest.NewClock(time.Date(2026, 3, 7, 23, 59, 0, 0, ny))
+	l := mustNew(t, limittest.NewStore(clock.Now), limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Per: limit.Day, Location: ny,
+		BlockFor: 2 * time.Minute}, limit.WithClock(clock.Now))
+	ctx := context.Background()
+	for i := range 2 {
+		if d, _ := l.Consume(ctx, "k"); !d.Allowed {
+			t.Fatalf("request %d of the day: limited", i+1)
+		}
+	}
+	if d, _ := l.Consume(ctx, "k"); d.Allowed || !d.Blocked || d.RetryAfter != 2*time.Minute {
+		t.Fatalf("the day's quota spent: %+v, want blocked for 2m", d)
+	}
+	clock.Advance(90 * time.Second) // past midnight: a new day, still blocked
+	if d, _ := l.Consume(ctx, "k"); d.Allowed || !d.Blocked || d.RetryAfter != 30*time.Second {
+		t.Fatalf("the next day, 90 s into the block: %+v, want blocked 30 s more", d)
+	}
+	clock.Advance(30 * time.Second)
+	if d, _ := l.Consume(ctx, "k"); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("the block over on the new day: %+v, want admitted with 1 left", d)
+	}
+}
