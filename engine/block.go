@@ -27,8 +27,6 @@ func (p *Policy) checkBlock() error {
 		return fmt.Errorf("%w: BlockFor %v is negative (0: no blocks)", ErrInvalidPolicy, p.BlockFor)
 	case p.BlockMax < 0:
 		return fmt.Errorf("%w: BlockMax %v is negative (0: every block lasts BlockFor)", ErrInvalidPolicy, p.BlockMax)
-	case p.BlockFor > 0 && p.Algorithm == Concurrency:
-		return fmt.Errorf("%w: BlockFor with Algorithm Concurrency: a block follows a limited rate; a concurrency limit frees its slots as requests end", ErrInvalidPolicy)
 	case p.BlockMax > 0 && p.BlockFor == 0:
 		return fmt.Errorf("%w: BlockMax is set but BlockFor is 0: BlockMax bounds the blocks BlockFor begins", ErrInvalidPolicy)
 	case p.BlockFor%time.Millisecond != 0:
@@ -99,9 +97,12 @@ func (d *Decision) fillBlock(res *limitstore.Result) {
 		return
 	}
 	d.Blocked, d.blockStarted = true, res.BlockStarted
-	if b := time.Duration(min(res.BlockMS, maxDelayMS)) * time.Millisecond; b > d.RetryAfter {
-		d.RetryAfter = b
-	}
+	// Nothing is left to a blocked identity until the block ends, whatever
+	// its quota holds: the RateLimit fields say so too.
+	d.Remaining = 0
+	b := time.Duration(min(res.BlockMS, maxDelayMS)) * time.Millisecond
+	d.RetryAfter, d.ResetAfter = max(d.RetryAfter, b), max(d.ResetAfter, b)
+	d.ResetAt = time.UnixMilli(res.NowMS + d.ResetAfter.Milliseconds())
 }
 
 // quotaRetryMS is the latest RetryAfterMS of the quotas of res that deny,

@@ -33,6 +33,8 @@ func TestBlockConstructionErrorsNameTheField(t *testing.T) {
 		{limit.Policy{BlockFor: time.Second, BlockMax: time.Second + time.Microsecond}, "BlockMax"},
 		{limit.Policy{BlockFor: 181 * 24 * time.Hour}, "BlockFor 4344h0m0s exceeds the maximum"},
 		{limit.Policy{BlockFor: time.Second, BlockMax: 181 * 24 * time.Hour}, "BlockMax 4344h0m0s exceeds the maximum"},
+		{limit.Policy{Algorithm: limit.Concurrency, Limit: 1, BlockFor: 5 * time.Second}, "BlockFor (or BlockMax) is set, and Concurrency has no blocks"},
+		{limit.Policy{Algorithm: limit.Concurrency, Limit: 1, BlockMax: -time.Second}, "BlockFor (or BlockMax)"},
 	} {
 		_, err := limit.New(limittest.NewStore(nil), c.p)
 		if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.field) {
@@ -87,8 +89,8 @@ func TestBlockLastsBlockForThenDoubles(t *testing.T) {
 	}
 	offend(8 * time.Second)
 	s.advance(5000) // a new window: the quota is back, the block is not
-	if d := take(); d.Allowed || !d.Blocked || d.RetryAfter != 3*time.Second {
-		t.Fatalf("5 s into the block: %+v, want 3 s left", d)
+	if d := take(); d.Allowed || !d.Blocked || d.RetryAfter != 3*time.Second || d.Remaining != 0 || d.ResetAfter < 3*time.Second {
+		t.Fatalf("5 s into the block: %+v, want 3 s left, nothing remaining until then (the quota's own count aside)", d)
 	}
 	s.advance(2999)
 	if d := take(); d.Allowed || !d.Blocked || d.RetryAfter != time.Millisecond {

@@ -103,6 +103,8 @@ func (p *Policy) resolveConcurrency(r resolved) (resolved, error) {
 		return r, fmt.Errorf("%w: Window is set, and means nothing for Concurrency (a slot is held while its request runs): drop Window; Lease bounds a vanished holder's slot", ErrInvalidPolicy)
 	case p.Burst != 0:
 		return r, fmt.Errorf("%w: Burst is only used by TokenBucket (Algorithm is Concurrency)", ErrInvalidPolicy)
+	case p.BlockFor != 0 || p.BlockMax != 0:
+		return r, fmt.Errorf("%w: BlockFor (or BlockMax) is set, and Concurrency has no blocks: a block follows a limited rate; a concurrency limit frees its slots as requests end", ErrInvalidPolicy)
 	case p.Per != 0 || p.Location != nil:
 		return r, fmt.Errorf("%w: Per (or Location) is set, and Concurrency has no calendar period: a slot is held while its request runs", ErrInvalidPolicy)
 	case len(p.Quotas) > 0:

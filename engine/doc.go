@@ -16,8 +16,10 @@
 // same bytes. Typed key and cost functions over a framework's context come
 // from [KeyFuncOf] and [CostFuncOf].
 //
-// Three algorithms are built in: [SlidingWindow] (the default), [FixedWindow]
-// and [TokenBucket] (implemented as GCRA). A policy may hold several quotas
+// Three rate algorithms are built in: [SlidingWindow] (the default),
+// [FixedWindow] (also per calendar day, week, month or year: Policy.Per) and
+// [TokenBucket] (implemented as GCRA); [Concurrency] bounds the requests of
+// an identity in flight at once instead. A policy may hold several quotas
 // applied all or nothing in one store call (Policy.Quotas, each a [Rate]:
 // "2 per 10 s and 5 per minute"), quotas per plan chosen per request
 // (Policy.Plans and Policy.Plan: an API key's tier), and may run in shadow

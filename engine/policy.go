@@ -161,7 +161,8 @@ type Policy struct {
 	// bound on 4*Limit*Window lowers the largest Limit: 71 000 per 366
 	// days.
 	Window time.Duration
-	// Algorithm is SlidingWindow (default), FixedWindow or TokenBucket.
+	// Algorithm is SlidingWindow (default), FixedWindow, TokenBucket, or
+	// Concurrency (slots in flight, not a rate; see Lease).
 	Algorithm Algorithm
 	// Burst is the TokenBucket capacity (default Limit); other algorithms
 	// reject a non-zero Burst. At most 15 digits. A TokenBucket accepts any
@@ -443,9 +444,9 @@ type Policy struct {
 
 // Rate is one quota of a policy with several (Policy.Quotas) or of a plan
 // (Policy.Plans): Limit per Window, and for a TokenBucket its capacity
-// Burst. Every quota of a policy uses the policy's Algorithm. Limit and
-// Window are required (no defaults); the bounds are the Policy's own
-// (Limit, Window, Burst).
+// Burst. Every quota of a policy uses the policy's Algorithm. Limit is
+// required, and Window or, for a calendar quota, Per (no defaults); the
+// bounds are the Policy's own (Limit, Window, Burst).
 type Rate struct {
 	// Limit is the quota per Window, >= 1, at most 15 digits.
 	Limit int64
