@@ -40,7 +40,7 @@ func otpBlockScenario() Scenario {
 			blocked("/v1/otp/ok", "8"),
 			ok("127.0.0.3"),
 			after(5*time.Second, blocked("/v1/otp/ok", "3")), // a new window: the quota is back, the block is not
-			{Admin: &Admin{Policy: "o", Identity: "127.0.0.2", Allowed: false, Remaining: 3, Blocked: true, RetryAfter: 3 * time.Second}},
+			{Admin: &Admin{Policy: "o", Identity: "127.0.0.2", Allowed: false, Remaining: 0, Blocked: true, RetryAfter: 3 * time.Second}}, // nothing left until the block ends
 			after(3*time.Second, ok("127.0.0.2")), // the block ended
 			times(fail, 3),
 			blocked("/v1/otp/ok", "16"), // a repeat offence: twice as long

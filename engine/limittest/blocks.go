@@ -213,6 +213,7 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 		pick(views)
 		retry()
 		want.RetryAfter = max(want.RetryAfter, time.Duration(left)*time.Millisecond)
+		want.Remaining, want.ResetAfter = 0, max(want.ResetAfter, time.Duration(left)*time.Millisecond)
 	case all:
 		want.Allowed, want.Outcome = true, limit.OutcomeAllowed
 		for _, m := range ms {
@@ -231,6 +232,7 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 		}
 		want.Blocked = true
 		want.RetryAfter = max(want.RetryAfter, time.Duration(d)*time.Millisecond)
+		want.Remaining, want.ResetAfter = 0, max(want.ResetAfter, time.Duration(d)*time.Millisecond)
 	}
 	return want
 }
