@@ -19,8 +19,8 @@ import (
 // asked, and the Limiter's store call returns within 500 ms of the close;
 // the policy is FailOpen, and the handler does not run (a client cannot
 // cancel its way past the limit). An adapter whose framework never cancels
-// a request's context when its client leaves (fasthttp's: fiber v2 and v3)
-// cannot pass it.
+// a request's context when its client leaves (fasthttp: fiber v2 and v3)
+// passes it by watching the connection (package connctx).
 func CheckClientGone(t *testing.T, h Harness) {
 	asked := make(chan struct{}, 1)
 	returned := make(chan time.Time, 1)

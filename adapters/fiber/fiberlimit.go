@@ -8,6 +8,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/connctx"
 	"github.com/valyala/fasthttp"
 )
 
@@ -190,7 +191,9 @@ func Unmatched(l *limit.Limiter) fiber.Handler {
 // Concurrency slots back).
 func serve(l *limit.Limiter, c *fiber.Ctx, route string, unmatched bool) error {
 	ctx := c.UserContext()
-	d := l.Check(ctx, request(c, route, unmatched), (*response)(c))
+	gone := connctx.New(ctx, c.Context().Conn()) // fasthttp never says the client left
+	d := l.Check(gone, request(c, route, unmatched), (*response)(c))
+	gone.End()
 	if !d.Allowed {
 		return nil
 	}

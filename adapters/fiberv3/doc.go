@@ -75,11 +75,14 @@
 //
 // # A client that leaves
 //
-// The decision's context is c.Context(), which fasthttp never cancels when
-// the client closes its connection (it has no such signal): a decision
-// waits for the store's answer or its timeout even for a client that left,
-// where the net/http adapters release it at once (see package guard). Set
-// a context of your own (c.SetContext) to bound it otherwise.
+// fasthttp never cancels a request's context when its client closes the
+// connection (it has no such signal), so the decision's context is
+// c.Context() watched by package connctx: while a decision waits on its
+// store (only then), the adapter peeks at the socket every 20 ms, and a
+// client that closed or reset its connection releases the decision as the
+// net/http adapters do (see package guard): nothing is admitted and the
+// handler does not run. A client that sent a pipelined request before it
+// left is not seen. The handlers after the mount get c.Context() as it is.
 //
 // # Buffers
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gofiber/fiber/v3"
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/connctx"
 	"github.com/valyala/fasthttp"
 )
 
@@ -91,7 +92,9 @@ func Unmatched(l *limit.Limiter) fiber.Handler {
 func serve(l *limit.Limiter, c fiber.Ctx, route string, unmatched bool) error {
 	ctx := c.Context()
 	fc := c.RequestCtx()
-	d := l.Check(ctx, request(c, fc, route, unmatched), (*response)(fc))
+	gone := connctx.New(ctx, fc.Conn()) // fasthttp never says the client left
+	d := l.Check(gone, request(c, fc, route, unmatched), (*response)(fc))
+	gone.End()
 	if !d.Allowed {
 		return nil
 	}

@@ -70,8 +70,9 @@ func BenchmarkHandler(b *testing.B) {
 }
 
 // On the allowed path at the default disclosure the handler allocates the
-// two copies it must make, as on fiber v2: the request path and the peer
-// address text.
+// two copies it must make, as on fiber v2 (the request path and the peer
+// address text) and the decision's context, which ends when the client
+// leaves.
 func TestHandlerAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
 	for _, mount := range []string{"app-use", "route"} {
@@ -86,8 +87,8 @@ func TestHandlerAllocations(t *testing.T) {
 		}
 		serve := serveOnce(app)
 		serve()
-		if got := testing.AllocsPerRun(500, serve); got > 2 {
-			t.Fatalf("%s: %.1f allocations per allowed request, want at most 2 (path and peer copies)", mount, got)
+		if got := testing.AllocsPerRun(500, serve); got > 3 {
+			t.Fatalf("%s: %.1f allocations per allowed request, want at most 3 (path and peer copies, the context)", mount, got)
 		}
 	}
 }
@@ -425,6 +426,8 @@ func TestTrustedHeaderAcrossLines(t *testing.T) {
 }
 
 func TestConformance(t *testing.T) { redistest.Matrix(t, harness{}) }
+
+func TestClientGoneReleasesTheDecision(t *testing.T) { conformance.CheckClientGone(t, harness{}) }
 
 // harness builds a fiber v3 app for a conformance App: global limiters with
 // app.Use; a group's limiters on each route of an app.Group, before the
