@@ -48,7 +48,7 @@ func (s *Store) adopt(c rueidis.Client) {
 	}
 	s.client.Store(newClientRef(c))
 	if s.guard != nil && s.clock == nil { // a deny cache to keep true (see resets.go)
-		s.listen(c)
+		s.listen(ctx, c)
 	}
 }
 

@@ -80,10 +80,19 @@ func decodeKeys(m string) [][]byte {
 }
 
 // listen subscribes c to resetChannel until Close and drops the denials
-// of every announced key from each of the Store's deny caches. Receive
-// returns when the client closes (its owner's Close) or Close cancels it;
-// after a failed SUBSCRIBE it tries again after a pause.
-func (s *Store) listen(c rueidis.Client) {
+// of every announced key from each of the Store's deny caches. The
+// subscription shares the client's connections (RESP3 lets a subscribed
+// connection run other commands); a server that refuses that (miniredis)
+// gets no subscription, said once on the logger, since every script call
+// on a subscribed connection would fail there. Receive returns when the
+// client closes (its owner's Close), when Close cancels it, or when the
+// subscribing fails; then, after a pause, it subscribes again.
+func (s *Store) listen(ctx context.Context, c rueidis.Client) {
+	if c.Mode() != rueidis.ClientModeCluster && !mixes(ctx, c) {
+		s.logger.Info("redisstore: the server runs no command on a subscribed connection: Resets made through other processes end this Store's cached denials only at their Retry-After",
+			slog.String("channel", resetChannel))
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.listening.Store(&listener{cancel: cancel, done: done})
@@ -92,12 +101,13 @@ func (s *Store) listen(c rueidis.Client) {
 	}
 	go func() {
 		defer close(done)
+		handle := func(m rueidis.PubSubMessage) {
+			if keys := decodeKeys(m.Message); len(keys) > 0 {
+				s.dropDenials(keys)
+			}
+		}
 		for {
-			err := c.Receive(ctx, c.B().Subscribe().Channel(resetChannel).Build(), func(m rueidis.PubSubMessage) {
-				if keys := decodeKeys(m.Message); len(keys) > 0 {
-					s.dropDenials(keys)
-				}
-			})
+			err := c.Receive(ctx, c.B().Subscribe().Channel(resetChannel).Build(), handle)
 			if ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) {
 				return
 			}
@@ -108,6 +118,15 @@ func (s *Store) listen(c rueidis.Client) {
 			}
 		}
 	}()
+}
+
+// mixes reports whether c's server runs commands on a subscribed
+// connection. Redis 6 and later do under RESP3, and so do the servers that
+// answer INFO server as Redis does; miniredis, which refuses both, does not.
+// (Trying it on a connection of its own would cost a dial, and a subscribed
+// connection closed under miniredis can stall its other clients.)
+func mixes(ctx context.Context, c rueidis.Client) bool {
+	return c.Do(ctx, c.B().Info().Section("server").Build()).Error() == nil
 }
 
 // listener is a Store's subscription to resetChannel.
