@@ -46,6 +46,13 @@ func TestBlockConstructionErrorsNameTheField(t *testing.T) {
 	if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "BlockFor needs a store that decides blocks") {
 		t.Errorf("BlockFor on a store without Info.Blocks: %v", err)
 	}
+	// Nor may FailLocal's local store ignore them: during an outage the
+	// blocks would end.
+	_, err = limit.New(limittest.NewStore(nil), limit.Policy{BlockFor: time.Second, FailureMode: limit.FailLocal},
+		limit.WithLocalStore(ignoringStore{limittest.NewStore(nil)}))
+	if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), "BlockFor needs a store that decides blocks") || !strings.Contains(err.Error(), "WithLocalStore") {
+		t.Errorf("BlockFor with a local store without Info.Blocks: %v", err)
+	}
 	if _, err := limit.New(limittest.NewStore(nil), limit.Policy{BlockFor: 180 * 24 * time.Hour, BlockMax: 180 * 24 * time.Hour}); err != nil {
 		t.Errorf("the longest blocks: %v", err)
 	}

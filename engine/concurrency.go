@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -205,6 +206,18 @@ func (l *Limiter) decideSlot(ctx context.Context, bucket *bucketRef, id *who, pl
 	res, err := l.acquire(ctx, c.primary, &sl.op)
 	if err != nil {
 		d.StoreFailed = true
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// The Acquire may have run in the store after all: its slots
+			// would be held for a whole Lease by no one.
+			l.releaseLost(c.primary, &sl.op)
+		}
+		if callerEnded(ctx, err) {
+			// As for a rate quota (storeCall.decide): a caller that went
+			// away is admitted by no FailureMode.
+			c.pool.Put(sl)
+			d.Outcome, d.RetryAfter = OutcomeLimited, failClosedRetryAfter
+			return set, err
+		}
 		local := false
 		switch l.store.mode {
 		case FailLocal:
@@ -247,6 +260,23 @@ func (l *Limiter) decideSlot(ctx context.Context, bucket *bucketRef, id *who, pl
 		c.obs.Slots(bucket.name, cost)
 	}
 	return set, err
+}
+
+// releaseLost gives back, on a goroutine of its own, the slots of an
+// Acquire whose answer never came (its caller's context ended, or the
+// store's timeout): the Release carries the Acquire's token, so it frees
+// only what that Acquire took, if it ran, and nothing otherwise. A failed
+// Release leaves them to the end of their lease, as before.
+func (l *Limiter) releaseLost(s limitstore.Leaser, op *limitstore.LeaseOp) {
+	lost := *op
+	lost.Key = bytes.Clone(op.Key)
+	timeout := l.conc.renewEvery
+	go func() {
+		defer func() { _ = recover() }() // a store that panics: nothing more to do
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		s.Release(ctx, &lost)
+	}()
 }
 
 // acquire makes one Acquire on s with a recovered panic (a store failure),

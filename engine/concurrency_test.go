@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -388,5 +389,84 @@ func TestConcurrencyPeekAndResetUnsupported(t *testing.T) {
 	}
 	if err := l.Reset(context.Background(), "k"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Reset: %v, want ErrUnsupported", err)
+	}
+}
+
+// lostReplyLeaser runs each Acquire in its store, then answers as a store
+// whose reply came too late: the caller's context error, or the store's
+// own deadline. Releases are counted.
+type lostReplyLeaser struct {
+	*limittest.Store
+	lose     atomic.Bool
+	released chan limitstore.LeaseOp
+}
+
+func (s *lostReplyLeaser) Acquire(ctx context.Context, op *limitstore.LeaseOp) (limitstore.LeaseResult, error) {
+	res, err := s.Store.Acquire(ctx, op)
+	if s.lose.Load() {
+		return limitstore.LeaseResult{}, context.DeadlineExceeded
+	}
+	return res, err
+}
+
+func (s *lostReplyLeaser) Release(ctx context.Context, op *limitstore.LeaseOp) (bool, error) {
+	ok, err := s.Store.Release(ctx, op)
+	s.released <- *op
+	return ok, err
+}
+
+// A caller that went away, or whose deadline passed, is admitted by no
+// FailureMode, as for a rate quota: cancelling a request must not get it
+// past a full Concurrency limit.
+func TestConcurrencyCallerThatEndedIsNeverAdmitted(t *testing.T) {
+	for _, mode := range []limit.FailureMode{limit.FailOpen, limit.FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := &lostReplyLeaser{Store: storeAt(epochMS).Store, released: make(chan limitstore.LeaseOp, 8)}
+			p := concurrencyPolicy(1)
+			p.FailureMode = mode
+			var opts []limit.Option
+			if mode == limit.FailLocal {
+				opts = append(opts, limit.WithLocalStore(storeAt(epochMS)))
+			}
+			l := mustNew(t, s, p, opts...)
+			held, _ := l.Consume(context.Background(), "k")
+			if !held.Allowed {
+				t.Fatal("the first request holds the slot")
+			}
+			gone, cancel := context.WithCancel(context.Background())
+			cancel()
+			s.lose.Store(true)
+			late, stop := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			defer stop()
+			for name, ctx := range map[string]context.Context{"cancelled": gone, "past its deadline": late} {
+				d, err := l.Consume(ctx, "k")
+				if d.Allowed || d.Outcome != limit.OutcomeLimited || err == nil {
+					t.Errorf("a caller %s: %+v, %v; want limited, whatever the FailureMode", name, d, err)
+				}
+			}
+		})
+	}
+}
+
+// An Acquire whose reply never came may have taken its slots in the store:
+// they are given back (a Release of its token) instead of being held by no
+// one for a whole Lease.
+func TestConcurrencyAcquireWithoutReplyIsReleased(t *testing.T) {
+	s := &lostReplyLeaser{Store: storeAt(epochMS).Store, released: make(chan limitstore.LeaseOp, 8)}
+	l := mustNew(t, s, concurrencyPolicy(1))
+	s.lose.Store(true)
+	d, err := l.Consume(context.Background(), "k") // the store took the slot; the reply was lost
+	if !d.Allowed || d.Outcome != limit.OutcomeDegraded || err == nil {
+		t.Fatalf("FailOpen on a lost reply: %+v, %v; want degraded", d, err)
+	}
+	l.Finish(context.Background(), &d, 0)
+	select {
+	case <-s.released:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lost Acquire's slot was never released")
+	}
+	s.lose.Store(false)
+	if d, _ := l.Consume(context.Background(), "k"); !d.Allowed {
+		t.Fatalf("after the release: %+v; want the slot free", d)
 	}
 }

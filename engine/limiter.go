@@ -115,6 +115,11 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	if p.FailureMode == FailLocal && cfg.localStore == nil {
 		return nil, fmt.Errorf("%w: FailureMode FailLocal needs a per-process store: pass WithLocalStore", ErrInvalidPolicy)
 	}
+	if p.FailureMode == FailLocal && p.BlockFor > 0 {
+		if err := checkBlockStore(cfg.localStore, &p); err != nil {
+			return nil, fmt.Errorf("%w (WithLocalStore: FailLocal decides on it while the store is away)", err)
+		}
+	}
 	l := &Limiter{policy: p, res: res, cfg: cfg, maxWaitMS: p.MaxWait.Milliseconds(), maxWaiting: int64(p.MaxWaiting)}
 	if l.maxWaitMS > 0 && l.maxWaiting == 0 {
 		l.maxWaiting = defaultMaxWaiting
@@ -333,11 +338,13 @@ func (l *Limiter) Consume(ctx context.Context, identity string) (Decision, error
 // identity, in the bucket named by Policy.Name or else the signature. A blank
 // identity draws on the shared fallback bucket. The Decision already applies
 // the FailureMode; the error is the store failure, if any, for callers that
-// want to log it (it never means "limited"). A ctx cancelled while the store
-// is asked, when the store returns at the cancellation (a guarded store
-// does: see package guard) or fails with context.Canceled, gives a Decision
-// that admits nothing, whatever the FailureMode, with that error (the caller
-// is gone; what the call did in the store stays done). Events are emitted as for Check,
+// want to log it (it never means "limited"). A ctx cancelled, or past its
+// deadline, before or while the store is asked, when the store returns at
+// that (a guarded store does: see package guard) or fails with
+// context.Canceled or context.DeadlineExceeded, gives a Decision that
+// admits nothing, whatever the FailureMode, with that error (the caller is
+// gone, or asked for an answer sooner than the store gives one; what the
+// call did in the store stays done). Events are emitted as for Check,
 // with an empty handler. For a Concurrency policy an allowed Decision holds
 // its slots, renewing their lease, until Finish gives them back: call
 // Finish once the work is done (a Decision never finished holds its slots

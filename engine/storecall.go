@@ -69,6 +69,22 @@ func failureModeName(m FailureMode) string {
 	return fmt.Sprintf("FailureMode(%d)", int(m))
 }
 
+// callerEnded reports whether err, a failed store call's, is the end of
+// the caller's own context: cancelled, or past its deadline (a deadline
+// that has passed counts even before its context's timer has fired: a
+// guarded store refuses such a call at once). A store's own timeout, under
+// a caller whose context goes on, is not.
+func callerEnded(ctx context.Context, err error) bool {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 // failClosedRetryAfter is the Retry-After of a FailClosed 503: the outage's
 // length is unknown, so clients come back soon and meet either the recovered
 // store or another 503.
@@ -86,11 +102,12 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 		return nil
 	}
 	d.StoreFailed = true
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		// The caller went away while the store was asked (its store
-		// released it, or failed with the cancellation): nothing is
-		// admitted whatever the failure mode, so that cancelling a request
-		// cannot make FailOpen admit it, and it is not the store's failure.
+	if callerEnded(ctx, err) {
+		// The caller went away, or its deadline passed, while the store
+		// was asked (or before): nothing is admitted whatever the failure
+		// mode, so that cancelling a request or sending a deadline too
+		// short for the store cannot make FailOpen admit it, and it is not
+		// the store's failure.
 		d.Outcome = OutcomeLimited
 		d.RetryAfter = failClosedRetryAfter
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/quotagate/quotagate/engine/limitstore"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/guard"
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
@@ -179,6 +180,35 @@ func TestCancelledCallerOfUnguardedStoreIsNotAdmitted(t *testing.T) {
 		time.AfterFunc(time.Millisecond, cancel)
 		if d, err := l.Consume(ctx, "u"); d.Allowed || !errors.Is(err, context.Canceled) {
 			t.Fatalf("%+v, %v; want nothing admitted and context.Canceled", d, err)
+		}
+	})
+}
+
+// A caller whose deadline has passed, or passes while the store is asked,
+// is admitted by no FailureMode: a client cannot get past a spent limit
+// by sending a deadline too short for the store (a gRPC client sets it).
+// The store's own timeout, under a caller that waits on, is a store
+// failure: FailOpen admits.
+func TestCallerDeadlineNeverAdmitsPastTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow, err := guard.New(limittest.SlowStore{Store: limittest.NewStore(nil), Delay: 40 * time.Millisecond},
+			guard.WithTimeout(20*time.Millisecond), guard.WithoutDenyCache())
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := limittest.MustNew(slow, limit.Policy{Limit: 1, FailureMode: limit.FailOpen})
+		for name, dl := range map[string]time.Duration{"passed": -time.Second, "now": 0, "shorter than the store": 5 * time.Millisecond} {
+			ctx, cancel := context.WithTimeout(context.Background(), dl)
+			d, err := l.Consume(ctx, "k")
+			cancel()
+			if d.Allowed || d.Outcome != limit.OutcomeLimited || err == nil {
+				t.Errorf("deadline %s: %+v, %v; want limited with the error", name, d.Outcome, err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if d, err := l.Consume(ctx, "k"); !d.Allowed || d.Outcome != limit.OutcomeDegraded || err == nil {
+			t.Errorf("the store's own timeout: %+v, %v; want FailOpen's degraded admission", d.Outcome, err)
 		}
 	})
 }
