@@ -26,7 +26,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// rueidis delays a lazy reconnect after a dropped connection (a
+		// goroutine that sleeps up to ~1 s), which ends by itself after
+		// the client is closed.
+		goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*call).DelayDo.func1"))
 }
 
 const storeTimeout = guard.DefaultTimeout // the Redis store's default timeout
