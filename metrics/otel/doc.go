@@ -16,10 +16,12 @@
 //
 //	quotagate.requests{bucket,handler,outcome,key_source,plan} Int64Counter  {request}
 //	quotagate.refunds{bucket,reason}                         Int64Counter    {request}
-//	quotagate.blocked{bucket,plan}                           Int64Counter    {request}
+//	quotagate.blocked_requests{bucket,plan}                  Int64Counter    {request}
 //	quotagate.issues{bucket,kind}                            Int64Counter    {request}
 //	quotagate.store.errors{bucket,failure_mode}              Int64Counter    {call}
 //	quotagate.store.duration{store,op}                       Float64Histogram s
+//	quotagate.wait{bucket,result}                            Float64Histogram s
+//	quotagate.concurrency.slots_in_flight{bucket}            Int64UpDownCounter {slot}
 //	quotagate.store.skipped{store,reason}                    Int64Counter    {decision}
 //	quotagate.store.breaker.open{store}                      Int64Gauge      1 open, 0 closed
 //	quotagate.store.breaker.opens{store}                     Int64Counter    {opening}
@@ -32,8 +34,9 @@
 // shadow-limited, key_source key-func, header, socket, fallback or consume,
 // plan the plan that decided, reason later-mount or status (refunds), kind
 // a limit.Issue, failure_mode open, local or closed, store the store's
-// name, op the operation, reason deny-cache or breaker-open (skipped) and
-// expired or live (evictions). The names and units are chosen so that the
+// name, op the operation, result served or cancelled (waits), policy the
+// server's maxmemory-policy, reason deny-cache or breaker-open (skipped)
+// and expired or live (evictions). The names and units are chosen so that the
 // OTel Prometheus exporter's translation (dots to underscores, a unit
 // suffix, _total on counters) gives promlimit's metric names, and the
 // dashboard and alerts of docs/observability.md apply unchanged.
