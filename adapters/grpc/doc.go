@@ -52,6 +52,9 @@
 //		return c.Metadata("x-api-key"), nil
 //	})}
 //
+// PlanFunc and CostFunc take the same *Call, to choose the call's plan
+// (Policy.Plan) or price it (Policy.CostFunc).
+//
 // # Denials
 //
 // A limited call fails with codes.ResourceExhausted (codes.Unavailable

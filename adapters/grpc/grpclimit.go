@@ -143,6 +143,14 @@ func KeyFunc(f func(c *Call) (string, error)) func(limit.Request) (string, error
 // limit.CostFuncOf.
 func CostFunc(f func(c *Call) int64) func(limit.Request) int64 { return limit.CostFuncOf(f) }
 
+// PlanFunc adapts a plan function over *Call to Policy.Plan, e.g. to choose
+// a call's plan from its API key in the metadata: limit.PlanFuncOf, which
+// explains errors, panics and a plan function mounted under another
+// adapter.
+func PlanFunc(f func(c *Call) (string, error)) func(limit.Request) (string, error) {
+	return limit.PlanFuncOf(f)
+}
+
 // Unary is the grpc.UnaryServerInterceptor: it decides the call before
 // handler runs. An allowed call runs handler, with the engine's fields in
 // the response header metadata (none at the default disclosure); a limited

@@ -450,6 +450,29 @@ func TestKeyFuncReadsTheMetadata(t *testing.T) {
 	}
 }
 
+// A plan chosen from the metadata decides the call: the pro key gets its
+// plan's 3, the others the default 1.
+func TestPlanFuncReadsTheMetadata(t *testing.T) {
+	l := limittest.MustNew(newStore(), limit.Policy{Limit: 1, Window: time.Minute,
+		KeyFunc: grpclimit.KeyFunc(func(c *grpclimit.Call) (string, error) { return c.Metadata("x-api-key"), nil }),
+		Plan: grpclimit.PlanFunc(func(c *grpclimit.Call) (string, error) {
+			if c.Metadata("x-api-key") == "pro-key" {
+				return "pro", nil
+			}
+			return "", nil
+		}),
+		Plans: map[string][]limit.Rate{"pro": {{Limit: 3, Window: time.Minute}}}})
+	c := client(t, serve(t, &service{}, mustNew(t, l)), "127.0.0.1")
+	for key, allowed := range map[string]int{"pro-key": 3, "free-key": 1} {
+		for i := range allowed + 1 {
+			_, err := c.EmptyCall(ctx(t, "x-api-key", key), &testpb.Empty{})
+			if want := map[bool]codes.Code{true: codes.OK, false: codes.ResourceExhausted}[i < allowed]; status.Code(err) != want {
+				t.Fatalf("%s, call %d: %v, want %v", key, i+1, err, want)
+			}
+		}
+	}
+}
+
 func TestOverCapacityHasNoRetryInfo(t *testing.T) {
 	l := limittest.MustNew(newStore(), limit.Policy{Limit: 2, CostFunc: grpclimit.CostFunc(func(*grpclimit.Call) int64 { return 3 })})
 	c := client(t, serve(t, &service{}, mustNew(t, l)), "127.0.0.1")

@@ -6,11 +6,11 @@ import (
 )
 
 // Blocked is the name of the counter of requests a block limited.
-const Blocked = "quotagate.blocked"
+const Blocked = "quotagate.blocked_requests"
 
 type blockKey struct{ bucket, plan string }
 
-// blockSide is quotagate.blocked{bucket,plan}: the requests a block
+// blockSide is quotagate.blocked_requests{bucket,plan}: the requests a block
 // (limit.Policy.BlockFor) limited, each also counted limited (or
 // shadow-limited) in quotagate.requests.
 type blockSide struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 )
 
-// TestBlockedRequestsThroughTheEngine: quotagate.blocked counts the
+// TestBlockedRequestsThroughTheEngine: quotagate.blocked_requests counts the
 // requests a block limited (the one that began it and those during it),
 // apart from the limited ones of quotagate.requests, which count them too.
 func TestBlockedRequestsThroughTheEngine(t *testing.T) {
@@ -26,7 +26,7 @@ func TestBlockedRequestsThroughTheEngine(t *testing.T) {
 		}
 	}
 	equal(t, points(t, reader), []string{
-		"quotagate.blocked{bucket=otp,plan=} 2",
+		"quotagate.blocked_requests{bucket=otp,plan=} 2",
 		"quotagate.requests{bucket=otp,handler=,key_source=consume,outcome=allowed,plan=} 1",
 		"quotagate.requests{bucket=otp,handler=,key_source=consume,outcome=degraded,plan=} 0",
 		"quotagate.requests{bucket=otp,handler=,key_source=consume,outcome=limited,plan=} 2",

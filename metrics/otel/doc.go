@@ -20,13 +20,13 @@
 //	quotagate.issues{bucket,kind}                            Int64Counter    {request}
 //	quotagate.store.errors{bucket,failure_mode}              Int64Counter    {call}
 //	quotagate.store.duration{store,op}                       Float64Histogram s
-//	quotagate.wait{bucket,result}                            Float64Histogram s
-//	quotagate.concurrency.slots_in_flight{bucket}            Int64UpDownCounter {slot}
 //	quotagate.store.skipped{store,reason}                    Int64Counter    {decision}
 //	quotagate.store.breaker.open{store}                      Int64Gauge      1 open, 0 closed
 //	quotagate.store.breaker.opens{store}                     Int64Counter    {opening}
 //	quotagate.store.evictions{store,reason}                  Int64ObservableCounter {entry} (RegisterEvictions)
 //	quotagate.store.may_evict{store,policy}                  Int64ObservableGauge 1 may evict, 0 not (RegisterEvictionPolicy)
+//	quotagate.wait{bucket,result}                            Float64Histogram s (Policy.MaxWait)
+//	quotagate.concurrency.slots_in_flight{bucket}            Int64UpDownCounter {slot} (limit.Concurrency)
 //
 // The attributes mean what promlimit's labels mean (see its package
 // documentation): bucket the bucket name, handler the router's route
@@ -36,8 +36,9 @@
 // a limit.Issue, failure_mode open, local or closed, store the store's
 // name, op the operation, result served or cancelled (waits), policy the
 // server's maxmemory-policy, reason deny-cache or breaker-open (skipped)
-// and expired or live (evictions). The names and units are chosen so that the
-// OTel Prometheus exporter's translation (dots to underscores, a unit
-// suffix, _total on counters) gives promlimit's metric names, and the
-// dashboard and alerts of docs/observability.md apply unchanged.
+// and expired or live (evictions). The names and units are chosen so that
+// the OTel Prometheus exporter's translation (dots to underscores, a unit
+// suffix, _total on counters) gives promlimit's metric names and label
+// names (TestPrometheusExporterGivesPromlimitsNames), and the dashboard
+// and alerts of docs/observability.md apply unchanged.
 package otellimit

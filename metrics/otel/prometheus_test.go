@@ -1,0 +1,92 @@
+package otellimit_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	limit "github.com/quotagate/quotagate/engine"
+	otellimit "github.com/quotagate/quotagate/metrics/otel"
+	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+)
+
+// observer is what promlimit's and otellimit's Observers both implement.
+type observer interface {
+	limit.Observer
+	StoreEvent(store, event string)
+	Slots(bucket string, delta int64)
+}
+
+// TestPrometheusExporterGivesPromlimitsNames: the same events through
+// promlimit, and through otellimit and the OTel Prometheus exporter (its
+// default translation), give the same metric names, each with the same
+// label names, so that promlimit's dashboard and alerts read either.
+func TestPrometheusExporterGivesPromlimitsNames(t *testing.T) {
+	preg := prometheus.NewRegistry()
+	pobs, err := promlimit.New(preg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	preg.MustRegister(promlimit.NewEvictionsCollector("memory", evictions{expired: 3, live: 1}), promlimit.NewEvictionPolicyCollector("redis", evictionPolicy{policy: "allkeys-lru", evicts: true}))
+
+	oreg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(oreg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
+	if err != nil {
+		t.Fatal(err)
+	}
+	oobs, err := otellimit.New(sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oobs.RegisterEvictions("memory", evictions{expired: 3, live: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := oobs.RegisterEvictionPolicy("redis", evictionPolicy{policy: "allkeys-lru", evicts: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, o := range []observer{pobs, oobs} {
+		o.Decision(limit.DecisionEvent{Bucket: "100p60", Outcome: limit.OutcomeAllowed, KeySource: limit.KeySourceSocket})
+		o.Decision(limit.DecisionEvent{Bucket: "otp", Outcome: limit.OutcomeLimited, KeySource: limit.KeySourceSocket, Blocked: true})
+		o.Refund("100p60", limit.RefundStatus)
+		o.Issue("100p60", limit.Issue("route-unknown"))
+		o.StoreError("100p60", limit.FailOpen)
+		o.StoreDuration("redis", "take", time.Millisecond)
+		o.Wait("feed", 20*time.Millisecond, true)
+		o.StoreEvent("redis", "opened")
+		o.StoreEvent("redis", "deny-cache")
+		o.Slots("slow", 1)
+	}
+	want, got := families(t, preg), families(t, oreg)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("through the OTel Prometheus exporter:\n%s\npromlimit:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// families lists reg's metric families as "name{label,...}", sorted.
+func families(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		var labels []string
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if !slices.Contains(labels, l.GetName()) {
+					labels = append(labels, l.GetName())
+				}
+			}
+		}
+		slices.Sort(labels)
+		out = append(out, mf.GetName()+"{"+strings.Join(labels, ",")+"}")
+	}
+	slices.Sort(out)
+	return out
+}
