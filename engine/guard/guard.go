@@ -272,6 +272,13 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	return err
 }
 
+// DropDenials drops the deny cache's denials whose first key is one of
+// keys: for a Reset made through another wrapper of the same backend (in
+// another process), whose cached denials this one cannot see otherwise.
+// The Redis store calls it for the Resets other Stores announce. Safe for
+// concurrent use; without a deny cache it does nothing.
+func (s *Store) DropDenials(keys [][]byte) { s.deny.dropKeys(keys) }
+
 // errNoResetter is the error of a Peek or Reset through a wrapper whose
 // store cannot do them.
 var errNoResetter = fmt.Errorf("guard: the wrapped store does not implement limitstore.Resetter (Peek and Reset): %w", errors.ErrUnsupported)

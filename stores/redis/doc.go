@@ -42,6 +42,12 @@
 // and writes nothing (Take then runs limitstore.Op.Apply on them as for a
 // decision); a Reset is one DEL of the identity's keys, atomic and on one
 // Cluster slot (they share its hash tag). Both go through the Store's guard.
+// A Reset is then announced on the Pub/Sub channel "quotagate:resets"; every
+// guarded Store subscribes there (one subscription on its client, ended by
+// Close) and drops its deny cache's denials of the announced keys, so a
+// Reset through one replica is not undone by another's cache. An
+// announcement missed while a subscription reconnects leaves those
+// denials to end at their own Retry-After.
 //
 // Blocks (limit.Policy.BlockFor, limitstore.Op.Block): an Op with a block
 // rule, or its Peek, is one call of lua/block.lua (after lua/prelude.lua),

@@ -47,6 +47,9 @@ func (s *Store) adopt(c rueidis.Client) {
 		s.startCluster(ctx, c)
 	}
 	s.client.Store(newClientRef(c))
+	if s.guard != nil && s.clock == nil { // a deny cache to keep true (see resets.go)
+		s.listen(ctx, c)
+	}
 }
 
 // prepareNodes reads maxmemory-policy from every node of c (one on a

@@ -115,8 +115,10 @@ func (s *Store) del(ctx context.Context, keys [][]byte, via rueidis.Client) erro
 	err := c.Do(ctx, c.B().Del().Key(ks...).Build()).Error()
 	if err != nil {
 		s.notPrimary(err)
+		return err
 	}
-	return err
+	s.announce(ctx, c, keys) // resets.go
+	return nil
 }
 
 // peek answers a Peek (limitstore.Op.Peek): lua/peek.lua reads the clock

@@ -88,6 +88,8 @@ type Store struct {
 	closeOnce sync.Once
 
 	leaseTimeout time.Duration // the timeout of a lease call (lease.go); 0: guard.DefaultTimeout
+
+	listening atomic.Pointer[listener] // the subscription to the Resets of other Stores (resets.go)
 }
 
 // clientRef is the Store's client and whether its calls may be batched
@@ -595,6 +597,7 @@ func (s *Store) Close() {
 	s.failQueued(ErrClosed)
 	s.batch.mu.Unlock()
 	s.closeOnce.Do(func() {
+		s.stopListening()
 		if s.stop != nil {
 			close(s.stop)
 			<-s.stopped

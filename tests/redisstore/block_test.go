@@ -60,7 +60,8 @@ func TestBlocksAgainstTheReferenceModels(t *testing.T) {
 // second's first request is limited by the block (the store's word, with
 // the block's Retry-After), and from then on its deny cache answers: its
 // further requests run no command on the server (INFO commandstats). A
-// Reset through the first lifts the block for both.
+// Reset through the first lifts the block for both: the second's deny
+// cache drops it when the Reset is announced.
 func TestBlockSeenBySecondReplica(t *testing.T) {
 	run := func(t *testing.T, be *backend, addrs []string) {
 		nodes := make([]rueidis.Client, len(addrs))
@@ -117,6 +118,23 @@ func TestBlockSeenBySecondReplica(t *testing.T) {
 		if keys := scanKeys(t, c1, prefix); len(keys) != 0 {
 			t.Fatalf("keys after the Reset: %v", keys)
 		}
+		// The second replica's deny cache held the block; the Reset's
+		// announcement ends it there too, long before the block would.
+		lifted := time.Now()
+		for {
+			d, err := l2.Consume(ctx, "client")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				break
+			}
+			if time.Since(lifted) > 2*time.Second {
+				t.Fatalf("the second replica still limits the client 2 s after the Reset: %+v", d)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("the second replica admitted the client %v after the Reset", time.Since(lifted))
 	}
 	t.Run("standalone", func(t *testing.T) {
 		be := standaloneBackend(t)
