@@ -3,18 +3,20 @@
 // A [Limiter] takes an abstract view of one HTTP request ([Request]: matched
 // route template, method, path, socket peer, header access, the framework's
 // native context), derives which allowance it draws on (the bucket) and whose
-// (the identity), asks a [Store] for one atomic decision, and writes the
-// answer into the framework's response: the header fields to set (allowed
-// or not) and, when the request is limited, the status and body. It returns
-// the [Decision]; the adapter calls the next handler when it is Allowed.
+// (the identity), asks a [limitstore.Store] for one atomic decision, and
+// writes the answer into the framework's response: the header fields to set
+// (allowed or not) and, when the request is limited, the status and body. It
+// returns the [Decision]; the adapter calls the next handler when it is
+// Allowed.
 //
-// Router adapters (chilimit, echolimit, ginlimit, fiberlimit, httplimit) are
-// translation and nothing else: the request into a [Request], the response
-// as a [ResponseWriter] (net/http's is built in: [Limiter.CheckHTTP] and
-// [Limiter.HTTPHandler]), and continue or abort the framework's way. They
-// hold no policy and write nothing themselves, so every adapter sends the
-// same bytes. Typed key and cost functions over a framework's context come
-// from [KeyFuncOf] and [CostFuncOf].
+// Router adapters (chilimit, echolimit, ginlimit, fiberlimit, httplimit) and
+// the gRPC interceptors (grpclimit) are translation and nothing else: the
+// request into a [Request], the response as a [ResponseWriter] (net/http's
+// is built in: [Limiter.CheckHTTP] and [Limiter.HTTPHandler]), and continue
+// or abort the framework's way. They hold no policy and write nothing
+// themselves, so every adapter sends the same bytes. Typed key, cost and
+// plan functions over a framework's context come from [KeyFuncOf],
+// [CostFuncOf] and [PlanFuncOf].
 //
 // Three rate algorithms are built in: [SlidingWindow] (the default),
 // [FixedWindow] (also per calendar day, week, month or year: Policy.Per) and

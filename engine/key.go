@@ -50,7 +50,7 @@ const maxRawIdentity = 128
 //
 // where the state signature is the quota's (quotaSpec.state: the plan's,
 // or the fallback bucket's for the fallback identity), e.g.
-// "quotagate:{1a2b3c4d}:login:5p60f:r:192.0.2.1"; where <identity> is the
+// "quotagate:{7e4e4151}:login:p60f:r:192.0.2.1"; where <identity> is the
 // identity's key form (appendIdentity). The tag is 8 hex digits of a 64-bit
 // hash of (bucket, identity): the bucket's FNV-1a hash (computed once per
 // bucket) mixed with the identity's. The braces make it the Redis Cluster

@@ -3,8 +3,11 @@ package limit_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
 	"github.com/quotagate/quotagate/engine/limittest"
@@ -67,6 +70,57 @@ func TestStoreKeyLayout(t *testing.T) {
 	for _, k := range store.Keys()[1:] { // the first is the raw key above
 		if !strings.Contains(k, ":h:") || strings.Contains(k, "192.0.2.1") || strings.Contains(k, "kkkk") {
 			t.Fatalf("key %q: want a hashed identity", k)
+		}
+	}
+}
+
+// The store keys README.md and docs/DESIGN.md show are the keys the engine
+// writes: a change of the layout or of the tag's hash breaks this test
+// rather than leaving the documents' examples wrong.
+func TestDocumentedStoreKeys(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skipf("SKIPPED: no zoneinfo for America/New_York: %v", err)
+	}
+	apiKey := func(limit.Request) (string, error) { return "pro-1", nil }
+	for _, c := range []struct {
+		doc    string
+		policy limit.Policy
+		opts   []limit.Option
+		route  string
+		want   []string
+	}{
+		{"../README.md", limit.Policy{}, []limit.Option{limit.WithKeyPrefix("orders")}, "",
+			[]string{"orders:{52b6f3d6}:100p60:p60:r:192.0.2.1"}},
+		{"../README.md", limit.Policy{Scope: limit.PerRoute, Algorithm: limit.TokenBucket, Limit: 1, Window: time.Second, Burst: 2},
+			[]limit.Option{limit.WithKeyPrefix("orders")}, "/v1/a",
+			[]string{"orders:{fba00170}:/v1/a 1p1gb2:p1g:r:192.0.2.1"}},
+		{"../README.md", limit.Policy{Name: "export", Limit: 5, Window: time.Minute, KeyFunc: apiKey,
+			Plans: map[string][]limit.Rate{"pro": {{Limit: 20, Window: time.Minute}}},
+			Plan:  func(limit.Request) (string, error) { return "pro", nil }},
+			[]limit.Option{limit.WithKeyPrefix("orders")}, "",
+			[]string{"orders:{6f0077d4}:export:pro=p60:r:k=pro-1"}},
+		{"../docs/DESIGN.md", limit.Policy{Name: "login", Algorithm: limit.FixedWindow, Limit: 5, Window: time.Minute}, nil, "",
+			[]string{"quotagate:{7e4e4151}:login:p60f:r:192.0.2.1"}},
+		{"../docs/DESIGN.md", limit.Policy{Name: "daily", Algorithm: limit.FixedWindow,
+			Quotas:  []limit.Rate{{Limit: 20, Per: limit.Day, Location: ny}},
+			KeyFunc: func(limit.Request) (string, error) { return "key-1", nil }}, nil, "",
+			[]string{"quotagate:{a3a0db2e}:daily:pday@America/New_York:r:k=key-1"}},
+	} {
+		store := limittest.NewStore(nil)
+		l := limittest.MustNew(store, c.policy, c.opts...)
+		check(l, context.Background(), limit.Request{Route: c.route, Peer: "192.0.2.1:40001"})
+		if got := store.Keys(); !slices.Equal(got, c.want) {
+			t.Errorf("policy %+v wrote keys %q, want %q (and fix %s)", c.policy, got, c.want, c.doc)
+		}
+		raw, err := os.ReadFile(c.doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range c.want {
+			if !strings.Contains(string(raw), k) {
+				t.Errorf("%s does not show the key %q", c.doc, k)
+			}
 		}
 	}
 }

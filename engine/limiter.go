@@ -201,14 +201,15 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 // In order: CORS preflights (unless Policy.LimitPreflights), SkipPaths and
 // Skip (a skipped request returns at once, Allowed with Outcome "", nothing
 // counted, reported or written); bucket, identity
-// and cost; the store call under the store timeout; on a store failure the
+// and cost; the store call (under the store's own timeout: guard); on a store failure the
 // FailureMode, the count, the rate-limited log line and OnStoreError; the
 // Decision event; the response; when limited, OnLimited and then
 // LimitedResponse. Policy functions run synchronously on the calling
 // goroutine.
 //
 // It never panics on request input or in user-supplied functions, and never
-// blocks longer than the store timeout plus the time user functions take,
+// blocks longer than the store call (a guarded store such as the Redis
+// store answers within its timeout) plus the time user functions take,
 // and, with Policy.MaxWait, the wait for a reserved slot (at most MaxWait,
 // never past ctx's deadline; see Policy.MaxWait).
 // At the default disclosure an allowed request allocates nothing.

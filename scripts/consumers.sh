@@ -21,7 +21,9 @@
 #     v1.25.0's go.mod requires goleak, so every Prometheus user has it);
 #   - the router of an adapter that is not imported (go-chi, echo, gin, fiber),
 #     rueidis without the Redis store, client_golang without promlimit;
-# or when the README block misses a published module, or tidy fails.
+# or when the README block misses a published module, or tidy fails; and when
+# README.md's Requirements section does not name the Go version of every
+# published module's `go` line and the version of what each one brings.
 # The graph of each case is printed. Last line: "consumers: N passed, M failed".
 #
 # Each case first runs the same tidy through GOPROXY as configured, to fill the
@@ -86,6 +88,23 @@ for m in "${published[@]}"; do
   grep -Eq "^[[:space:]]*$Q/$m[[:space:]]+=>[[:space:]]+\.\./quotagate/$m[[:space:]]*\$" <<<"$block" \
     || fail "README.md's replace block has no line for $Q/$m => ../quotagate/$m"
 done
+if [ $ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
+# ---- README's Requirements -------------------------------------------------------
+# The versions its Requirements section names are what the published modules
+# require: every module's `go` line, and the version of what each one brings.
+reqs=$(awk '/^## Requirements/ { on = 1; next } on && /^## / { exit } on' "$ROOT/README.md")
+ok=1
+for m in "${published[@]}"; do
+  gover=$(awk '$1 == "go" { print $2; exit }' "$ROOT/$m/go.mod" | cut -d. -f1,2)
+  grep -Fq "Go $gover" <<<"$reqs" || fail "README.md's Requirements does not say Go $gover ($m/go.mod)"
+  dep=$(brings "$m")
+  [ -n "$dep" ] || continue
+  ver=$(awk -v d="$dep" '{ p = $1; v = $2; if (p == "require") { p = $2; v = $3 } } p == d { print v; exit }' "$ROOT/$m/go.mod")
+  [ -n "$ver" ] || { fail "$m/go.mod does not require $dep"; continue; }
+  grep -Fq "$ver" <<<"$reqs" || fail "README.md's Requirements does not name $dep $ver ($m/go.mod)"
+done
+echo "consumer readme-requirements: $([ $ok = 1 ] && echo ok || echo FAILED)"
 if [ $ok = 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/quotagate-consumers.XXXXXX")

@@ -7,6 +7,14 @@
 // [State] under each quota's key, calls Apply at its clock reading, and
 // writes back what the [Store] contract says, as one atomic step.
 //
+// The rest is optional: a store that describes itself (Describe() [Info])
+// names its metrics label and says whether other processes share its
+// records; one that is a [Resetter] serves limit.Limiter's Peek and Reset;
+// one that is a [Leaser] serves Concurrency policies; one whose Info.Blocks
+// is set decides Policy.BlockFor's blocks with [Op.ApplyBlock]; one that
+// embeds [Claims] lets limit.New refuse a second unnamed Limiter with the
+// same numbers.
+//
 // A store author needs only this package (and, for a store that waits on
 // I/O, package guard for a timeout, a circuit breaker and a deny cache).
 // Every number stays below 2^53, so a store that computes in doubles (a Lua

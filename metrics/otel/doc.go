@@ -34,9 +34,10 @@
 // shadow-limited, key_source key-func, header, socket, fallback or consume,
 // plan the plan that decided, reason later-mount or status (refunds), kind
 // a limit.Issue, failure_mode open, local or closed, store the store's
-// name, op the operation, reason deny-cache or breaker-open (skipped) and
-// expired or live (evictions), result served or cancelled (waits). The names and units are chosen so that the
-// OTel Prometheus exporter's translation (dots to underscores, a unit
+// name, op the operation, result served or cancelled (waits), policy the
+// server's maxmemory-policy, reason deny-cache or breaker-open (skipped)
+// and expired or live (evictions). The names and units are chosen so that
+// the OTel Prometheus exporter's translation (dots to underscores, a unit
 // suffix, _total on counters) gives promlimit's metric names and label
 // names (TestPrometheusExporterGivesPromlimitsNames), and the dashboard
 // and alerts of docs/observability.md apply unchanged.

@@ -17,6 +17,8 @@
 //	quotagate_issues_total{bucket,kind}                               counter
 //	quotagate_store_errors_total{bucket,failure_mode}                 counter
 //	quotagate_store_duration_seconds{store,op}                        histogram
+//	quotagate_wait_seconds{bucket,result}                             histogram
+//	quotagate_concurrency_slots_in_flight{bucket}                     gauge
 //	quotagate_store_evictions_total{store,reason}                     counter (NewEvictionsCollector)
 //	quotagate_store_may_evict{store,policy}                           gauge (NewEvictionPolicyCollector)
 //	quotagate_store_skipped_total{store,reason}                       counter
@@ -43,10 +45,14 @@
 // refunded request is also counted allowed in quotagate_requests_total, so
 // a bucket served allowed minus refunded; quotagate_blocked_requests_total
 // counts the requests a block limited (Policy.BlockFor), each also counted
-// limited (shadow-limited under Shadow) in quotagate_requests_total; kind (issues) is one of the
-// limit.Issue values; failure_mode is
-// open, local or closed; store is the store's name (memory, redis, custom) and
-// op the operation (take); reason is expired or live for evictions (see
+// limited (shadow-limited under Shadow) in quotagate_requests_total; kind
+// (issues) is one of the limit.Issue values; failure_mode is open, local or
+// closed; store is the store's name (memory, redis, custom) and op the
+// operation (take, peek, reset, and acquire or release for a Concurrency
+// policy); result is served or cancelled (the waits of Policy.MaxWait);
+// quotagate_concurrency_slots_in_flight is the Concurrency slots this
+// process's requests hold; policy is the server's maxmemory-policy (see
+// NewEvictionPolicyCollector); reason is expired or live for evictions (see
 // EvictionCounter), deny-cache (the local deny cache repeated the store's
 // own denial) or breaker-open (the store's circuit breaker is open and the
 // failure mode decided) for skipped calls.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	promlimit "github.com/quotagate/quotagate/metrics/prometheus"
 )
 
@@ -27,6 +29,7 @@ var docLabels = map[string][]string{
 	promlimit.WaitSeconds + "_bucket":          {"bucket", "result", "le"},
 	promlimit.WaitSeconds + "_sum":             {"bucket", "result"},
 	promlimit.WaitSeconds + "_count":           {"bucket", "result"},
+	promlimit.SlotsInFlight:                    {"bucket"},
 	promlimit.StoreEvictionsTotal:              {"store", "reason"},
 	promlimit.StoreMayEvict:                    {"store", "policy"},
 	promlimit.StoreSkippedTotal:                {"store", "reason"},
@@ -143,6 +146,93 @@ func TestAlertsUseExposedMetrics(t *testing.T) {
 		checkExpr(t, "alert "+alerts[i][1], e[1])
 		if i < len(blocks) && norm(e[1]) != norm(blocks[i][1]) {
 			t.Errorf("alert %s expression differs from promql block %d:\n%s\n---\n%s", alerts[i][1], i+1, e[1], blocks[i][1])
+		}
+	}
+	// An annotation's $labels are the labels its expression keeps: the
+	// first "by (...)" of the expression.
+	for i, part := range regexp.MustCompile(`(?m)^\s+- alert: `).Split(rules[1], -1)[1:] {
+		kept := groupingRE.FindStringSubmatch(part)
+		for _, l := range regexp.MustCompile(`\$labels\.(\w+)`).FindAllStringSubmatch(part, -1) {
+			if kept == nil || !slices.Contains(strings.Split(strings.ReplaceAll(kept[1], " ", ""), ","), l[1]) {
+				t.Errorf("alert %s: its annotation uses $labels.%s, which its expression does not keep (%q)", alerts[i][1], l[1], kept)
+			}
+		}
+	}
+}
+
+// described returns the name and labels of every metric c describes, in
+// order, each as "name{label,label}".
+func described(c prometheus.Collector) []string {
+	ch := make(chan *prometheus.Desc, 64)
+	c.Describe(ch)
+	close(ch)
+	re := regexp.MustCompile(`fqName: "([^"]+)".*variableLabels: \{([^}]*)\}`)
+	var out []string
+	for d := range ch {
+		m := re.FindStringSubmatch(d.String())
+		out = append(out, m[1]+"{"+m[2]+"}")
+	}
+	return out
+}
+
+type noEvictions struct{}
+
+func (noEvictions) Evictions() (expired, live uint64)            { return 0, 0 }
+func (noEvictions) EvictionPolicy() (policy string, evicts bool) { return "noeviction", false }
+
+var numberWords = []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+	"nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen"}
+
+// Every document that lists promlimit's metrics lists the metrics New
+// registers and the two collectors add, with their labels, and the count
+// README.md and docs/observability.md give is New's.
+func TestDocsListEveryMetric(t *testing.T) {
+	t.Parallel()
+	obs, err := promlimit.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := described(obs)
+	all := slices.Concat(registered,
+		described(promlimit.NewEvictionsCollector("memory", noEvictions{})),
+		described(promlimit.NewEvictionPolicyCollector("redis", noEvictions{})))
+	if len(registered) >= len(numberWords) {
+		t.Fatalf("New registers %d metrics: extend numberWords", len(registered))
+	}
+	count := numberWords[len(registered)]
+	pkgDoc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(readDoc(t, "../README.md"))
+	observability := string(readDoc(t, "observability.md"))
+	design := string(readDoc(t, "DESIGN.md"))
+	for _, want := range []struct{ doc, text, phrase string }{
+		{"README.md", readme, "`promlimit.New` registers " + count + " metrics"},
+		{"docs/observability.md", observability, "into " + count + " Prometheus metrics"},
+		{"docs/observability.md", observability, "registers its " + count + " metrics"},
+	} {
+		if !strings.Contains(want.text, want.phrase) {
+			t.Errorf("%s does not say %q (New registers %d: %q)", want.doc, want.phrase, len(registered), registered)
+		}
+	}
+	for _, m := range all {
+		name, labels, _ := strings.Cut(strings.TrimSuffix(m, "}"), "{")
+		if !strings.Contains(string(pkgDoc), "//\t"+m+" ") {
+			t.Errorf("the package documentation (doc.go) does not list %s", m)
+		}
+		if !strings.Contains(design, "`"+m+"`") {
+			t.Errorf("docs/DESIGN.md does not list `%s`", m)
+		}
+		if !strings.Contains(readme, "`"+name) {
+			t.Errorf("README.md does not name %s", name)
+		}
+		row := regexp.MustCompile("(?m)^\\| `" + regexp.QuoteMeta(name) + "` \\| [a-z]+ \\| (.*) \\|$").FindStringSubmatch(observability)
+		if row == nil || strings.ReplaceAll(strings.ReplaceAll(row[1], "`", ""), " ", "") != labels {
+			t.Errorf("docs/observability.md's metric table has no row `%s` with the labels %s: %q", name, labels, row)
+		}
+		if _, ok := docLabels[name]; !ok && !strings.HasSuffix(name, "_seconds") {
+			t.Errorf("docLabels lacks %s: the dashboard and alert checks would call it unknown", name)
 		}
 	}
 }

@@ -336,7 +336,7 @@ func (b *batcher) flight() *flight {
 // only when it fires. It is never stopped, only left to fire (a queue
 // emptied meanwhile makes flush a no-op): stopping and setting it again
 // per flight made the runtime scan its timer heap each time, which holds a
-// timer per millisecond of the engine's store timeout (the engine's shared
+// timer per millisecond of the store timeout (the guard's shared
 // deadlines).
 func (s *Store) armFlush() {
 	b := &s.batch

@@ -22,10 +22,10 @@ const (
 	DefaultDialTimeout = time.Second
 	// DefaultConnWriteTimeout is how long a connection may go without an
 	// answer before rueidis declares it dead and redials (URL:
-	// write_timeout). Each decision is bounded by the engine's store timeout
-	// anyway (100 ms by default); this bounds how long the calls that timed
-	// out keep waiting on a hung server in the background. rueidis' default
-	// is 10 s.
+	// write_timeout). Each decision is bounded by the Store's own timeout
+	// anyway (WithTimeout, 100 ms by default; under WithoutGuard, the
+	// caller's guard's); this bounds how long the calls that timed out keep
+	// waiting on a hung server in the background. rueidis' default is 10 s.
 	DefaultConnWriteTimeout = time.Second
 	// DefaultSentinelRefresh is how often a Sentinel client asks the
 	// sentinels for the primary's address besides following their
