@@ -58,7 +58,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
 		switch p := pos[i]; {
 		case r.TTLMS <= 0:
-			if p >= 0 && sh.heads[p].holds(q.Algorithm, now) {
+			if p >= 0 && !op.Peek && sh.heads[p].holds(q.Algorithm, now) { // a Peek writes nothing
 				sh.heads[p].setScore(r.Remaining, capacityOf(q))
 			}
 		case p >= 0:

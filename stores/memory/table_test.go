@@ -355,10 +355,18 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 		}
 		return sh.heads[p].meta
 	}
-	for _, n := range []int{1, 2} {
+	for _, c := range []struct {
+		n     int
+		block bool // a blocking policy's Op: the store's block path
+	}{{1, false}, {2, false}, {1, true}, {2, true}} {
+		n := c.n
 		op := &limitstore.Op{Cost: 1, N: n}
+		tag := "{u" + strconv.Itoa(n) + strconv.FormatBool(c.block) + "}"
 		for i := range n {
-			op.Quotas[i] = limitstore.Quota{Key: []byte("t:{u" + strconv.Itoa(n) + "}:q" + strconv.Itoa(i)), Algorithm: limit.FixedWindow, Limit: 4, WindowMS: 60_000}
+			op.Quotas[i] = limitstore.Quota{Key: []byte("t:" + tag + ":q" + strconv.Itoa(i)), Algorithm: limit.FixedWindow, Limit: 4, WindowMS: 60_000}
+		}
+		if c.block {
+			op.Block = limitstore.Block{Key: []byte("t:" + tag + ":b"), ForMS: 60_000}
 		}
 		if _, err := s.Take(ctx, op); err != nil {
 			t.Fatal(err)
@@ -370,7 +378,7 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 			t.Fatal(err)
 		}
 		if after := meta(op.Quotas[0].Key); after != before {
-			t.Errorf("%d quotas: Peek changed the entry's meta %x -> %x (eviction score %d -> %d)", n, before, after, before&255, after&255)
+			t.Errorf("%d quotas, blocking %v: Peek changed the entry's meta %x -> %x (eviction score %d -> %d)", n, c.block, before, after, before&255, after&255)
 		}
 	}
 }
