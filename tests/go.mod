@@ -21,11 +21,14 @@ require (
 	github.com/quotagate/quotagate/client v0.0.0
 	github.com/quotagate/quotagate/conformance v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
+	github.com/quotagate/quotagate/metrics/otel v0.0.0
 	github.com/quotagate/quotagate/metrics/prometheus v0.0.0
 	github.com/quotagate/quotagate/stores/memory v0.0.0
 	github.com/quotagate/quotagate/stores/redis v0.0.0
 	github.com/redis/rueidis v1.0.79
 	github.com/valyala/fasthttp v1.51.0
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/net v0.60.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
@@ -43,6 +46,8 @@ require (
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
 	github.com/go-playground/universal-translator v0.18.1 // indirect
 	github.com/go-playground/validator/v10 v10.30.1 // indirect
@@ -63,6 +68,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/quic-go/quic-go v0.59.0 // indirect
@@ -74,6 +80,12 @@ require (
 	github.com/valyala/tcplisten v1.0.0 // indirect
 	github.com/yuin/gopher-lua v1.1.1 // indirect
 	go.mongodb.org/mongo-driver/v2 v2.5.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel v1.47.0 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -92,6 +104,7 @@ replace (
 	github.com/quotagate/quotagate/client => ../client
 	github.com/quotagate/quotagate/conformance => ../conformance
 	github.com/quotagate/quotagate/engine => ../engine
+	github.com/quotagate/quotagate/metrics/otel => ../metrics/otel
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus
 	github.com/quotagate/quotagate/stores/memory => ../stores/memory
 	github.com/quotagate/quotagate/stores/redis => ../stores/redis

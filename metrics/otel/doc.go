@@ -39,6 +39,6 @@
 // and expired or live (evictions). The names and units are chosen so that
 // the OTel Prometheus exporter's translation (dots to underscores, a unit
 // suffix, _total on counters) gives promlimit's metric names and label
-// names (TestPrometheusExporterGivesPromlimitsNames), and the dashboard
+// names (TestPrometheusExporterGivesPromlimitsNames in tests/promlimit), and the dashboard
 // and alerts of docs/observability.md apply unchanged.
 package otellimit

@@ -1,4 +1,4 @@
-package otellimit_test
+package promlimit_test
 
 import (
 	"slices"
@@ -13,6 +13,17 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
+
+type evictionCounts struct{ expired, live uint64 }
+
+func (e evictionCounts) Evictions() (uint64, uint64) { return e.expired, e.live }
+
+type evictionPolicyOf struct {
+	policy string
+	evicts bool
+}
+
+func (e evictionPolicyOf) EvictionPolicy() (string, bool) { return e.policy, e.evicts }
 
 // observer is what promlimit's and otellimit's Observers both implement.
 type observer interface {
@@ -31,7 +42,7 @@ func TestPrometheusExporterGivesPromlimitsNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	preg.MustRegister(promlimit.NewEvictionsCollector("memory", evictions{expired: 3, live: 1}), promlimit.NewEvictionPolicyCollector("redis", evictionPolicy{policy: "allkeys-lru", evicts: true}))
+	preg.MustRegister(promlimit.NewEvictionsCollector("memory", evictionCounts{expired: 3, live: 1}), promlimit.NewEvictionPolicyCollector("redis", evictionPolicyOf{policy: "allkeys-lru", evicts: true}))
 
 	oreg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(oreg), otelprom.WithoutScopeInfo(), otelprom.WithoutTargetInfo())
@@ -42,10 +53,10 @@ func TestPrometheusExporterGivesPromlimitsNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := oobs.RegisterEvictions("memory", evictions{expired: 3, live: 1}); err != nil {
+	if _, err := oobs.RegisterEvictions("memory", evictionCounts{expired: 3, live: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := oobs.RegisterEvictionPolicy("redis", evictionPolicy{policy: "allkeys-lru", evicts: true}); err != nil {
+	if _, err := oobs.RegisterEvictionPolicy("redis", evictionPolicyOf{policy: "allkeys-lru", evicts: true}); err != nil {
 		t.Fatal(err)
 	}
 
