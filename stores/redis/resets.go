@@ -88,7 +88,7 @@ func decodeKeys(m string) [][]byte {
 // client closes (its owner's Close), when Close cancels it, or when the
 // subscribing fails; then, after a pause, it subscribes again.
 func (s *Store) listen(ctx context.Context, c rueidis.Client) {
-	if c.Mode() != rueidis.ClientModeCluster && !mixes(ctx, c) {
+	if !mixes(ctx, c) {
 		s.logger.Info("redisstore: the server runs no command on a subscribed connection: Resets made through other processes end this Store's cached denials only at their Retry-After",
 			slog.String("channel", resetChannel))
 		return
@@ -122,7 +122,9 @@ func (s *Store) listen(ctx context.Context, c rueidis.Client) {
 
 // mixes reports whether c's server runs commands on a subscribed
 // connection. Redis 6 and later do under RESP3, and so do the servers that
-// answer INFO server as Redis does; miniredis, which refuses both, does not.
+// answer INFO server as Redis does; miniredis, which refuses both, does not
+// (and answers CLUSTER SLOTS, so rueidis may take it for a Cluster: the
+// check holds for every mode; on a Cluster INFO goes to one node).
 // (Trying it on a connection of its own would cost a dial, and a subscribed
 // connection closed under miniredis can stall its other clients.)
 func mixes(ctx context.Context, c rueidis.Client) bool {
