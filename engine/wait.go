@@ -210,34 +210,28 @@ func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
 // store's decision), or the one its line gives it instead (see line), or
 // for ctx's end, whichever comes first. At its slot the request goes on,
 // admitted, with the numbers of that slot, its ResetAfter counted down by
-// the wait; when ctx ends first, it leaves the line and the slot freed is
-// given back in one Refund (it is still ahead, so all of its cost comes
-// back) and d becomes limited, with RetryAfter the time its slot was still
-// away. Either way d.Waited is the time waited and the Observer hears of
-// it.
+// the wait. When ctx ends first, or when the slot it holds begins after
+// ctx's deadline (a store call that came back late: the waiter could
+// only sleep until its deadline), it gives up: see giveUp. Either way
+// d.Waited is the time waited and the Observer hears of it.
 func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
 	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
 	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
 	due := l.join(k, w)
+	deadline, bounded := ctx.Deadline()
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	for {
+		if bounded && due.After(deadline) {
+			l.giveUp(ctx, d, w, k, start)
+			return
+		}
 		select {
 		case <-t.C:
 		case <-w.moved:
 		case <-ctx.Done():
-			d.Waited = time.Since(start)
-			freed := l.leave(k, w)
-			left := time.Until(w.r.due) // out of the line: w.r is its own again
-			freed.apply(d)              // the charge given back: the line's last slot
-			// The request's context has ended: the refund has a context of its
-			// own (the store's timeout bounds it; package guard).
-			l.giveBack(context.WithoutCancel(ctx), &d.charge)
-			d.charge.lim = nil
-			d.Allowed, d.Outcome = false, OutcomeLimited
-			d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
-			l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
+			l.giveUp(ctx, d, w, k, start)
 			return
 		}
 		var begun bool
@@ -252,4 +246,22 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 	// reservation (ResetAt, an instant, stands).
 	d.ResetAfter = max(d.ResetAfter-time.Duration(d.waitMS)*time.Millisecond, 0)
 	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
+}
+
+// giveUp ends w's wait, begun at start, unserved: w leaves line k, the
+// slot freed is given back in one Refund (it is still ahead, so all of its
+// cost comes back) and d becomes limited, with RetryAfter the time w's
+// slot was still away.
+func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
+	d.Waited = time.Since(start)
+	freed := l.leave(k, w)
+	left := time.Until(w.r.due) // out of the line: w.r is its own again
+	freed.apply(d)              // the charge given back: the line's last slot
+	// The request's context may have ended: the refund has a context of
+	// its own (the store's timeout bounds it; package guard).
+	l.giveBack(context.WithoutCancel(ctx), &d.charge)
+	d.charge.lim = nil
+	d.Allowed, d.Outcome = false, OutcomeLimited
+	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
+	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
 }
