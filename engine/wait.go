@@ -53,7 +53,8 @@ type arrival struct {
 // its waiters in the order of their arrival instead, a swap the store
 // never sees (every slot stays reserved). A waiter is moved to a later
 // slot only when that slot begins no later than its own bound (latestMS,
-// on the store's clock, as the store checked its reservation): a
+// on the store's clock, as the store checked its reservation) and, on
+// this process's clock, no later than its context's deadline: a
 // reservation keeps its promise of MaxWait and the deadline.
 // When a waiter's context ends, the waiters after it move one slot earlier
 // each and the line's last slot is the one given back: the slots still
@@ -77,6 +78,7 @@ type lineKey struct {
 type waiter struct {
 	arrival
 	latestMS int64         // the latest slot it may be given, on the store's clock (Unix ms)
+	deadline time.Time     // its context's deadline; zero: none
 	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
 	moved    chan struct{} // signalled when r changes
 }
@@ -140,18 +142,25 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
 	// although it arrived after them, move one slot earlier.)
 	for j := rp - 1; j >= p; j-- {
-		if ln.slots[j+1].slotMS > ln.waiters[j].latestMS {
+		if !ln.waiters[j].mayTake(&ln.slots[j+1]) {
 			p = j + 1
 			break
 		}
 	}
 	// Behind them, w takes a later slot than its own: not past its bound.
-	for p > rp && ln.slots[p].slotMS > w.latestMS {
+	for p > rp && !w.mayTake(&ln.slots[p]) {
 		p--
 	}
 	ln.waiters = slices.Insert(ln.waiters, p, w)
 	ln.handOut(min(p, rp))
 	return w.r.due
+}
+
+// mayTake reports whether w may be given slot r: within its bound on the
+// store's clock, and beginning, on this process's clock (r.due, never
+// early), no later than its deadline.
+func (w *waiter) mayTake(r *reservation) bool {
+	return r.slotMS <= w.latestMS && (w.deadline.IsZero() || !r.due.After(w.deadline))
 }
 
 // handOut gives waiters[from:] the slots of their positions, telling each
@@ -218,12 +227,12 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 	start := time.Now()
 	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
 	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
+	w.deadline, _ = ctx.Deadline()
 	due := l.join(k, w)
-	deadline, bounded := ctx.Deadline()
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	for {
-		if bounded && due.After(deadline) {
+		if !w.deadline.IsZero() && due.After(w.deadline) {
 			l.giveUp(ctx, d, w, k, start)
 			return
 		}

@@ -449,3 +449,35 @@ func TestMaxWaitSlotPastTheDeadlineIsGivenBackAtOnce(t *testing.T) {
 		}
 	})
 }
+
+// Nor past its deadline on this process's clock: a slot whose answer came
+// back late begins, here, later than the store's clock says, and a waiter
+// moved to it could only give it up. The later arrival keeps its slot and
+// both are served.
+func TestMaxWaitArrivalOrderKeepsTheLocalDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before, after: after}}
+		first := waitFor(context.Background(), l) // held before the store, then its answer held
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+		defer cancel()
+		second := waitFor(ctx, l) // reserves 200 ms; bound 449 ms on the store's clock
+		synctest.Wait()
+		close(before) // the first reserves 400 ms at 0 ms
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		close(after) // back at 100 ms: its slot is 500 ms here, past the second's deadline
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 500*time.Millisecond {
+			t.Fatalf("bounded second served at %v (%+v), first at %v (%+v); want 200ms, 500ms", at2, d2.Allowed, at1, d1.Allowed)
+		}
+	})
+}
