@@ -214,7 +214,7 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 // never past ctx's deadline; see Policy.MaxWait).
 // At the default disclosure an allowed request allocates nothing.
 func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decision {
-	// The response (about 1 KB) and the store's Result live in a pooled
+	// The response (816 bytes) and the store's Result live in a pooled
 	// scratch, not on the stack: a gRPC server starts every call on a
 	// fresh goroutine, whose stack would otherwise grow (be copied) under
 	// the store call. resp is cleared when put back, so that it holds
@@ -239,7 +239,7 @@ func (l *Limiter) putScratch(sc *scratch) {
 }
 
 // check is the decision of one HTTP request, straight through; it fills
-// resp, the zero response, in place (no copy of the ~1 KB response). sc is
+// resp, the zero response, in place (no copy of the response). sc is
 // the caller's scratch for decide, or nil.
 func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scratch) {
 	if l.skipped(r) {

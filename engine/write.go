@@ -389,24 +389,24 @@ func (r *response) writeFields(h *fieldSink, t *text) {
 	for i := 0; i < len(fs); i++ {
 		f := &fs[i]
 		switch f.name {
-		case hRateLimitLimit, hXRateLimitLimit:
+		case nRateLimitLimit, nXRateLimitLimit:
 			if i+2 < len(fs) {
 				rem, reset := &fs[i+1], &fs[i+2]
-				if closerToExhaustion(h, rem.name, reset.name, r.number(rem.kind), r.number(reset.kind)) {
-					h.Set(f.name, t.value(r, f))
-					h.Set(rem.name, t.value(r, rem))
-					h.Set(reset.name, t.value(r, reset))
+				if closerToExhaustion(h, rem.header(), reset.header(), r.number(rem.kind), r.number(reset.kind)) {
+					h.Set(f.header(), t.value(r, f))
+					h.Set(rem.header(), t.value(r, rem))
+					h.Set(reset.header(), t.value(r, reset))
 				}
 				i += 2
 				continue
 			}
-			h.Set(f.name, t.value(r, f))
-		case hRetryAfter, hCacheControl, hContentType:
-			h.Set(f.name, t.value(r, f))
-		case hRateLimitPolicy:
+			h.Set(f.header(), t.value(r, f))
+		case nRetryAfter, nCacheControl, nContentType:
+			h.Set(f.header(), t.value(r, f))
+		case nRateLimitPolicy:
 			addPolicyMember(h, t.value(r, f))
 		default:
-			h.Add(f.name, t.value(r, f))
+			h.Add(f.header(), t.value(r, f))
 		}
 	}
 	h.empty = false // LimitedResponse.Header may name the fields just written
