@@ -28,43 +28,43 @@ func parsePeer(s string) (netip.Addr, bool) {
 // netip.Addr. Anything else (IPv6, zones, odd forms, 0.0.0.0) returns false
 // and takes the general path.
 func canonicalIPv4(s string) (string, bool) {
-	i, octets := 0, uint(0) // the octets or-ed: 0 for 0.0.0.0
-	for octet := 0; ; octet++ {
+	i, zero := 0, true
+	for octet := 0; octet < 4; octet++ {
+		if octet > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return "", false
+			}
+			i++
+		}
 		if i >= len(s) {
 			return "", false
 		}
-		v := uint(s[i]) - '0'
-		if v > 9 {
+		c := s[i] - '0'
+		if c > 9 {
 			return "", false
 		}
 		i++
-		if i < len(s) {
-			if d := uint(s[i]) - '0'; d <= 9 {
-				if v == 0 {
-					return "", false // a leading zero
-				}
-				v = v*10 + d
-				i++
-				if i < len(s) {
-					if d := uint(s[i]) - '0'; d <= 9 {
-						if v = v*10 + d; v > 255 {
-							return "", false
-						}
-						i++
-					}
-				}
+		if c == 0 {
+			if i < len(s) && s[i]-'0' <= 9 {
+				return "", false // a leading zero
 			}
+			continue
 		}
-		octets |= v
-		if octet == 3 {
-			break
+		v := uint(c)
+		for k := 0; k < 2 && i < len(s); k++ {
+			d := s[i] - '0'
+			if d > 9 {
+				break
+			}
+			v = v*10 + uint(d)
+			i++
 		}
-		if i >= len(s) || s[i] != '.' {
+		if v > 255 {
 			return "", false
 		}
-		i++
+		zero = false
 	}
-	if octets == 0 {
+	if zero {
 		return "", false
 	}
 	host := s[:i]
