@@ -46,7 +46,7 @@ var redisSince = map[string]string{
 	"ZADD":             "1.2.0",
 	"ZADD XX":          "3.0.2",
 	"ZCARD":            "1.2.0",
-	"ZREM":             "2.4.0", // several members
+	"ZREM":             "1.2.0",
 	"ZREMRANGEBYSCORE": "1.2.0",
 	"ZSCORE":           "1.2.0",
 	// Commands the Go store builds (rueidis Builder methods).
