@@ -59,8 +59,8 @@ func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreF
 			var ks [][]byte
 			for j := range op.N {
 				ks = append(ks, op.Quotas[j].Key)
-				delete(ref.m, string(op.Quotas[j].Key))
 			}
+			ref.reset(ks, now)
 			if err := rs.Reset(ctx, ks); err != nil {
 				t.Fatalf("step %d: Reset: %v", step, err)
 			}
@@ -89,7 +89,7 @@ func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreF
 		}
 		if got.Allowed && !op.Refund && !op.Peek {
 			for j := range op.N {
-				op.Quotas[j].Window = got.Quotas[j].Window
+				op.Quotas[j].Window, op.Quotas[j].Epoch = got.Quotas[j].Window, got.Quotas[j].Epoch
 			}
 			charges = append(charges, op)
 		}

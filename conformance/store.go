@@ -83,6 +83,19 @@ func (m *model) take(op *limitstore.Op, now int64) limitstore.Result {
 	return res
 }
 
+// reset is a Reset of keys at now, as the store contract says: a live
+// State becomes the empty State of the next epoch, keeping its expiry;
+// anything else is forgotten.
+func (m *model) reset(keys [][]byte, now int64) {
+	for _, k := range keys {
+		if e, ok := m.m[string(k)]; ok && e.exp > now {
+			m.m[string(k)] = modelEntry{limitstore.State{Epoch: e.st.Epoch + 1}, e.exp}
+		} else {
+			delete(m.m, string(k))
+		}
+	}
+}
+
 // oneQuota is an Op of one quota on key.
 func oneQuota(key string, q limitstore.Quota) limitstore.Op {
 	q.Key = []byte(key)
@@ -155,7 +168,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 		}
 		if got.Allowed && !op.Refund {
 			for j := range op.N {
-				op.Quotas[j].Window = got.Quotas[j].Window
+				op.Quotas[j].Window, op.Quotas[j].Epoch = got.Quotas[j].Window, got.Quotas[j].Epoch
 			}
 			charges = append(charges, op)
 		}
