@@ -87,8 +87,8 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 		s.notPrimary(err)
 		return limitstore.Result{}, err
 	}
-	if len(str) != 8+stateLen*n+blockLen {
-		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+stateLen*n+blockLen)
+	if len(str) != 8+replyStateLen*n+blockLen {
+		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+replyStateLen*n+blockLen)
 	}
 	now, allowed := le64(str, 0), true
 	if now < 0 {
@@ -97,8 +97,8 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	if now == 0 {
 		return limitstore.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
-	sts := readStates(op, now, str[8:8+stateLen*n])
-	rec := str[8+stateLen*n:]
+	sts := readStates(op, now, str[8:8+replyStateLen*n])
+	rec := str[8+replyStateLen*n:]
 	b := limitstore.BlockState{UntilMS: le64(rec, 0), LastMS: le64(rec, 8)}
 	res := op.ApplyBlock(&sts, &b, now)
 	if !op.Peek && res.Allowed != allowed {

@@ -174,24 +174,32 @@ local function library(call, floor, byte, sunpack, spack, K)
   end
 
   -- state: the state read from the value v: sa, sb, sc (a, b, c), ex (its
-  -- expiry) and px (the key's deadline). A dead state reads as zero, its
-  -- key's deadline kept; so does one whose expiry is further than 2^37 ms
-  -- (1590 days, beyond any policy's: two 366-day sliding windows, and a
-  -- clock stepped back by as much again),
+  -- expiry), px (the key's deadline) and ep, the 8 bytes of its epoch to
+  -- keep ('' for a value of 40 bytes: epoch 0, and nothing to keep). A
+  -- dead state reads as zero, its key's deadline kept, and of epoch 0 (ep
+  -- 8 zero bytes when the value has an epoch); so does one whose expiry is
+  -- further than 2^37 ms (1590 days, beyond any policy's: two 366-day
+  -- sliding windows, and a clock stepped back by as much again),
   -- which only a value written by something else can hold.
   local function state(v, now)
-    local sa, sb, sc, ex, px
+    local sa, sb, sc, ex, px, ep
     -- inline: state begin
-    if v and #v == 40 then
+    ep = ''
+    if v and (#v == 40 or #v == 48) then
       sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
       if ex <= now or ex - now > 137438953472 then
         sa, sb, sc, ex = 0, 0, 0, 0
+        if #v == 48 then
+          ep = '\0\0\0\0\0\0\0\0'
+        end
+      elseif #v == 48 then
+        ep = string.sub(v, 41)
       end
     else
       sa, sb, sc, ex, px = 0, 0, 0, 0, 0
     end
     -- inline: state end
-    return sa, sb, sc, ex, px
+    return sa, sb, sc, ex, px, ep
   end
 
   -- bucketview: token bucket (x = burst, mw = MaxWait ms),
@@ -363,12 +371,13 @@ local function library(call, floor, byte, sunpack, spack, K)
   end
 
   -- write: the new state na, nb, nc with expiry e under k, the key's
-  -- deadline pe, over the state read (sa, sc, ex, px). When only the count
+  -- deadline pe, over the state read (sa, sc, ex, px, and ep, its epoch's
+  -- bytes, written after the 40 when not ''). When only the count
   -- b changed (same window or TAT, previous count, expiry and deadline) and
   -- not again (batch.lua's flag: a later Op of the flight reads the key;
   -- the general path's always), only its 8 bytes. Returns val, the 40 bytes
   -- written (nil: the count alone).
-  local function write(k, na, nb, nc, e, pe, sa, sc, ex, px, now, servertime, again)
+  local function write(k, na, nb, nc, e, pe, sa, sc, ex, px, ep, now, servertime, again)
     local val
     local persisted = true
     -- inline: write begin
@@ -378,6 +387,9 @@ local function library(call, floor, byte, sunpack, spack, K)
       keep = true
     else
       val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+      if ep ~= '' then
+        val = val .. ep
+      end
       if pe == px then
         call('SETRANGE', k, '0', val)
         keep = true
@@ -423,7 +435,7 @@ local function library(call, floor, byte, sunpack, spack, K)
   -- a refund: one pass. Returns whether the Op is admitted (a refund always
   -- is).
   local function general(a, n, now, servertime, cost, vals, h, hp, got)
-    local refund = #a > 16 + 32 * n
+    local refund = #a > 16 + 32 * n -- 16 + 48 * n
     local all = true
     local passes = 1
     if n > 1 and not refund then
@@ -432,17 +444,29 @@ local function library(call, floor, byte, sunpack, spack, K)
     for pass = 1, passes do
       local p = 17
       for i = 1, n do
-        local alg, lim, w, x, cw
+        local alg, lim, w, x, cw, ce
         alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
         if refund then
-          cw, p = sunpack('<i8', a, p)
+          cw, ce, p = sunpack('<i8i8', a, p)
         end
         local ki = i
         if h then
           ki = byte(h, hp + 1 + i)
         end
-        local sa, sb, sc, ex, px = state(vals[i], now)
+        local sa, sb, sc, ex, px, ep = state(vals[i], now)
         local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+        -- A refund's cost: none when the charge's epoch ce is not the
+        -- state's (a Reset since; Op.Apply).
+        local rc = cost
+        if refund then
+          local se = 0
+          if ep ~= '' then
+            se = sunpack('<i8', ep)
+          end
+          if se ~= ce then
+            rc = 0
+          end
+        end
         if alg >= 2 then
           -- Reservations: the algorithm integer is 2 + 4*(mw + 2^22*rw),
           -- MaxWait and the Op's wait in ms (0, 0: plain 2).
@@ -454,7 +478,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
             -- charge, whose TAT (rounded up) is cw.
             if off > 0 then
-              local c = cost
+              local c = rc
               if c > x then
                 c = x
               end
@@ -490,12 +514,12 @@ local function library(call, floor, byte, sunpack, spack, K)
           local b, c = sb, sc
           if refund then
             if cw == sa then
-              b = b - cost
+              b = b - rc
               if b < 0 then
                 b = 0
               end
             elseif alg == 0 and cw == sa - 1 then
-              c = c - cost
+              c = c - rc
               if c < 0 then
                 c = 0
               end
@@ -527,7 +551,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             -- Only a live state changes; it keeps its expiry and the key
             -- its deadline.
             if ex > now and (na ~= sa or nb ~= sb or nc ~= sc) then
-              val = spack('<i8i8i8i8i8', na, nb, nc, ex, px)
+              val = spack('<i8i8i8i8i8', na, nb, nc, ex, px) .. ep
               call('SETRANGE', K[ki], '0', val)
               if servertime then
                 call('PEXPIREAT', K[ki], px, 'NX')
@@ -537,7 +561,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             end
           elseif ttl > 0 then
             local e, pe = deadline(now, ttl, px, bound, slack, lim)
-            val = write(K[ki], na, nb, nc, e, pe, sa, sc, ex, px, now, servertime, true)
+            val = write(K[ki], na, nb, nc, e, pe, sa, sc, ex, px, ep, now, servertime, true)
           end
           if got and val then
             got[ki] = val
