@@ -24,8 +24,9 @@ import (
 // boundary of what limit.New accepts, and Limiters of several quotas and
 // plans deciding as on the reference store; and, for a
 // limitstore.Resetter, the same differential with Peeks and Resets mixed
-// in, Limiter.Peek and Reset as on the reference store, and a Reset racing
-// 200 requests.
+// in, Limiter.Peek and Reset as on the reference store, a Reset racing
+// 200 requests and the refunds of requests charged before it, and refunds
+// of charges taken before a Reset giving nothing back after it.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -45,7 +46,9 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	}
 	t.Run("peek-and-reset-through-limiters-as-the-reference", func(t *testing.T) { peekResetPolicies(t, newStore) })
 	t.Run("reset-races-200-requests", func(t *testing.T) { resetRacesRequests(t, newStore) })
-	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) }) // blocks.go
+	t.Run("reset-then-refund-as-the-model", func(t *testing.T) { resetThenRefund(t, newStore) })                                     // resetrefund.go
+	t.Run("reset-then-refund-through-limiters-as-the-reference", func(t *testing.T) { resetThenRefundThroughLimiters(t, newStore) }) // resetrefund.go
+	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) })                                             // blocks.go
 }
 
 // model is the reference: the engine's math over a map with TTLs, written
