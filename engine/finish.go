@@ -23,6 +23,7 @@ import (
 // goes to the identity's usage after it).
 type charge struct {
 	lim     *Limiter // the Limiter that charged; nil: nothing to give back
+	local   bool     // FailLocal's local store took it, not the shared one
 	bucket  bucketRef
 	id      who
 	set     *quotaSet // the quotas (of the plan) that charged it
@@ -138,8 +139,9 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 	}
 }
 
-// giveBack gives charge c back to the store in one Refund Op (the windows
-// and epochs of the charge make it exact) and reports whether the store took it; a
+// giveBack gives charge c back, in one Refund Op, to the store that took
+// it (the shared one, or FailLocal's local store; the windows and epochs
+// of the charge make it exact) and reports whether the store took it back; a
 // failure is reported as a store error and the charge stays counted.
 func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
 	sc := l.scratch.Get().(*scratch)
@@ -152,8 +154,12 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
 	for i := range min(op.N, limitstore.MaxQuotas) {
 		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
 	}
+	ref := &l.store.primary
+	if c.local {
+		ref = &l.store.local
+	}
 	var res limitstore.Result
-	if err := l.store.take(ctx, &l.store.primary, op, &res); err != nil {
+	if err := l.store.take(ctx, ref, op, &res); err != nil {
 		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 		return false
 	}

@@ -101,6 +101,33 @@ func TestRefundsAreReported(t *testing.T) {
 	}
 }
 
+// Under FailLocal, a request the local store admitted while the shared one
+// failed is given back to the local store (CountStatus, a later mount), not
+// to the shared one, which never counted it.
+func TestFinishGivesALocalChargeBackToTheLocalStore(t *testing.T) {
+	local := storeAt(epochMS)
+	l := limittest.MustNew(errStore, limit.Policy{Algorithm: limit.FixedWindow, Limit: 2, Window: time.Minute, AlignWindows: true,
+		FailureMode: limit.FailLocal, CountStatus: countFailures}, limit.WithLocalStore(local))
+	ctx := context.Background()
+	for i := range 5 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed || d.Outcome != limit.OutcomeDegraded || d.Remaining != 1 {
+			t.Fatalf("success %d: %+v; want admitted by the local store with 1 left (successes given back there)", i, d)
+		}
+		l.Finish(ctx, &d, 200)
+	}
+	for i := range 2 {
+		d, _ := l.Consume(ctx, "a")
+		if !d.Allowed {
+			t.Fatalf("failure %d limited", i)
+		}
+		l.Finish(ctx, &d, 500)
+	}
+	if d, _ := l.Consume(ctx, "a"); d.Allowed {
+		t.Fatal("admitted after 2 counted failures in the local store")
+	}
+}
+
 // countFailures counts only the responses with status >= 400.
 func countFailures(s int) bool { return s >= 400 }
 

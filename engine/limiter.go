@@ -307,8 +307,9 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		}
 		err = l.store.decide(ctx, op, bucket.name, d, &sc.res)
 		l.logBlock(d)
-		if err == nil && d.Allowed {
-			// Taken from the shared store: Finish may give it back.
+		if d.Allowed && (err == nil || d.charge.local) {
+			// Taken from the shared store, or FailLocal's local one:
+			// Finish may give it back there.
 			d.charge.lim, d.charge.bucket, d.charge.id, d.charge.set, d.charge.cost = l, *bucket, *id, set, cost
 		}
 	}

@@ -120,6 +120,7 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 			d.fill(res)
 			if d.Allowed {
 				d.Outcome = OutcomeDegraded
+				d.charge.local = true // Finish gives it back there
 			}
 			break
 		}
