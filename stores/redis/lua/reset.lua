@@ -74,7 +74,7 @@ for i = 1, #KEYS do
       live, moved = true, moved + 1
     end
   end
-  if not live then
+  if not live and v then -- absent (false): nothing to delete
     redis.call('DEL', k)
   end
 end
