@@ -17,9 +17,14 @@
 -- checks that Apply admits exactly when the script did.
 --
 -- Stored value: five little-endian 64-bit integers (40 bytes) a, b, c,
--- expiry, pexpiry. Window algorithms: a = window index, b = count, c =
--- previous count; token bucket: a = TAT (Unix ms), b = TAT's fraction in
--- 1/limit ms. expiry is the Unix ms at which the state dies (now + the
+-- expiry, pexpiry, and for a key a Reset found live (reset.lua) a sixth,
+-- its epoch (48 bytes; a 40-byte value is of epoch 0, as every value
+-- written before epochs existed). Window algorithms: a = window index, b =
+-- count, c = previous count; token bucket: a = TAT (Unix ms), b = TAT's
+-- fraction in 1/limit ms. Every write keeps the epoch of a live state (a
+-- write in place leaves its 8 bytes alone, a rewrite appends them; a
+-- rewrite over a dead state writes epoch 0), and a refund whose epoch is
+-- not the state's gives nothing back (limitstore.Op.Apply). expiry is the Unix ms at which the state dies (now + the
 -- Result's TTLMS at its last write: the memory store's rule, so both stores
 -- forget a state at the same instant whatever the clock does); pexpiry is
 -- the key's own deadline in Redis. A write sets the key's deadline only
