@@ -64,8 +64,8 @@ type Decision struct {
 	Policy *Policy
 	// Waited is how long the request waited for the slot it reserved
 	// (Policy.MaxWait) before it was admitted, or, when its context ended
-	// first, before it gave the slot back and was limited; 0 when it did
-	// not wait.
+	// first (or its slot began after the context's deadline), before it
+	// gave the slot back and was limited; 0 when it did not wait.
 	Waited time.Duration
 	// Plan is the plan that decided: a key of Policy.Plans, or
 	// Policy.DefaultPlan ("" unless set) for the default plan (the Policy's

@@ -182,10 +182,11 @@ type Policy struct {
 	// long. Otherwise the request is limited as without MaxWait and
 	// nothing is reserved. A request whose context ends while it waits
 	// gives its reservation back in one store call (exactly its cost) and
-	// is limited. Waiting requests are served one emission interval
-	// (Window/Limit) per cost unit apart, across every process on the
-	// store, in the order they reserved, and within this Limiter in the
-	// order they arrived (never past a request's own MaxWait or deadline);
+	// is limited; so does, at once, one whose slot begins after its
+	// context's deadline (its store call came back that late). Waiting
+	// requests are served one emission interval (Window/Limit) per cost
+	// unit apart, across every process on the store, in the order they
+	// reserved, and within this Limiter in the order they arrived (never past a request's own MaxWait or deadline);
 	// a request that gives up leaves no gap: the ones of this Limiter
 	// after it move one slot earlier. At most MaxWaiting requests of this
 	// Limiter wait at once in a process. A whole number of milliseconds, at

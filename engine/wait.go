@@ -53,7 +53,8 @@ type arrival struct {
 // its waiters in the order of their arrival instead, a swap the store
 // never sees (every slot stays reserved). A waiter is moved to a later
 // slot only when that slot begins no later than its own bound (latestMS,
-// on the store's clock, as the store checked its reservation): a
+// on the store's clock, as the store checked its reservation) and, on
+// this process's clock, no later than its context's deadline: a
 // reservation keeps its promise of MaxWait and the deadline.
 // When a waiter's context ends, the waiters after it move one slot earlier
 // each and the line's last slot is the one given back: the slots still
@@ -77,6 +78,7 @@ type lineKey struct {
 type waiter struct {
 	arrival
 	latestMS int64         // the latest slot it may be given, on the store's clock (Unix ms)
+	deadline time.Time     // its context's deadline; zero: none
 	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
 	moved    chan struct{} // signalled when r changes
 }
@@ -141,18 +143,25 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
 	// although it arrived after them, move one slot earlier.)
 	for j := rp - 1; j >= p; j-- {
-		if ln.slots[j+1].slotMS > ln.waiters[j].latestMS {
+		if !ln.waiters[j].mayTake(&ln.slots[j+1]) {
 			p = j + 1
 			break
 		}
 	}
 	// Behind them, w takes a later slot than its own: not past its bound.
-	for p > rp && ln.slots[p].slotMS > w.latestMS {
+	for p > rp && !w.mayTake(&ln.slots[p]) {
 		p--
 	}
 	ln.waiters = slices.Insert(ln.waiters, p, w)
 	ln.handOut(min(p, rp))
 	return w.r.due
+}
+
+// mayTake reports whether w may be given slot r: within its bound on the
+// store's clock, and beginning, on this process's clock (r.due, never
+// early), no later than its deadline.
+func (w *waiter) mayTake(r *reservation) bool {
+	return r.slotMS <= w.latestMS && (w.deadline.IsZero() || !r.due.After(w.deadline))
 }
 
 // handOut gives waiters[from:] the slots of their positions, telling each
@@ -211,34 +220,28 @@ func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
 // store's decision), or the one its line gives it instead (see line), or
 // for ctx's end, whichever comes first. At its slot the request goes on,
 // admitted, with the numbers of that slot, its ResetAfter counted down by
-// the wait; when ctx ends first, it leaves the line and the slot freed is
-// given back in one Refund (it is still ahead, so all of its cost comes
-// back) and d becomes limited, with RetryAfter the time its slot was still
-// away. Either way d.Waited is the time waited and the Observer hears of
-// it.
+// the wait. When ctx ends first, or when the slot it holds begins after
+// ctx's deadline (a store call that came back late: the waiter could
+// only sleep until its deadline), it gives up: see giveUp. Either way
+// d.Waited is the time waited and the Observer hears of it.
 func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
 	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
 	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
+	w.deadline, _ = ctx.Deadline()
 	due := l.join(k, w)
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	for {
+		if !w.deadline.IsZero() && due.After(w.deadline) {
+			l.giveUp(ctx, d, w, k, start)
+			return
+		}
 		select {
 		case <-t.C:
 		case <-w.moved:
 		case <-ctx.Done():
-			d.Waited = time.Since(start)
-			freed := l.leave(k, w)
-			left := time.Until(w.r.due) // out of the line: w.r is its own again
-			freed.apply(d)              // the charge given back: the line's last slot
-			// The request's context has ended: the refund has a context of its
-			// own (the store's timeout bounds it; package guard).
-			l.giveBack(context.WithoutCancel(ctx), &d.charge)
-			d.charge.lim = nil
-			d.Allowed, d.Outcome = false, OutcomeLimited
-			d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
-			l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
+			l.giveUp(ctx, d, w, k, start)
 			return
 		}
 		var begun bool
@@ -253,4 +256,22 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 	// reservation (ResetAt, an instant, stands).
 	d.ResetAfter = max(d.ResetAfter-time.Duration(d.waitMS)*time.Millisecond, 0)
 	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
+}
+
+// giveUp ends w's wait, begun at start, unserved: w leaves line k, the
+// slot freed is given back in one Refund (it is still ahead, so all of its
+// cost comes back) and d becomes limited, with RetryAfter the time w's
+// slot was still away.
+func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
+	d.Waited = time.Since(start)
+	freed := l.leave(k, w)
+	left := time.Until(w.r.due) // out of the line: w.r is its own again
+	freed.apply(d)              // the charge given back: the line's last slot
+	// The request's context may have ended: the refund has a context of
+	// its own (the store's timeout bounds it; package guard).
+	l.giveBack(context.WithoutCancel(ctx), &d.charge)
+	d.charge.lim = nil
+	d.Allowed, d.Outcome = false, OutcomeLimited
+	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
+	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
 }

@@ -395,3 +395,89 @@ func TestMaxWaitHeadersAsAdmitted(t *testing.T) {
 		}
 	})
 }
+
+// refundCounter is a Store that counts the Refunds it is sent.
+type refundCounter struct {
+	limitstore.Store
+	mu      sync.Mutex
+	refunds int
+}
+
+func (s *refundCounter) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	if op.Refund {
+		s.mu.Lock()
+		s.refunds++
+		s.mu.Unlock()
+	}
+	return s.Store.Take(ctx, op)
+}
+
+func (s *refundCounter) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refunds
+}
+
+// A reservation whose answer comes back so late that its slot begins
+// after the request's deadline is given back at once, in one store call,
+// and the request is limited then, not at its deadline: the next request
+// reserves the very slot it freed.
+func TestMaxWaitSlotPastTheDeadlineIsGivenBackAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refunds := &refundCounter{Store: limittest.NewStore(time.Now)}
+		store := &gatedStore{Store: refunds}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c") // the burst: the next slot at 200 ms
+		after := make(chan struct{})
+		store.holds = []hold{{after: after}}
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		late := waitFor(ctx, l) // reserves 200 ms (before 250 ms); its answer held
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		close(after) // back at 100 ms: 200 ms more to wait, past the deadline
+		d := <-late
+		if at := time.Since(start); d.Allowed || d.Outcome != limit.OutcomeLimited || at != 100*time.Millisecond || d.Waited != 0 || d.RetryAfter != 200*time.Millisecond {
+			t.Fatalf("slot past the deadline: %+v at %v; want limited at once (100ms), RetryAfter 200ms", d, at)
+		}
+		if n := refunds.count(); n != 1 {
+			t.Fatalf("%d Refunds, want 1", n)
+		}
+		if d, _ := l.Consume(context.Background(), "c"); !d.Allowed || d.Waited != 100*time.Millisecond {
+			t.Fatalf("after the give-back: %+v; want the freed slot, 100ms away", d)
+		}
+	})
+}
+
+// Nor past its deadline on this process's clock: a slot whose answer came
+// back late begins, here, later than the store's clock says, and a waiter
+// moved to it could only give it up. The later arrival keeps its slot and
+// both are served.
+func TestMaxWaitArrivalOrderKeepsTheLocalDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before, after: after}}
+		first := waitFor(context.Background(), l) // held before the store, then its answer held
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+		defer cancel()
+		second := waitFor(ctx, l) // reserves 200 ms; bound 449 ms on the store's clock
+		synctest.Wait()
+		close(before) // the first reserves 400 ms at 0 ms
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		close(after) // back at 100 ms: its slot is 500 ms here, past the second's deadline
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 500*time.Millisecond {
+			t.Fatalf("bounded second served at %v (%+v), first at %v (%+v); want 200ms, 500ms", at2, d2.Allowed, at1, d1.Allowed)
+		}
+	})
+}

@@ -19,7 +19,6 @@ const blockAlg = limit.FixedWindow
 // quotas as takeN does, and the block record with its time to live (an
 // eviction score of 0: the last entry a full shard gives up).
 func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
-	now := s.nowMS()
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	const m = limitstore.MaxQuotas + 1
 	var ids [m]uint64
@@ -35,6 +34,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
+	now := s.nowMS() // under the locks: see nowMS
 
 	var sts [limitstore.MaxQuotas]limitstore.State
 	var pos [m]int

@@ -190,12 +190,12 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	if op.N != 1 {
 		return s.takeN(op), nil
 	}
-	now := s.nowMS()
 	q := &op.Quotas[0]
 	id := s.keyID(q.Key)
 	i := s.shardOf(hashTag(q.Key))
 	sh := &s.shards[i]
 	sh.mu.Lock()
+	now := s.nowMS() // under the lock: see nowMS
 	var sts [limitstore.MaxQuotas]limitstore.State
 	p := sh.find(id)
 	live := p >= 0 && sh.heads[p].holds(q.Algorithm, now)
@@ -238,7 +238,6 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 
 // takeN is Take for any number of quotas.
 func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
-	now := s.nowMS()
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	var ids [limitstore.MaxQuotas]uint64
 	var shards [limitstore.MaxQuotas]int
@@ -259,6 +258,7 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 	}
 	var order [limitstore.MaxQuotas]int
 	locked := s.lock(shards[:n], one, &order)
+	now := s.nowMS() // under the locks: see nowMS
 
 	// Read: an absent or expired entry, or one written by another
 	// algorithm, is a fresh State.
@@ -409,7 +409,13 @@ func hashTag(key []byte) []byte {
 	return key
 }
 
-// nowMS reads the store's clock in Unix ms.
+// nowMS reads the store's clock in Unix ms. A decision reads it under the
+// locks of its keys' shards: read before them, a goroutine that waited for
+// a lock would decide at an instant older than the decision before it on
+// the same key, and a token bucket whose reservations reach MaxWait ahead
+// would read that TAT as a clock step back and clamp reservations away
+// (over-admission). Under the lock the instants of one key never go back
+// with the default clock, which is monotonic.
 func (s *Store) nowMS() int64 {
 	if s.clock != nil {
 		return s.clock().UnixMilli()

@@ -684,3 +684,45 @@ func TestRegressionIdenticalLimitersDoNotShareSilently(t *testing.T) {
 	}
 	runtime.KeepAlive(a)
 }
+
+// Concurrent waiters on one key reserve no more than the token bucket's
+// rate allows, however their goroutines interleave: a decision reads the
+// clock under its key's lock, so that it never decides at an instant
+// older than the decision before it. (Read before the lock, an older
+// instant makes a TAT that runs MaxWait ahead look like a clock step back,
+// and the clamp forgets reservations.)
+func TestConcurrentWaitersNeverOverReserve(t *testing.T) {
+	var ms atomic.Int64 // each reading of the clock is 1 ms after the one before
+	s, err := memstore.New(memstore.WithClock(func() time.Time {
+		now := epoch.Add(time.Duration(ms.Add(1)) * time.Millisecond)
+		runtime.Gosched() // the reader may be descheduled right after a reading
+		return now
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One slot every 20 ms, reservations up to 100 ms ahead.
+	q := limitstore.Quota{Key: []byte("{w}:tb:one"), Algorithm: limit.TokenBucket, Limit: 50, WindowMS: 1000, Burst: 1, MaxWaitMS: 100}
+	const goroutines, takes = 8, 500
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			op := limitstore.Op{Cost: 1, N: 1, WaitMS: q.MaxWaitMS, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
+			for range takes {
+				if res, _ := s.Take(context.Background(), &op); res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The TAT starts at the first reading (1 ms), moves 20 ms per admission
+	// and ends at most a bucket (20 ms) and MaxWait past the last reading.
+	last := ms.Load()
+	bound := (last + 20 + q.MaxWaitMS - 1) / 20
+	if n := admitted.Load(); n > bound {
+		t.Fatalf("%d admitted over %d ms of 50 per second with 100 ms of reservations, want at most %d", n, last, bound)
+	}
+	t.Logf("%d admitted over %d ms (bound %d)", admitted.Load(), last, bound)
+}

@@ -22,7 +22,6 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	now := s.nowMS()
 	shards := make([]int, len(keys))
 	for i, k := range keys {
 		shards[i] = s.shardOf(hashTag(k))
@@ -31,6 +30,7 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
+	now := s.nowMS() // under the locks: see nowMS
 	for i, k := range keys {
 		sh := &s.shards[shards[i]]
 		id := s.keyID(k)

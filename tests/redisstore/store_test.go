@@ -406,13 +406,15 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 	if _, err := alone.Take(ctxT(t), &warm); err != nil {
 		t.Fatal(err)
 	}
-	// Two Ops per algorithm on one key of limit 1 (the second denied), on
-	// windows of 4 ms: a reading rounded to a double lands in another one.
+	// Two Ops per algorithm on one key of limit 1 (the second denied). The
+	// windows last a minute: Redis expires keys on its own clock, which
+	// runs on while the caller's stands at at, so a key of a window of a
+	// few ms would be gone before the second Op on a loaded machine.
 	pa, pb := prefix+":a", prefix+":b"
 	ops := func(p string) []limitstore.Op {
 		var out []limitstore.Op
 		for _, alg := range algorithms {
-			q := limitstore.Quota{Algorithm: alg, Limit: 1, WindowMS: 4}
+			q := limitstore.Quota{Algorithm: alg, Limit: 1, WindowMS: 60_000}
 			if alg == limit.TokenBucket {
 				q.Burst = 1
 			}

@@ -391,6 +391,25 @@ func scenarios() []scenario {
 			chain:      []mount{{policy: "g"}},
 			concurrent: &concurrent{client: a, clients: 24, allowed: 7},
 		},
+		{
+			// Policy.MaxWait (the HTTP suite's GET /v1/feed): a call the
+			// bucket cannot take now waits for its reserved slot (real
+			// time; the store's fake clock stays frozen, so the slots
+			// stay where the store put them) and is served with the
+			// fields of any admitted call; 15 at once from another
+			// client: the first at once, 10 in the slots of the next
+			// 2 s, 4 limited.
+			name: "21-token-bucket-calls-wait-for-a-slot",
+			policies: map[string]limit.Policy{
+				"feed": {Name: "feed", Algorithm: limit.TokenBucket, Limit: 5, Window: time.Second, Burst: 1, MaxWait: 2 * time.Second, Disclosure: limit.DiscloseAlways},
+			},
+			chain: []mount{{policy: "feed"}},
+			steps: []step{
+				times(step{client: a, method: empty, want: want{code: codes.OK, ran: 1, md: map[string]string{
+					"ratelimit-policy": `"feed";q=5;w=1`, "ratelimit": `"feed";r=0;t=1`, "retry-after": "-"}}}, 3),
+			},
+			concurrent: &concurrent{client: b, clients: 15, allowed: 11},
+		},
 	}
 }
 
