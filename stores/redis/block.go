@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
@@ -55,12 +54,9 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	if n < 1 || n > limitstore.MaxQuotas {
 		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
 	}
-	var now int64 // 0: the server's TIME
-	if s.clock != nil {
-		t := s.clock()
-		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
-			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
-		}
+	now, err := s.callerNow()
+	if err != nil {
+		return limitstore.Result{}, err
 	}
 	w := s.batch.waiters.Get().(*waiter)
 	w.encode(op, now)

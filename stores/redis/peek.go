@@ -98,6 +98,22 @@ func (s *Store) refreshSoon() {
 	}
 }
 
+// callerNow is WithClock's reading in Unix ms for a script that reads the
+// clock itself (peek.lua, reset.lua, block.lua): 0 without WithClock (the
+// script reads the server's TIME), or an error for a reading outside
+// what the scripts hold.
+func (s *Store) callerNow() (int64, error) {
+	if s.clock == nil {
+		return 0, nil
+	}
+	t := s.clock()
+	now := t.UnixMilli()
+	if now <= 0 || now > maxClockMS {
+		return 0, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
+	}
+	return now, nil
+}
+
 // reset is one call of lua/reset.lua on keys, through via when it is not
 // nil, at the Store's clock (the server's TIME without WithClock).
 func (s *Store) reset(ctx context.Context, keys [][]byte, via rueidis.Client) error {
@@ -108,12 +124,9 @@ func (s *Store) reset(ctx context.Context, keys [][]byte, via rueidis.Client) er
 	if len(keys) == 0 {
 		return nil
 	}
-	var now int64
-	if s.clock != nil {
-		t := s.clock()
-		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
-			return fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
-		}
+	now, err := s.callerNow()
+	if err != nil {
+		return err
 	}
 	c := r.c
 	if via != nil {
@@ -123,8 +136,7 @@ func (s *Store) reset(ctx context.Context, keys [][]byte, via rueidis.Client) er
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	err := resetScript.Exec(ctx, c, ks, []string{strconv.FormatInt(now, 10)}).Error()
-	if err != nil {
+	if err := resetScript.Exec(ctx, c, ks, []string{strconv.FormatInt(now, 10)}).Error(); err != nil {
 		s.notPrimary(err)
 		return err
 	}
@@ -148,12 +160,9 @@ func (s *Store) peek(ctx context.Context, op *limitstore.Op, via rueidis.Client)
 	if n < 1 || n > limitstore.MaxQuotas {
 		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
 	}
-	var now int64
-	if s.clock != nil {
-		t := s.clock()
-		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
-			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
-		}
+	now, err := s.callerNow()
+	if err != nil {
+		return limitstore.Result{}, err
 	}
 	keys := make([]string, n)
 	for i := range n {

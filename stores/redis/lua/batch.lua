@@ -28,8 +28,8 @@
 -- then tnow as a little-endian 64-bit integer (0: no Op read TIME), then
 -- per Op the values its quotas read, 48 bytes each (a 40-byte value and 8
 -- zero bytes, 48 zero bytes for none: take.lua's general path's states,
--- also for one quota), or for a failed Op the length of
--- its error message (little-endian 16-bit) and the message. No head per
+-- also for one quota), or for a failed Op the length of its error message
+-- (little-endian 16-bit) and the message. No head per
 -- Op: every piece of a reply costs Redis about 700 instructions, and the
 -- client knows each Op's quotas and the clock it sent; from them it
 -- rebuilds take.lua's answer per Op (the clock reading, negated when
@@ -131,7 +131,8 @@ local Z = string.rep('\0', 48)
 -- The general path: the Op whose head is at h[at], of n quotas, its
 -- argument ARGV[ai]; several quotas, or a refund (prelude.lua's general).
 -- Returns whether it admitted the Op and the values read (48 bytes per
--- quota, as take.lua's general path), or nil and an error message (a key of another type).
+-- quota, as take.lua's general path), or nil and an error message (a key
+-- of another type).
 -----------------------------------------------------------------------------
 local function one(n, ai, at)
   if not general then

@@ -28,9 +28,9 @@
 -- stored (prelude.lua), in the Op's order, 48 bytes each (a 40-byte value,
 -- of epoch 0, followed by 8 zero bytes; 48 zero bytes for a key absent or
 -- not holding a value of the store's); for one quota (the straight path)
--- the value as stored, 40 or 48 bytes, or nothing. The store decodes the states from them with the
--- scripts' rule (a state counts only while its expiry is after now and at
--- most 2^37 ms ahead).
+-- the value as stored, 40 or 48 bytes, or nothing. The store decodes the
+-- states from them with the scripts' rule (a state counts only while its
+-- expiry is after now and at most 2^37 ms ahead).
 --
 -- Shape: one Op of one quota (nearly every call) runs the straight path,
 -- prelude.lua's steps inline (each copy marked, and tested to be the
