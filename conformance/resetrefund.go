@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -196,4 +198,93 @@ func peekBoth(ctx context.Context, got, want *limit.Limiter, id string) (limit.D
 		eg = fmt.Errorf("identity %q, the reference's %q", dg.Identity(), dw.Identity())
 	}
 	return dg, dw, eg, ew
+}
+
+// resetThenLaterMountRefund: a request charged by an outer mount before a
+// Reset of its identity, and limited by an inner mount after it, has its
+// outer charge given back by Finish (stacked mounts: a limited request
+// charges no mount); that refund gives nothing back to the new usage:
+// every Decision and Peek is the reference store's, and the new usage
+// counts exactly the requests charged after the Reset.
+func resetThenLaterMountRefund(t *testing.T, newStore NewStoreFunc) {
+	ctx := context.Background()
+	clock := limittest.NewClock(epoch)
+	key := func(r limit.Request) (string, error) {
+		if v := r.Header.Values("X-Key"); len(v) > 0 {
+			return v[0], nil
+		}
+		return "", nil
+	}
+	outer := limit.Policy{Name: "reset-outer", Algorithm: limit.FixedWindow, Limit: 10, Window: time.Hour, KeyFunc: key}
+	inner := limit.Policy{Name: "reset-inner", Algorithm: limit.FixedWindow, Limit: 1, Window: time.Hour, KeyFunc: key}
+	opts := []limit.Option{limit.WithKeyPrefix("conformance")}
+	s := newStore(t, clock.Now)
+	resetter(t, s)
+	ref := limittest.NewStore(clock.Now)
+	mounts := func(st limitstore.Store) [2]*limit.Limiter {
+		return [2]*limit.Limiter{limittest.MustNew(st, outer, opts...), limittest.MustNew(st, inner, opts...)}
+	}
+	got, want := mounts(s), mounts(ref)
+	// request is one request through both mounts of ls, the inner one only
+	// when asked; it returns the outer Decision (the ticket Finish takes)
+	// and the inner one.
+	request := func(ls [2]*limit.Limiter, throughInner bool) (*http.Request, limit.Decision, limit.Decision) {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("X-Key", "k")
+		rec := httptest.NewRecorder()
+		d := ls[0].CheckHTTP(rec, r, limit.Request{})
+		var di limit.Decision
+		if throughInner {
+			di = ls[1].CheckHTTP(rec, r, limit.Request{})
+		}
+		return r, d, di
+	}
+	same := func(what string, dg, dw limit.Decision) {
+		t.Helper()
+		if !sameDecision(dg, dw) {
+			t.Fatalf("%s at %v:\n got %+v\nwant %+v", what, clock.Now().UnixMilli(), dg, dw)
+		}
+	}
+	peek := func(what string) limit.Decision {
+		t.Helper()
+		dg, dw, eg, ew := peekBoth(ctx, got[0], want[0], "k")
+		if eg != nil || ew != nil {
+			t.Fatalf("%s: %v / reference %v", what, eg, ew)
+		}
+		same(what, dg, dw)
+		return dg
+	}
+	// The inner quota spent, by a request admitted by both.
+	_, dg, dgi := request(got, true)
+	_, dw, dwi := request(want, true)
+	same("the first request's outer Decision", dg, dw)
+	same("the first request's inner Decision", dgi, dwi)
+	// A request charged by the outer mount, its inner mount not reached
+	// before the Reset.
+	rg, heldG, _ := request(got, false)
+	rw, heldW, _ := request(want, false)
+	same("the request in flight", heldG, heldW)
+	if err := got[0].Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := want[0].Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	_, ag, _ := request(got, false)
+	_, aw, _ := request(want, false)
+	same("a request after the Reset", ag, aw)
+	counted := peek("a Peek after the Reset's charge")
+	// The request in flight meets the inner mount now: limited, which
+	// flags it, and its outer charge (taken before the Reset) is given
+	// back by Finish: nothing comes back to the new usage.
+	rec := httptest.NewRecorder()
+	if d := got[1].CheckHTTP(rec, rg, limit.Request{}); d.Allowed {
+		t.Fatalf("the inner mount admitted the request in flight: %+v", d)
+	}
+	want[1].CheckHTTP(httptest.NewRecorder(), rw, limit.Request{})
+	got[0].Finish(ctx, &heldG, http.StatusTooManyRequests)
+	want[0].Finish(ctx, &heldW, http.StatusTooManyRequests)
+	if after := peek("a Peek after the later mount's refund"); after.Remaining != counted.Remaining {
+		t.Fatalf("Remaining %d after the refund of a charge taken before the Reset, want %d (only the charge after it counted)", after.Remaining, counted.Remaining)
+	}
 }

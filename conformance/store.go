@@ -48,6 +48,7 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("reset-races-200-requests", func(t *testing.T) { resetRacesRequests(t, newStore) })
 	t.Run("reset-then-refund-as-the-model", func(t *testing.T) { resetThenRefund(t, newStore) })                                     // resetrefund.go
 	t.Run("reset-then-refund-through-limiters-as-the-reference", func(t *testing.T) { resetThenRefundThroughLimiters(t, newStore) }) // resetrefund.go
+	t.Run("reset-then-later-mount-refund-as-the-reference", func(t *testing.T) { resetThenLaterMountRefund(t, newStore) })           // resetrefund.go
 	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) })                                             // blocks.go
 }
 
