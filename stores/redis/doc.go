@@ -24,10 +24,10 @@
 //     "{...}" is the Cluster hash tag the keys of one Op share (see
 //     DESIGN.md, "Store keys");
 //   - a denied request only reads; an admitted one writes each state, with
-//     SETRANGE over the 40 bytes (which keeps the key's deadline, and
-//     PEXPIREAT ... NX gives a key that lost it, PERSIST from outside, its
-//     deadline back; a flight of 8 keys or more asks INFO keyspace once
-//     instead, and sends none when no key of the server lacks a deadline)
+//     SETRANGE over the 40 bytes (which keeps the key's deadline; PTTL
+//     tells a key that lost it, PERSIST from outside, and PEXPIREAT gives
+//     it back; a flight of 8 keys or more asks INFO keyspace once instead,
+//     and sends no PTTL when no key of the server lacks a deadline)
 //     while that deadline covers the state's life and SET
 //     ... PXAT (PX on a caller's clock) when it must move, so every key the
 //     store writes has a time to live after any write, within the policy's
@@ -184,7 +184,8 @@
 // Redis answers. A call whose deadline expires may still have been counted
 // by Redis.
 //
-// Requirements: Redis 6.2 or later (SET ... PXAT; scripts
-// replicated by effects); tested on Redis 7.0.15 and miniredis v2.40 (whose
+// Requirements: Redis 6.2 or later (SET ... PXAT is the newest command
+// option the scripts use; scripts replicated by effects, the default since
+// 5.0); tested on Redis 7.0.15 and miniredis v2.40 (whose
 // Lua lacks the struct library: the script then packs in plain Lua).
 package redisstore

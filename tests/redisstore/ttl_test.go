@@ -284,7 +284,10 @@ func TestFlightRepairsKeyWithoutDeadline(t *testing.T) {
 					r := startGated(t, s, g, prefix+":fill")
 					var chs []chan outcome
 					for i := range ops {
-						ch, queued := r.start(ctx, &ops[i])
+						// No deadline: a queued Take with one arms the flush
+						// timer, which sends the queue 1 ms on while the calls
+						// out are held, splitting the flight on a loaded machine.
+						ch, queued := r.start(context.Background(), &ops[i])
 						if !queued {
 							// The queue flushed early (a loaded machine's timing): this
 							// run does not exercise one flight of these Ops.

@@ -219,7 +219,8 @@ while p <= e do
         if servertime then
           if not tnow then
             local t = call('TIME')
-            tnow = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+            local us = t[2] % 1000
+            tnow = t[1] * 1000 + (t[2] - us) / 1000
           end
           now = tnow
         end
@@ -423,9 +424,9 @@ while p <= e do
             call('SET', k, val, 'PX', pe - now)
           end
         end
-        -- A write in place keeps the key's deadline; NX gives one back to a
-        -- key that lost it (PERSIST from outside), and costs a lookup else;
-        -- not needed when no key lacks a deadline (persisted false).
+        -- A write in place keeps the key's deadline; a key that lost it
+        -- (PERSIST from outside: PTTL -1) gets it back; not needed when no key
+        -- lacks a deadline (persisted false).
         if keep then
           if persisted == nil then
             local info, seen, lack = redis.pcall('INFO', 'keyspace'), false, false
@@ -436,11 +437,11 @@ while p <= e do
             end
             persisted = lack or not seen
           end
-          if persisted then
+          if persisted and call('PTTL', k) == -1 then
             if servertime then
-              call('PEXPIREAT', k, pe, 'NX')
+              call('PEXPIREAT', k, pe)
             else
-              call('PEXPIRE', k, pe - now, 'NX')
+              call('PEXPIRE', k, pe - now)
             end
           end
         end
