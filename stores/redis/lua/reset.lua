@@ -9,8 +9,9 @@
 -- replaced by the empty state of the next epoch, 48 bytes (prelude.lua's
 -- five integers, all zero but its expiry and the key's deadline, which it
 -- keeps, then the epoch: one more than the state's, 0 for a value of 40
--- bytes), written in place (SETRANGE keeps the key's deadline; PEXPIREAT
--- ... NX gives one back to a key that lost it). Anything else is deleted:
+-- bytes), written in place (SETRANGE keeps the key's deadline; a key that
+-- lost it, PTTL -1, gets it back, as prelude.lua's writes in place do).
+-- Anything else is deleted:
 -- a dead state (its epoch dies with it), a block record (the zero record
 -- is none), a value the store did not write, a key of another type.
 --
@@ -66,10 +67,12 @@ for i = 1, #KEYS do
         ep = le64(v, 41)
       end
       redis.call('SETRANGE', k, '0', string.rep('\0', 24) .. pack(ex) .. pack(px) .. pack(ep + 1))
-      if servertime then
-        redis.call('PEXPIREAT', k, px, 'NX')
-      else
-        redis.call('PEXPIRE', k, px - now, 'NX')
+      if redis.call('PTTL', k) == -1 then
+        if servertime then
+          redis.call('PEXPIREAT', k, px)
+        else
+          redis.call('PEXPIRE', k, px - now)
+        end
       end
       live, moved = true, moved + 1
     end
