@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -206,37 +207,52 @@ func deriveIdentity(t testing.TB, p limit.Policy, opts []limit.Option, peer stri
 // limit.ScratchObjects objects, so the guard counts exactly (process-wide
 // mallocs, minus the refills it observed) and holds with or without -race.
 // Without -race it also asks testing.AllocsPerRun for exactly 0.
+//
+// Both counts are process-wide, so what other goroutines allocate meanwhile
+// (timers, the testing framework, goroutines an earlier test left winding
+// down) is counted too, and grows with the wall time of the runs on a
+// loaded machine. That noise only adds: each count is taken up to three
+// times and the least is judged. A path that allocates does so in every
+// attempt (one allocation per call counts 1 per call, 2000 in a run).
 func assertNoAllocs(t *testing.T, l *limit.Limiter, f func()) {
 	t.Helper()
 	refills := limit.CountScratchRefills(l)
 	f() // warm: the store entry, the route cache, the pool
+	const attempts = 3
 	if !limittest.RaceEnabled {
-		if a := testing.AllocsPerRun(1000, f); a != 0 {
+		a := testing.AllocsPerRun(1000, f)
+		for i := 1; i < attempts && a != 0; i++ {
+			a = min(a, testing.AllocsPerRun(1000, f))
+		}
+		if a != 0 {
 			t.Fatalf("%v allocations per call, want 0", a)
 		}
 	}
-	// Allocations beyond the pool refills must stay far below one per call
-	// (the process allocates a little in the background: timers, the testing
-	// framework; an allocation per call would count 2000 here). Under -race
-	// the runtime allocates more on its own (26 in one run on a loaded
-	// machine, with sync.Pool dropping a quarter of its items), so the bound
-	// is 5% of the calls there, 1% otherwise; the exact 0 above runs without
-	// -race (scripts/test.sh's allocation-guard pass).
+	// Allocations beyond the pool refills must stay far below one per call.
+	// Under -race the runtime allocates more on its own (26 in one run on a
+	// loaded machine, with sync.Pool dropping a quarter of its items), so
+	// the bound is 5% of the calls there, 1% otherwise; the exact 0 above
+	// runs without -race (scripts/test.sh's allocation-guard pass).
 	const runs = 2000
 	bound := int64(runs / 100)
 	if limittest.RaceEnabled {
 		bound = runs / 20
 	}
-	var before, after runtime.MemStats
-	refills.Store(0)
-	runtime.ReadMemStats(&before)
-	for range runs {
-		f()
+	least := int64(math.MaxInt64)
+	for range attempts {
+		var before, after runtime.MemStats
+		refills.Store(0)
+		runtime.ReadMemStats(&before)
+		for range runs {
+			f()
+		}
+		runtime.ReadMemStats(&after)
+		least = min(least, int64(after.Mallocs-before.Mallocs)-limit.ScratchObjects*refills.Load())
+		if least < bound {
+			return
+		}
 	}
-	runtime.ReadMemStats(&after)
-	if extra := int64(after.Mallocs-before.Mallocs) - limit.ScratchObjects*refills.Load(); extra >= bound {
-		t.Fatalf("%d allocations in %d calls beyond %d scratch refills: the path allocates", extra, runs, refills.Load())
-	}
+	t.Fatalf("%d allocations in %d calls beyond the scratch refills, the least of %d runs: the path allocates", least, runs, attempts)
 }
 
 // planOfHeader is a Plan function reading X-Plan: "pro" is plan pro,

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"strconv"
@@ -79,8 +80,7 @@ func (k *keyer) appendKeys(buf []byte, bucket *bucketRef, id *who, set *quotaSet
 	idEnd := len(buf)
 	ih := fnvAdd(fnvOffset, buf[idAt:])
 	h := mix64(bucket.hash ^ ih*0x9e3779b97f4a7c15)
-	tag := [4]byte{byte(h >> 56), byte(h >> 48), byte(h >> 40), byte(h >> 32)}
-	hex.Encode(buf[tagAt:tagAt+8], tag[:])
+	putHex8(buf[tagAt:tagAt+8], uint32(h>>32))
 	ends[1] = idEnd
 	for i := 1; i < set.n; i++ {
 		buf = append(buf, buf[ends[0]:head]...)
@@ -137,6 +137,20 @@ func (k *keyer) appendIdentity(buf []byte, id *who) []byte {
 
 func appendDigest(buf, sum []byte) []byte {
 	return hex.AppendEncode(append(buf, "h:"...), sum)
+}
+
+// putHex8 writes v into b[:8] as 8 lowercase hex digits, the most
+// significant first (what hex.Encode writes for v's 4 big-endian bytes), in
+// one word: each nibble is spread into a byte of its own, and a byte holding
+// 10 or more gets the distance from '9'+1 to 'a' added.
+func putHex8(b []byte, v uint32) {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff
+	x = (x | x<<4) & 0x0f0f0f0f0f0f0f0f // byte i: nibble i, from the least significant
+	letters := (x + 0x0606060606060606) >> 4 & 0x0101010101010101
+	x += 0x3030303030303030 + letters*('a'-'0'-10)
+	binary.BigEndian.PutUint64(b, x) // nibble 7 first
 }
 
 // FNV-1a, 64 bit. Inlined rather than hash/fnv so that hashing a []byte does

@@ -1,6 +1,8 @@
 package limit
 
 import (
+	"encoding/binary"
+	"encoding/hex"
 	"strings"
 	"testing"
 
@@ -92,6 +94,25 @@ func TestKeysOfSeveralQuotas(t *testing.T) {
 		one, ph := keyOf(&k, nil, &b, &who{src: KeySourceKeyFunc, text: "user-1"}, set.q[i].state, set.q[i].windowMS)
 		if string(one) != key || ph != op.Quotas[i].PhaseMS {
 			t.Fatalf("quota %d alone: %q phase %d, with the others %q phase %d", i, one, ph, key, op.Quotas[i].PhaseMS)
+		}
+	}
+}
+
+// putHex8 writes what hex.Encode writes for the 4 big-endian bytes of its
+// value: every nibble value in every position, and the extremes.
+func TestPutHex8AsHexEncode(t *testing.T) {
+	vs := []uint32{0, 1, 9, 10, 15, 16, 0x99999999, 0xaaaaaaaa, 0xffffffff, 0x0123abcd, 0xfedc3210, 0x7e4e4151}
+	for pos := range 8 {
+		for nib := range uint32(16) {
+			vs = append(vs, nib<<(4*pos), ^(nib << (4 * pos)), 0x5a5a5a5a^nib<<(4*pos))
+		}
+	}
+	for _, v := range vs {
+		b := []byte("xxxxxxxxyy")
+		putHex8(b, v)
+		want := hex.EncodeToString(binary.BigEndian.AppendUint32(nil, v)) + "yy"
+		if string(b) != want {
+			t.Fatalf("putHex8(%#x) = %q, want %q", v, b, want)
 		}
 	}
 }

@@ -214,7 +214,7 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 // never past ctx's deadline; see Policy.MaxWait).
 // At the default disclosure an allowed request allocates nothing.
 func (l *Limiter) Check(ctx context.Context, r Request, w ResponseWriter) Decision {
-	// The response (about 1 KB) and the store's Result live in a pooled
+	// The response (816 bytes) and the store's Result live in a pooled
 	// scratch, not on the stack: a gRPC server starts every call on a
 	// fresh goroutine, whose stack would otherwise grow (be copied) under
 	// the store call. resp is cleared when put back, so that it holds
@@ -239,8 +239,8 @@ func (l *Limiter) putScratch(sc *scratch) {
 }
 
 // check is the decision of one HTTP request, straight through; it fills
-// resp in place (no copy of the ~900-byte response). sc is the caller's
-// scratch for decide, or nil.
+// resp, the zero response, in place (no copy of the response). sc is
+// the caller's scratch for decide, or nil.
 func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scratch) {
 	if l.skipped(r) {
 		resp.Decision = Decision{Allowed: true, Policy: &l.policy}
@@ -279,7 +279,9 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scr
 // asks the store and writes the Decision into d, applying the FailureMode
 // on a store failure, whose error it returns with the quotaSet that decided.
 // It builds the Op in sc, the caller's scratch, or in one of its own when sc
-// is nil.
+// is nil. d must be the zero Decision (every caller's is fresh or cleared:
+// checkHTTP's response, Check's pooled one, ConsumeN's), so that it is
+// filled field by field without being cleared a second time.
 func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *plan, cost int64, d *Decision, sc *scratch) (*quotaSet, error) {
 	if l.conc != nil {
 		return l.decideSlot(ctx, bucket, id, pl, cost, d)
@@ -293,7 +295,6 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		sc = l.scratch.Get().(*scratch)
 	}
 	op, over, quota := l.op(sc, bucket, id, set, cost)
-	*d = Decision{}
 	d.Cost, d.Bucket, d.KeySource, d.Policy, d.Plan, d.quota, d.who = cost, bucket.name, id.src, &l.policy, pl.label, quota, *id
 	var err error
 	var wait arrival

@@ -542,3 +542,42 @@ func TestSharedStoreNeedsAKeyPrefix(t *testing.T) {
 		t.Fatalf("New on a store that is not shared, default prefix: %v", err)
 	}
 }
+
+// A Decision holds nothing of the decisions before it, whichever entry
+// point reuses its memory: a request that no wait admits, then a limited
+// one, then allowed ones, through Check (its pooled response) and
+// CheckHTTP, each compared with the decision of ConsumeN (a fresh Decision
+// every call) on a limiter of its own that has seen the same sequence.
+func TestDecisionHoldsNothingOfTheOneBefore(t *testing.T) {
+	// AlignWindows: the same windows for a client address and ConsumeN's
+	// identity, whose keys (and so phases) differ.
+	p := limit.Policy{Limit: 2, Window: time.Minute, AlignWindows: true, Disclosure: limit.DiscloseAlways,
+		CostFunc: func(r limit.Request) int64 {
+			n, _ := strconv.ParseInt(strings.Join(r.Header.Values("X-Cost"), ""), 10, 64)
+			return n
+		}}
+	steps := []struct {
+		peer string
+		cost int64
+	}{{"192.0.2.1", 3}, {"192.0.2.1", 2}, {"192.0.2.1", 1}, {"192.0.2.2", 1}, {"192.0.2.1", 3}, {"192.0.2.2", 1}}
+	check, checkHTTP, ref := mustNew(t, storeAt(epochMS), p), mustNew(t, storeAt(epochMS), p), mustNew(t, storeAt(epochMS), p)
+	for i, s := range steps {
+		h := http.Header{"X-Cost": {strconv.FormatInt(s.cost, 10)}}
+		hr, _ := http.NewRequest("GET", "/x", nil)
+		hr.Header, hr.RemoteAddr = h, s.peer+":4711"
+		got := check.Check(context.Background(), limit.Request{Method: "GET", Path: "/x", Peer: hr.RemoteAddr, Header: h}, limittest.NewWriter())
+		gotHTTP := checkHTTP.CheckHTTP(limittest.NewSink(), hr, limit.Request{})
+		want, err := ref.ConsumeN(context.Background(), s.peer, s.cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, d := range map[string]limit.Decision{"Check": got, "CheckHTTP": gotHTTP} {
+			if d.Allowed != want.Allowed || d.OverCapacity != want.OverCapacity || d.Remaining != want.Remaining ||
+				d.RetryAfter != want.RetryAfter || d.ResetAfter != want.ResetAfter || !d.ResetAt.Equal(want.ResetAt) ||
+				d.Cost != want.Cost || d.Outcome != want.Outcome || d.StoreFailed != want.StoreFailed ||
+				d.Limit != want.Limit || d.Waited != want.Waited || d.Blocked != want.Blocked {
+				t.Fatalf("step %d, %s: %+v, want %+v", i, name, d, want)
+			}
+		}
+	}
+}

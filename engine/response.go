@@ -140,12 +140,48 @@ func problemBody(typ, title string, status int) []byte {
 // field is one response header line. Its value is value itself, or for the
 // numbers of the Decision (kind other than valConst) rendered when the
 // response is written, so that every number of a response shares one string
-// (write.go).
+// (write.go). The name is an index (fieldNames), which keeps the field at 24
+// bytes: a response is cleared on every request.
 type field struct {
-	name  string
 	value string // the value; for valItem the quota's member prefix
+	name  fieldName
 	kind  valueKind
 }
+
+// fieldName is a header field name of the engine's: fieldNames[n].
+type fieldName uint8
+
+const (
+	nRetryAfter fieldName = iota
+	nCacheControl
+	nContentType
+	nRateLimitPolicy
+	nRateLimit
+	nRateLimitLimit
+	nRateLimitRemaining
+	nRateLimitReset
+	nXRateLimitLimit
+	nXRateLimitRemaining
+	nXRateLimitReset
+)
+
+// fieldNames spells each fieldName.
+var fieldNames = [...]string{
+	nRetryAfter:          hRetryAfter,
+	nCacheControl:        hCacheControl,
+	nContentType:         hContentType,
+	nRateLimitPolicy:     hRateLimitPolicy,
+	nRateLimit:           hRateLimit,
+	nRateLimitLimit:      hRateLimitLimit,
+	nRateLimitRemaining:  hRateLimitRemaining,
+	nRateLimitReset:      hRateLimitReset,
+	nXRateLimitLimit:     hXRateLimitLimit,
+	nXRateLimitRemaining: hXRateLimitRemaining,
+	nXRateLimitReset:     hXRateLimitReset,
+}
+
+// header is the field's name.
+func (f *field) header() string { return fieldNames[f.name] }
 
 // valueKind says where the value of a field comes from.
 type valueKind uint8
@@ -187,13 +223,13 @@ type response struct {
 }
 
 // add adds a field whose value is value.
-func (r *response) add(name, value string) { r.addKind(name, value, valConst) }
+func (r *response) add(name fieldName, value string) { r.addKind(name, value, valConst) }
 
 // addKind adds a field whose value kind says how to render from value and
 // the response's numbers.
-func (r *response) addKind(name, value string, kind valueKind) {
+func (r *response) addKind(name fieldName, value string, kind valueKind) {
 	if r.n < maxFields {
-		r.fields[r.n] = field{name, value, kind}
+		r.fields[r.n] = field{value, name, kind}
 		r.n++
 	}
 }
@@ -212,7 +248,7 @@ func (r *response) number(k valueKind) int64 {
 }
 
 // drop removes every field called name, keeping the order of the rest.
-func (r *response) drop(name string) {
+func (r *response) drop(name fieldName) {
 	k := 0
 	for _, f := range r.fields[:r.n] {
 		if f.name != name {
@@ -233,7 +269,7 @@ func (r *response) replace(lr *LimitedResponse) {
 	}
 	r.body = lr.Body
 	r.header = lr.Header
-	r.drop(hContentType)
+	r.drop(nContentType)
 }
 
 // responder builds a limiter's responses; its constant parts are rendered
@@ -323,11 +359,11 @@ func (r *responder) fill(resp *response) {
 		// store was asked, and a t would promise success).
 		resp.body = bodyOverCapacity
 		if r.level >= 1 {
-			resp.add(hContentType, problemJSON)
+			resp.add(nContentType, problemJSON)
 		} else {
 			resp.body = nil
 		}
-		resp.add(hCacheControl, "no-store")
+		resp.add(nCacheControl, "no-store")
 		return
 	}
 	if !d.numbers && !d.busy { // FailClosed: no store decided
@@ -339,12 +375,12 @@ func (r *responder) fill(resp *response) {
 	}
 	if r.level >= 1 {
 		resp.retry = retry
-		resp.addKind(hRetryAfter, "", valRetry)
-		resp.add(hContentType, problemJSON)
+		resp.addKind(nRetryAfter, "", valRetry)
+		resp.add(nContentType, problemJSON)
 	} else {
 		resp.body = nil
 	}
-	resp.add(hCacheControl, "no-store")
+	resp.add(nCacheControl, "no-store")
 }
 
 // rateLimitFields adds the RateLimit fields of every selected style. t is the
@@ -363,28 +399,28 @@ func (r *responder) rateLimitFields(resp *response, t, deltaMS int64) {
 	limit := h.limitText[d.quota]
 	ietfPolicy, triplet := h.policy(&d.charge.windows)
 	if r.style&HeadersIETF != 0 {
-		resp.add(hRateLimitPolicy, ietfPolicy)
-		resp.addKind(hRateLimit, h.member[d.quota], valItem)
+		resp.add(nRateLimitPolicy, ietfPolicy)
+		resp.addKind(nRateLimit, h.member[d.quota], valItem)
 	}
 	if r.style&HeadersTriplet != 0 {
 		// With IETF selected too, RateLimit-Policy carries the -10 form
 		// only: one List field cannot mix -10 members (strings) with -06
 		// members (integers). Triplet clients read the other three fields.
 		if r.style&HeadersIETF == 0 {
-			resp.add(hRateLimitPolicy, triplet)
+			resp.add(nRateLimitPolicy, triplet)
 		}
-		resp.add(hRateLimitLimit, limit)
-		resp.addKind(hRateLimitRemaining, "", valRemaining)
-		resp.addKind(hRateLimitReset, "", valReset)
+		resp.add(nRateLimitLimit, limit)
+		resp.addKind(nRateLimitRemaining, "", valRemaining)
+		resp.addKind(nRateLimitReset, "", valReset)
 	}
 	if r.style&HeadersLegacy != 0 {
-		resp.add(hXRateLimitLimit, limit)
-		resp.addKind(hXRateLimitRemaining, "", valRemaining)
+		resp.add(nXRateLimitLimit, limit)
+		resp.addKind(nXRateLimitRemaining, "", valRemaining)
 		// Unix epoch seconds of the instant the delay ends, rounded up: the
 		// store's clock reading plus the exact delay.
 		nowMS := d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds()
 		resp.epoch = ceilDiv(nowMS+deltaMS, 1000)
-		resp.addKind(hXRateLimitReset, "", valEpoch)
+		resp.addKind(nXRateLimitReset, "", valEpoch)
 	}
 }
 

@@ -116,7 +116,8 @@ func (r *response) writeHTTP(w http.ResponseWriter) {
 // when the member is too long for one block.
 func (r *response) writeIETF(h http.Header) bool {
 	member := r.fields[1].value
-	size := len(member) + decimalLen(r.remaining) + len(";t=") + decimalLen(r.reset)
+	lr, lt := decimalLen(r.remaining), decimalLen(r.reset)
+	size := len(member) + lr + len(";t=") + lt
 	if size > len(block2x64{}.text) {
 		return false
 	}
@@ -124,14 +125,11 @@ func (r *response) writeIETF(h http.Header) bool {
 	// Rendered in place: text has room for size bytes, and each byte is
 	// written before the string holding it exists.
 	n := copy(text, member)
-	l := decimalLen(r.remaining)
-	putDecimal(text[n:n+l], r.remaining)
-	n += l
+	putDecimal(text[n:n+lr], r.remaining)
+	n += lr
 	n += copy(text[n:], ";t=")
-	l = decimalLen(r.reset)
-	putDecimal(text[n:n+l], r.reset)
-	n += l
-	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], n)
+	putDecimal(text[n:n+lt], r.reset)
+	slots[0], slots[1] = r.fields[0].value, unsafe.String(&text[0], size)
 	h[hRateLimitPolicy] = slots[0:1:1]
 	h[hRateLimit] = slots[1:2:2]
 	return true
@@ -204,25 +202,34 @@ func (t *text) appendInt(n int64) {
 }
 
 // putDecimal writes n in decimal into b, whose length is decimalLen(n): in
-// place, two digits per division, without strconv's buffer and copy.
+// place, four digits per 64-bit division (two pairs from one 32-bit
+// remainder), without strconv's buffer and copy.
 func putDecimal(b []byte, n int64) {
 	if n < 0 {
 		strconv.AppendInt(b[:0], n, 10) // cap(b) >= its length: in place
 		return
 	}
 	u, i := uint64(n), len(b)
-	for u >= 100 {
-		q := u / 100
-		r := (u - q*100) * 2
-		i -= 2
-		b[i], b[i+1] = digitPairs[r], digitPairs[r+1]
+	for u >= 10000 {
+		q := u / 10000
+		r := uint32(u - q*10000)
+		hi, lo := r/100*2, r%100*2
+		i -= 4
+		b[i], b[i+1], b[i+2], b[i+3] = digitPairs[hi], digitPairs[hi+1], digitPairs[lo], digitPairs[lo+1]
 		u = q
 	}
-	if u >= 10 {
-		b[i-2], b[i-1] = digitPairs[u*2], digitPairs[u*2+1]
+	v := uint32(u) // below 10000
+	if v >= 100 {
+		r := v % 100 * 2
+		v /= 100
+		i -= 2
+		b[i], b[i+1] = digitPairs[r], digitPairs[r+1]
+	}
+	if v >= 10 {
+		b[i-2], b[i-1] = digitPairs[v*2], digitPairs[v*2+1]
 		return
 	}
-	b[i-1] = byte('0' + u)
+	b[i-1] = byte('0' + v)
 }
 
 // digitPairs holds 00 to 99, two bytes each.
@@ -382,24 +389,24 @@ func (r *response) writeFields(h *fieldSink, t *text) {
 	for i := 0; i < len(fs); i++ {
 		f := &fs[i]
 		switch f.name {
-		case hRateLimitLimit, hXRateLimitLimit:
+		case nRateLimitLimit, nXRateLimitLimit:
 			if i+2 < len(fs) {
 				rem, reset := &fs[i+1], &fs[i+2]
-				if closerToExhaustion(h, rem.name, reset.name, r.number(rem.kind), r.number(reset.kind)) {
-					h.Set(f.name, t.value(r, f))
-					h.Set(rem.name, t.value(r, rem))
-					h.Set(reset.name, t.value(r, reset))
+				if closerToExhaustion(h, rem.header(), reset.header(), r.number(rem.kind), r.number(reset.kind)) {
+					h.Set(f.header(), t.value(r, f))
+					h.Set(rem.header(), t.value(r, rem))
+					h.Set(reset.header(), t.value(r, reset))
 				}
 				i += 2
 				continue
 			}
-			h.Set(f.name, t.value(r, f))
-		case hRetryAfter, hCacheControl, hContentType:
-			h.Set(f.name, t.value(r, f))
-		case hRateLimitPolicy:
+			h.Set(f.header(), t.value(r, f))
+		case nRetryAfter, nCacheControl, nContentType:
+			h.Set(f.header(), t.value(r, f))
+		case nRateLimitPolicy:
 			addPolicyMember(h, t.value(r, f))
 		default:
-			h.Add(f.name, t.value(r, f))
+			h.Add(f.header(), t.value(r, f))
 		}
 	}
 	h.empty = false // LimitedResponse.Header may name the fields just written

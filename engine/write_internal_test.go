@@ -103,7 +103,7 @@ func BenchmarkFillWriteHTTP(b *testing.B) {
 // whole, and the values cut before keep theirs.
 func TestTextGrowsMidValue(t *testing.T) {
 	r := &response{remaining: 123456789, reset: 3600}
-	f := &field{name: hRateLimit, value: `"a long policy name";r=`, kind: valItem}
+	f := &field{name: nRateLimit, value: `"a long policy name";r=`, kind: valItem}
 	for room := range 60 {
 		tx := text{buf: make([]byte, room)}
 		first := tx.number(4242)
