@@ -59,8 +59,8 @@ func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreF
 			var ks [][]byte
 			for j := range op.N {
 				ks = append(ks, op.Quotas[j].Key)
-				delete(ref.m, string(op.Quotas[j].Key))
 			}
+			ref.reset(ks, now)
 			if err := rs.Reset(ctx, ks); err != nil {
 				t.Fatalf("step %d: Reset: %v", step, err)
 			}
@@ -89,7 +89,7 @@ func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreF
 		}
 		if got.Allowed && !op.Refund && !op.Peek {
 			for j := range op.N {
-				op.Quotas[j].Window = got.Quotas[j].Window
+				op.Quotas[j].Window, op.Quotas[j].Epoch = got.Quotas[j].Window, got.Quotas[j].Epoch
 			}
 			charges = append(charges, op)
 		}
@@ -150,16 +150,21 @@ func peekResetPolicies(t *testing.T, newStore NewStoreFunc) {
 // resetRacesRequests: a Reset racing 200 concurrent requests of one
 // identity leaves its count at exactly the requests admitted after it. Each
 // request's Remaining says where it counted: the k admitted before the
-// Reset saw counts 1..k, the C after it 1..C, so the counts seen must be
-// exactly {1..k} and {1..C} with k + C = 200 and C the count left, and C
-// at least the requests that began after the Reset returned.
+// Reset saw counts 51..50+k (after the 50 requests in flight, below), the
+// C after it 1..C, so the counts seen must be exactly {51..50+k} and
+// {1..C} with k + C = 200 and C the count left, and C
+// at least the requests that began after the Reset returned. Requests in
+// flight across the Reset (charged before the round, held by their
+// handlers) are given back (Policy.CountStatus) once it has returned,
+// racing the requests after it: they give nothing back to the new count.
 func resetRacesRequests(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	clock := limittest.NewClock(epoch)
 	s := newStore(t, clock.Now)
 	resetter(t, s)
-	const limitN, n = 1000, 200
-	l, err := limit.New(s, limit.Policy{Name: "reset-race", Algorithm: limit.FixedWindow, Limit: limitN, Window: time.Hour, AlignWindows: true},
+	const limitN, n, inFlight = 1000, 200, 50
+	l, err := limit.New(s, limit.Policy{Name: "reset-race", Algorithm: limit.FixedWindow, Limit: limitN, Window: time.Hour, AlignWindows: true,
+		CountStatus: func(status int) bool { return status >= 400 }},
 		limit.WithKeyPrefix("conformance"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +175,19 @@ func resetRacesRequests(t *testing.T, newStore NewStoreFunc) {
 		var done atomic.Bool
 		counts := make([]int64, n)
 		start := make(chan struct{})
+		reset := make(chan struct{})
+		held := make([]limit.Decision, inFlight)
+		for i := range held {
+			if held[i], err = l.Consume(ctx, "racer"); err != nil || !held[i].Allowed {
+				t.Fatalf("a request in flight: %+v, %v", held[i], err)
+			}
+		}
+		for i := range held {
+			wg.Go(func() {
+				<-reset
+				l.Finish(ctx, &held[i], 200) // not counted: given back
+			})
+		}
 		for i := range n + 1 {
 			wg.Go(func() {
 				<-start
@@ -178,6 +196,7 @@ func resetRacesRequests(t *testing.T, newStore NewStoreFunc) {
 						t.Error(err)
 					}
 					done.Store(true)
+					close(reset)
 					return
 				}
 				began := done.Load()
@@ -206,7 +225,7 @@ func resetRacesRequests(t *testing.T, newStore NewStoreFunc) {
 			want = append(want, v)
 		}
 		for v := int64(1); v <= n-c; v++ {
-			want = append(want, v)
+			want = append(want, inFlight+v) // after the requests in flight
 		}
 		slices.Sort(want)
 		slices.Sort(counts)

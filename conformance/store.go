@@ -24,8 +24,9 @@ import (
 // boundary of what limit.New accepts, and Limiters of several quotas and
 // plans deciding as on the reference store; and, for a
 // limitstore.Resetter, the same differential with Peeks and Resets mixed
-// in, Limiter.Peek and Reset as on the reference store, and a Reset racing
-// 200 requests.
+// in, Limiter.Peek and Reset as on the reference store, a Reset racing
+// 200 requests and the refunds of requests charged before it, and refunds
+// of charges taken before a Reset giving nothing back after it.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -45,7 +46,10 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	}
 	t.Run("peek-and-reset-through-limiters-as-the-reference", func(t *testing.T) { peekResetPolicies(t, newStore) })
 	t.Run("reset-races-200-requests", func(t *testing.T) { resetRacesRequests(t, newStore) })
-	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) }) // blocks.go
+	t.Run("reset-then-refund-as-the-model", func(t *testing.T) { resetThenRefund(t, newStore) })                                     // resetrefund.go
+	t.Run("reset-then-refund-through-limiters-as-the-reference", func(t *testing.T) { resetThenRefundThroughLimiters(t, newStore) }) // resetrefund.go
+	t.Run("reset-then-later-mount-refund-as-the-reference", func(t *testing.T) { resetThenLaterMountRefund(t, newStore) })           // resetrefund.go
+	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) })                                             // blocks.go
 }
 
 // model is the reference: the engine's math over a map with TTLs, written
@@ -81,6 +85,19 @@ func (m *model) take(op *limitstore.Op, now int64) limitstore.Result {
 		}
 	}
 	return res
+}
+
+// reset is a Reset of keys at now, as the store contract says: a live
+// State becomes the empty State of the next epoch, keeping its expiry;
+// anything else is forgotten.
+func (m *model) reset(keys [][]byte, now int64) {
+	for _, k := range keys {
+		if e, ok := m.m[string(k)]; ok && e.exp > now {
+			m.m[string(k)] = modelEntry{limitstore.State{Epoch: e.st.Epoch + 1}, e.exp}
+		} else {
+			delete(m.m, string(k))
+		}
+	}
 }
 
 // oneQuota is an Op of one quota on key.
@@ -180,7 +197,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 		}
 		if got.Allowed && !op.Refund {
 			for j := range op.N {
-				op.Quotas[j].Window = got.Quotas[j].Window
+				op.Quotas[j].Window, op.Quotas[j].Epoch = got.Quotas[j].Window, got.Quotas[j].Epoch
 			}
 			charges = append(charges, op)
 		}

@@ -199,7 +199,7 @@ func (d *Decision) fill(res *limitstore.Result) {
 	d.numbers = true
 	d.waitMS = 0
 	for i := range min(res.N, limitstore.MaxQuotas) {
-		d.charge.windows[i] = res.Quotas[i].Window
+		d.charge.windows[i], d.charge.epochs[i] = res.Quotas[i].Window, res.Quotas[i].Epoch
 		if res.Allowed {
 			d.waitMS = max(d.waitMS, min(res.Quotas[i].WaitMS, maxDelayMS))
 		}

@@ -18,7 +18,9 @@ import (
 // Decision (the request's ticket) so that Finish can give it back: the key
 // is rebuilt from the bucket and identity (nothing is copied on the allowed
 // path), and the windows the cost counted in make the refund exact (a
-// refund never revives a window that has rolled or expired).
+// refund never revives a window that has rolled or expired), as the
+// epochs of the states it counted in do across a Reset (a refund never
+// goes to the identity's usage after it).
 type charge struct {
 	lim     *Limiter // the Limiter that charged; nil: nothing to give back
 	local   bool     // FailLocal's local store took it, not the shared one
@@ -27,6 +29,7 @@ type charge struct {
 	set     *quotaSet // the quotas (of the plan) that charged it
 	cost    int64
 	windows [limitstore.MaxQuotas]int64 // QuotaResult.Window of each quota (filled by Decision.fill)
+	epochs  [limitstore.MaxQuotas]int64 // QuotaResult.Epoch of each quota: a Reset since gives nothing back
 	mark    limitMark                   // the request's "limited by a mount" flag; nil: none reachable
 }
 
@@ -137,8 +140,8 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 }
 
 // giveBack gives charge c back, in one Refund Op, to the store that took
-// it (the shared one, or FailLocal's local store; the windows of the
-// charge make it exact) and reports whether the store took it back; a
+// it (the shared one, or FailLocal's local store; the windows and epochs
+// of the charge make it exact) and reports whether the store took it back; a
 // failure is reported as a store error and the charge stays counted.
 func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
 	sc := l.scratch.Get().(*scratch)
@@ -149,7 +152,7 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
 	}
 	op.Refund = true
 	for i := range min(op.N, limitstore.MaxQuotas) {
-		op.Quotas[i].Window = c.windows[i]
+		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
 	}
 	ref := &l.store.primary
 	if c.local {

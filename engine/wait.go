@@ -95,6 +95,7 @@ type reservation struct {
 	quota      int
 	limit      int64
 	windows    [limitstore.MaxQuotas]int64
+	epochs     [limitstore.MaxQuotas]int64
 }
 
 // reservationOf is d's slot, whose wait began at start.
@@ -103,14 +104,14 @@ func reservationOf(d *Decision, start time.Time) reservation {
 		slotMS: d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds() + d.waitMS, // the store's now + the wait
 		due:    start.Add(time.Duration(d.waitMS) * time.Millisecond),
 		waitMS: d.waitMS, remaining: d.Remaining, resetAfter: d.ResetAfter, resetAt: d.ResetAt,
-		quota: d.quota, limit: d.Limit, windows: d.charge.windows,
+		quota: d.quota, limit: d.Limit, windows: d.charge.windows, epochs: d.charge.epochs,
 	}
 }
 
 // apply gives d the numbers of slot r.
 func (r *reservation) apply(d *Decision) {
 	d.waitMS, d.Remaining, d.ResetAfter, d.ResetAt = r.waitMS, r.remaining, r.resetAfter, r.resetAt
-	d.quota, d.Limit, d.charge.windows = r.quota, r.limit, r.windows
+	d.quota, d.Limit, d.charge.windows, d.charge.epochs = r.quota, r.limit, r.windows, r.epochs
 }
 
 // join puts w, holding reservation w.r, in line k: before the first

@@ -126,6 +126,11 @@ type Quota struct {
 	// algorithms), or the TAT just after the charge, Unix ms rounded up
 	// (TokenBucket).
 	Window int64
+	// Epoch is read by Refund only, as returned in QuotaResult.Epoch: the
+	// epoch of the State the refunded charge was counted in. A Refund
+	// whose Epoch is not the stored State's gives this quota nothing back
+	// (the identity was reset since the charge: see Resetter).
+	Epoch int64
 	// Calendar marks a FixedWindow quota whose window the engine names (a
 	// calendar day, week, month or year in the policy's time zone): it
 	// spans [PhaseMS, PhaseMS+WindowMS), PhaseMS being its start in Unix
@@ -151,6 +156,11 @@ type State struct {
 	// TATFrac is TAT's fractional part in units of 1/Limit ms, in
 	// [0, Limit): the exact TAT is TAT + TATFrac/Limit ms.
 	TATFrac int64
+	// Epoch counts the Resets of the State's key (see Resetter): a Reset
+	// replaces a live State by State{Epoch: Epoch+1}. Apply keeps it as
+	// it is, whatever it writes; it lives and dies with the State, so an
+	// absent or expired State is epoch 0.
+	Epoch int64
 }
 
 // QuotaResult is one quota's part of a Result. Durations are milliseconds,
@@ -178,6 +188,9 @@ type QuotaResult struct {
 	// WaitMS is, for an admitted Op, the time from now until the slot this
 	// quota reserved begins (see Op.WaitMS); 0 when admitted at once.
 	WaitMS int64
+	// Epoch is the epoch of the State decided on (State.Epoch), to be
+	// passed back in Quota.Epoch by a Refund.
+	Epoch int64
 }
 
 // Result is a store's answer for one Op.
@@ -221,7 +234,25 @@ type Result struct {
 //
 // For a Peek op it returns what the same Op taken would return and leaves
 // states alone; every TTLMS is 0 (nothing to write).
-func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
+//
+// Every State keeps its Epoch, and each QuotaResult reports it. A Refund
+// gives a quota back nothing when its Quota.Epoch is not the State's (the
+// charge was made before a Reset of the key) and otherwise answers as any
+// Refund.
+func (op *Op) Apply(states *[MaxQuotas]State, now int64) Result {
+	var epochs [MaxQuotas]int64
+	for i := range min(max(op.N, 0), MaxQuotas) {
+		epochs[i] = states[i].Epoch
+	}
+	res := op.apply(states, now)
+	for i := range min(max(op.N, 0), MaxQuotas) {
+		states[i].Epoch, res.Quotas[i].Epoch = epochs[i], epochs[i]
+	}
+	return res
+}
+
+// apply is Apply with the States' epochs left to it.
+func (op *Op) apply(states *[MaxQuotas]State, now int64) (res Result) {
 	if op.Peek {
 		return op.peek(states, now)
 	}
@@ -230,7 +261,11 @@ func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
 	switch {
 	case op.Refund:
 		for i := range n {
-			op.Quotas[i].refund(&res.Quotas[i], &states[i], op.Cost, now)
+			cost := op.Cost
+			if op.Quotas[i].Epoch != states[i].Epoch {
+				cost = 0 // charged before a Reset: nothing of it is left
+			}
+			op.Quotas[i].refund(&res.Quotas[i], &states[i], cost, now)
 		}
 		res.Allowed = true
 		return res

@@ -451,6 +451,14 @@ func TestRefundRules(t *testing.T) {
 		// 100 ms of a 2-token charge (666 ms) are left: 100 ms given back.
 		{"bucket_partly_faded_charge", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 100}, State{TAT: now + 1000}, 2, State{TAT: now + 900}, true},
 		{"bucket_full_untouched", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3}, State{TAT: now - 5}, 1, State{TAT: now - 5}, false},
+		// A charge of another epoch (taken before a Reset of the key)
+		// gives nothing back, whatever its window; one of the state's own
+		// epoch gives back as ever, the epoch kept.
+		{"fixed_other_epoch_gives_nothing", Quota{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000, Window: 1000}, State{Window: 1000, Count: 3, Epoch: 1}, 2, State{Window: 1000, Count: 3, Epoch: 1}, false},
+		{"fixed_same_epoch", Quota{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000, Window: 1000, Epoch: 2}, State{Window: 1000, Count: 3, Epoch: 2}, 2, State{Window: 1000, Count: 1, Epoch: 2}, true},
+		{"sliding_other_epoch_gives_nothing", Quota{Algorithm: SlidingWindow, Limit: 5, WindowMS: 1000, Window: 999, Epoch: 1}, State{Window: 1000, Count: 3, Prev: 4}, 1, State{Window: 1000, Count: 3, Prev: 4}, false},
+		{"bucket_other_epoch_gives_nothing", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 1000}, State{TAT: now + 1000, Epoch: 3}, 2, State{TAT: now + 1000, Epoch: 3}, false},
+		{"bucket_same_epoch", Quota{Algorithm: TokenBucket, Limit: 3, WindowMS: 1000, Burst: 3, Window: now + 1000, Epoch: 3}, State{TAT: now + 1000, Epoch: 3}, 2, State{TAT: now + 333, TATFrac: 1, Epoch: 3}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -459,6 +467,36 @@ func TestRefundRules(t *testing.T) {
 			res := op.Apply(&sts, now)
 			if sts[0] != tc.want || (res.Quotas[0].TTLMS > 0) != tc.writes || !res.Allowed {
 				t.Errorf("state %+v -> %+v (TTL %d, allowed %v), want %+v (write %v)", tc.st, sts[0], res.Quotas[0].TTLMS, res.Allowed, tc.want, tc.writes)
+			}
+		})
+	}
+}
+
+// TestApplyKeepsTheEpoch: whatever Apply writes (an admission, a new
+// window, a state the clock fell behind, a Peek's copy), each State keeps
+// its Epoch, and each QuotaResult reports it.
+func TestApplyKeepsTheEpoch(t *testing.T) {
+	const now = 1_767_225_600_000
+	tests := []struct {
+		name string
+		op   Op
+		st   [MaxQuotas]State
+	}{
+		{"fixed_new_window", Op{Cost: 1, N: 1, Quotas: [MaxQuotas]Quota{{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000}}}, [MaxQuotas]State{{Window: 1, Count: 5, Epoch: 4}}},
+		{"fixed_clock_fell_behind", Op{Cost: 9, N: 1, Quotas: [MaxQuotas]Quota{{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000}}}, [MaxQuotas]State{{Window: now/1000 + 100, Count: 2, Epoch: 4}}},
+		{"sliding_denied", Op{Cost: 1, N: 1, Quotas: [MaxQuotas]Quota{{Algorithm: SlidingWindow, Limit: 1, WindowMS: 1000}}}, [MaxQuotas]State{{Window: now / 1000, Count: 1, Epoch: 4}}},
+		{"bucket_clamped", Op{Cost: 1, N: 1, Quotas: [MaxQuotas]Quota{{Algorithm: TokenBucket, Limit: 1, WindowMS: 1000, Burst: 1}}}, [MaxQuotas]State{{TAT: now + 1e7, Epoch: 4}}},
+		{"two_quotas_peek", Op{Peek: true, Cost: 1, N: 2, Quotas: [MaxQuotas]Quota{{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000}, {Algorithm: TokenBucket, Limit: 2, WindowMS: 1000, Burst: 2}}}, [MaxQuotas]State{{Epoch: 4}, {TAT: now, Epoch: 7}}},
+		{"two_quotas_admitted", Op{Cost: 1, N: 2, Quotas: [MaxQuotas]Quota{{Algorithm: FixedWindow, Limit: 5, WindowMS: 1000}, {Algorithm: TokenBucket, Limit: 2, WindowMS: 1000, Burst: 2}}}, [MaxQuotas]State{{Epoch: 4}, {TAT: now, Epoch: 7}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sts := tc.st
+			res := tc.op.Apply(&sts, now)
+			for i := range tc.op.N {
+				if sts[i].Epoch != tc.st[i].Epoch || res.Quotas[i].Epoch != tc.st[i].Epoch {
+					t.Errorf("quota %d: state %+v -> %+v, result epoch %d; want epoch %d kept and reported", i, tc.st[i], sts[i], res.Quotas[i].Epoch, tc.st[i].Epoch)
+				}
 			}
 		})
 	}

@@ -70,7 +70,7 @@ func (op *Op) ApplyBlock(states *[MaxQuotas]State, b *BlockState, now int64) Res
 		for i := range n {
 			view := states[i]
 			op.Quotas[i].decide(&res.Quotas[i], &view, op.Cost, 0, now, probe)
-			res.Quotas[i].TTLMS = 0
+			res.Quotas[i].TTLMS, res.Quotas[i].Epoch = 0, states[i].Epoch
 		}
 		return res
 	}

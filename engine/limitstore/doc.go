@@ -9,7 +9,9 @@
 //
 // The rest is optional: a store that describes itself (Describe() [Info])
 // names its metrics label and says whether other processes share its
-// records; one that is a [Resetter] serves limit.Limiter's Peek and Reset;
+// records; one that is a [Resetter] serves limit.Limiter's Peek and Reset
+// (a Reset moves each live State to the next [State.Epoch], and a Refund
+// gives back only to the epoch of its charge, [Quota.Epoch]);
 // one that is a [Leaser] serves Concurrency policies; one whose Info.Blocks
 // is set decides Policy.BlockFor's blocks with [Op.ApplyBlock]; one that
 // embeds [Claims] lets limit.New refuse a second unnamed Limiter with the

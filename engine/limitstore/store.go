@@ -44,13 +44,20 @@ type Store interface {
 // other Store they return an error wrapping errors.ErrUnsupported, and the
 // engine never sends it a Peek.
 //
-// Reset deletes the States under keys, every one of them or none, as one
+// Reset forgets the records under keys, every one of them or none, as one
 // atomic step: a concurrent Take on any of the keys runs wholly before or
-// wholly after it. The engine passes the keys of one identity, which share
-// one Redis Cluster hash tag ("{...}"), at most a few hundred of them.
-// Deleting an absent key is no error (Reset is idempotent). As for Take, a
-// non-nil error means the backend failed; the store must honour ctx's
-// deadline and keep no key after it returns.
+// wholly after it. A live State (stored and not expired) is replaced by
+// the empty State of the next epoch, State{Epoch: Epoch+1}, which keeps
+// the State's expiry; any other record (absent, expired, a block record)
+// is deleted, or replaced so too: the zero block record is none. The
+// epoch is what makes a charge taken before the Reset and given back
+// after it (a Refund carrying the charge's Quota.Epoch) give nothing back
+// to the identity's new usage. The engine passes the keys of one
+// identity, which share one Redis Cluster hash tag ("{...}"), at most a
+// few hundred of them. An absent key is no error (Reset is idempotent in
+// what it forgets; each Reset of a live State moves its epoch on). As for
+// Take, a non-nil error means the backend failed; the store must honour
+// ctx's deadline and keep no key after it returns.
 type Resetter interface {
 	Store
 	Reset(ctx context.Context, keys [][]byte) error

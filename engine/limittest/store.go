@@ -117,14 +117,21 @@ func (s *Store) Keys() []string {
 	return append([]string(nil), s.keys...)
 }
 
-// Reset implements limitstore.Resetter: it deletes the keys, all under the
-// store's one lock.
+// Reset implements limitstore.Resetter, all under the store's one lock: a
+// live entry's State becomes the empty State of the next epoch, keeping its
+// expiry (a block record's becomes the zero record, none); any other key
+// is deleted.
 func (s *Store) Reset(_ context.Context, keys [][]byte) error {
+	now := s.now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
 	for _, k := range keys {
-		delete(s.m, string(k))
+		if e := s.m[string(k)]; e != nil && e.exp > now {
+			e.st = limitstore.State{Epoch: e.st.Epoch + 1}
+		} else {
+			delete(s.m, string(k))
+		}
 	}
 	return nil
 }

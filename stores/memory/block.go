@@ -42,6 +42,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
 		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
 			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
+			sts[i].Epoch = sh.epochOf(ids[i])
 		}
 	}
 	var b limitstore.BlockState
@@ -62,6 +63,9 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 				sh.heads[p].setScore(r.Remaining, capacityOf(q))
 			}
 		case p >= 0:
+			if sts[i].Epoch == 0 {
+				sh.forget(ids[i]) // a State decided on none
+			}
 			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
 			sh.words[p] = pack(q.Algorithm, &sts[i])
 			sh.wrote(sh.heads[p].exp())
@@ -72,6 +76,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	bw := words{b.UntilMS, b.LastMS}
 	if res.BlockTTLMS > 0 {
 		if p := pos[n]; p >= 0 {
+			bsh.forget(ids[n]) // a block record has no epoch
 			bsh.heads[p], bsh.words[p] = head{ids[n], packMeta(blockAlg, now+res.BlockTTLMS, 0, 1)}, bw
 			bsh.wrote(bsh.heads[p].exp())
 		} else {

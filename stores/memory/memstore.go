@@ -201,6 +201,7 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	live := p >= 0 && sh.heads[p].holds(q.Algorithm, now)
 	if live {
 		unpack(&sts[0], q.Algorithm, &sh.words[p])
+		sts[0].Epoch = sh.epochOf(id)
 	}
 	res = op.Apply(&sts, now)
 	r := &res.Quotas[0]
@@ -216,6 +217,9 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 			sh.words[p] = pack(q.Algorithm, &sts[0])
 		}
 	case p >= 0:
+		if !live {
+			sh.forget(id)
+		}
 		sh.heads[p] = head{id, packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
 		sh.words[p] = pack(q.Algorithm, &sts[0])
 		sh.wrote(sh.heads[p].exp())
@@ -264,6 +268,7 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
 		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
 			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
+			sts[i].Epoch = sh.epochOf(ids[i])
 		} else if op.Refund {
 			pos[i] = -1 // nothing to refund, and a refund never creates a key
 		}
@@ -284,6 +289,9 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacity)
 			sh.words[p] = pack(q.Algorithm, &sts[i])
 		case r.TTLMS > 0:
+			if sts[i].Epoch == 0 {
+				sh.forget(ids[i]) // a State decided on none
+			}
 			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
 			sh.words[p] = pack(q.Algorithm, &sts[i])
 			sh.wrote(sh.heads[p].exp())

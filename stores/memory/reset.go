@@ -9,12 +9,15 @@ import (
 
 var _ limitstore.Resetter = (*Store)(nil)
 
-// Reset implements limitstore.Resetter: it removes the entries of keys, all
-// under the locks of their shards (one shard for the keys of one identity,
-// which share a hash tag; several are locked in index order), so that a
-// concurrent Take on any of them runs wholly before or wholly after it. A
-// Peek (limitstore.Op.Peek) needs nothing of its own: Take writes what Apply
-// says, which for a Peek is nothing. It never fails and never blocks on I/O.
+// Reset implements limitstore.Resetter, all under the locks of the keys'
+// shards (one shard for the keys of one identity, which share a hash tag;
+// several are locked in index order), so that a concurrent Take on any of
+// them runs wholly before or wholly after it: a live entry's State becomes
+// the empty State of the next epoch, keeping its expiry (a block record's
+// becomes the zero record, none), and an expired one is removed. A Peek
+// (limitstore.Op.Peek) needs nothing of its own: Take writes what Apply
+// says, which for a Peek is nothing. It never fails and never blocks on
+// I/O.
 func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	if len(keys) == 0 {
 		return nil
@@ -27,9 +30,22 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
+	now := s.nowMS() // under the locks: see nowMS
 	for i, k := range keys {
 		sh := &s.shards[shards[i]]
-		if p := sh.find(s.keyID(k)); p >= 0 {
+		id := s.keyID(k)
+		p := sh.find(id)
+		switch {
+		case p < 0:
+		case sh.heads[p].exp() > now:
+			if sh.epochs == nil {
+				sh.epochs = map[uint64]int64{}
+			}
+			sh.epochs[id]++
+			sh.words[p] = words{}
+			sh.heads[p].setScore(1, 1) // a whole quota
+		default:
+			sh.forget(id)
 			sh.heads[p], sh.words[p] = head{}, words{}
 			sh.n--
 		}

@@ -11,10 +11,13 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// TestResetRemovesTheKeysAndPeekWritesNothing: a Peek adds no entry and
-// changes no count; Reset removes exactly the keys given (absent ones are
-// no error, a second Reset is a no-op), and the identity starts afresh.
-func TestResetRemovesTheKeysAndPeekWritesNothing(t *testing.T) {
+// TestResetMovesLiveKeysToTheNextEpoch: a Peek adds no entry and changes
+// no count; Reset gives exactly the live keys given the empty State of the
+// next epoch, keeping their expiry (absent ones are no error, a second
+// Reset moves the epoch on), the identity starts afresh, a refund of a
+// charge made before the Reset gives nothing back, and a reset entry dies
+// at its expiry.
+func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 	ctx := context.Background()
 	clock := limittest.NewClock(time.UnixMilli(1_767_225_600_000))
 	s, err := memstore.New(memstore.WithClock(clock.Now))
@@ -51,18 +54,57 @@ func TestResetRemovesTheKeysAndPeekWritesNothing(t *testing.T) {
 	}
 	a := op("a")
 	keys := [][]byte{a.Quotas[0].Key, a.Quotas[1].Key, []byte("t:{a}:absent")}
-	for range 2 {
+	for epoch := range int64(2) {
 		if err := s.Reset(ctx, keys); err != nil {
 			t.Fatal(err)
 		}
-		if s.Len() != 2 {
-			t.Fatalf("%d entries after Reset, want b's 2", s.Len())
+		// a's entries stay, holding the empty State of the next epoch
+		// (until their own expiry); the absent key stays absent.
+		res := peek("a")
+		if s.Len() != 4 || !res.Allowed || res.Quotas[0].Remaining != 1 || res.Quotas[0].Epoch != epoch+1 || res.Quotas[1].Epoch != epoch+1 {
+			t.Fatalf("after Reset %d: %+v, %d entries, want a whole quota of epoch %d and 4 entries", epoch+1, res, s.Len(), epoch+1)
 		}
 	}
-	if res, _ := s.Take(ctx, op("a")); !res.Allowed || res.Quotas[0].Remaining != 1 {
-		t.Fatalf("a after Reset: %+v, want a whole quota", res)
+	charge, err := s.Take(ctx, op("a"))
+	if err != nil || !charge.Allowed || charge.Quotas[0].Remaining != 1 || charge.Quotas[0].Epoch != 2 {
+		t.Fatalf("a after Reset: %+v, %v, want a whole quota", charge, err)
 	}
-	if res, _ := s.Take(ctx, op("b")); !res.Allowed || res.Quotas[0].Remaining != 0 {
+	if res, _ := s.Take(ctx, op("b")); !res.Allowed || res.Quotas[0].Remaining != 0 || res.Quotas[0].Epoch != 0 {
 		t.Fatalf("b after a's Reset: %+v, want its count kept", res)
+	}
+	// A refund of a charge of an earlier epoch gives nothing back; one of
+	// this epoch does.
+	refund := func(epoch int64) limitstore.Result {
+		o := op("a")
+		o.Refund = true
+		for i := range o.N {
+			o.Quotas[i].Window, o.Quotas[i].Epoch = charge.Quotas[i].Window, epoch
+		}
+		res, err := s.Take(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := refund(0); res.Quotas[0].Remaining != 1 || res.Quotas[1].Remaining != 8 {
+		t.Fatalf("refund of epoch 0 in epoch 2: %+v, want nothing given back", res)
+	}
+	if res := refund(2); res.Quotas[0].Remaining != 2 || res.Quotas[1].Remaining != 9 {
+		t.Fatalf("refund of epoch 2 in epoch 2: %+v, want the charge given back", res)
+	}
+	// A reset entry dies at its expiry, epoch and all: a decision after it
+	// is of epoch 0, and a Reset of an expired entry removes it.
+	clock.Advance(2*time.Hour + time.Second)
+	if res := peek("a"); res.Quotas[0].Epoch != 0 || res.Quotas[1].Epoch != 0 {
+		t.Fatalf("Peek after the expiry: %+v, want epoch 0", res)
+	}
+	if err := s.Reset(ctx, keys); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 2 {
+		t.Fatalf("%d entries after a Reset of expired entries, want b's 2", s.Len())
+	}
+	if res, _ := s.Take(ctx, op("a")); res.Quotas[0].Epoch != 0 {
+		t.Fatalf("a after its entries expired: %+v, want epoch 0", res)
 	}
 }

@@ -162,6 +162,28 @@ type shardData struct {
 	// reclaimed counts expired entries removed; evicted counts live entries
 	// removed to make room at the cap.
 	reclaimed, evicted uint64
+	// epochs holds the State.Epoch of the entries a Reset found live (see
+	// Reset), by id, for as long as the entry holds that State: an entry
+	// removed, or replaced by a State decided on none (it had expired),
+	// leaves it. Every other entry is of epoch 0, so the map is nil until
+	// a Reset, and an entry keeps its 40 bytes.
+	epochs map[uint64]int64
+}
+
+// epochOf is the epoch of the live entry id.
+func (sh *shardData) epochOf(id uint64) int64 {
+	if len(sh.epochs) == 0 {
+		return 0
+	}
+	return sh.epochs[id]
+}
+
+// forget drops the epoch of id, whose entry is removed or holds a new
+// State of epoch 0.
+func (sh *shardData) forget(id uint64) {
+	if len(sh.epochs) > 0 {
+		delete(sh.epochs, id)
+	}
 }
 
 func newShard(max int) *shardData {
@@ -400,6 +422,7 @@ func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
 	} else {
 		sh.evicted++
 	}
+	sh.forget(sh.heads[best].id)
 	sh.heads[best], sh.words[best] = head{}, words{}
 	sh.n--
 	return true
@@ -435,6 +458,7 @@ func (sh *shardData) sweepSome(now int64, k int) {
 		}
 		if h := &sh.heads[i]; h.id != 0 {
 			if exp := h.exp(); exp <= now {
+				sh.forget(h.id)
 				sh.heads[i], sh.words[i] = head{}, words{}
 				sh.n--
 				sh.reclaimed++

@@ -382,3 +382,71 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 		}
 	}
 }
+
+// TestEpochsLeaveWithTheirEntries: the epoch a Reset records for a live
+// entry is kept while the entry holds that State and leaves with it: swept
+// once expired, evicted at the cap, or replaced by a State decided on none;
+// so the map never holds more than the entries reset.
+func TestEpochsLeaveWithTheirEntries(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_767_225_600_000)
+	s, err := New(WithClock(func() time.Time { return now }), WithMaxKeys(256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(i int) *limitstore.Op {
+		o := &limitstore.Op{Cost: 1, N: 1}
+		o.Quotas[0] = limitstore.Quota{Key: []byte("t:{" + strconv.Itoa(i) + "}:b:f:r:x"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 60_000}
+		return o
+	}
+	held := func() (n int) {
+		for i := range s.shards {
+			n += len(s.shards[i].epochs)
+		}
+		return n
+	}
+	for i := range 8 {
+		if _, err := s.Take(ctx, op(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reset(ctx, [][]byte{op(i).Quotas[0].Key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := held(); n != 8 {
+		t.Fatalf("%d epochs held after 8 Resets of live entries, want 8", n)
+	}
+	if res, _ := s.Take(ctx, op(0)); res.Quotas[0].Epoch != 1 {
+		t.Fatalf("a Take after the Reset: %+v, want epoch 1", res.Quotas[0])
+	}
+	now = now.Add(2 * time.Minute) // every entry expired
+	if res, _ := s.Take(ctx, op(1)); res.Quotas[0].Epoch != 0 {
+		t.Fatalf("a Take on an expired reset entry: %+v, want epoch 0", res.Quotas[0])
+	}
+	for i := range s.shards {
+		s.shards[i].mu.Lock()
+		s.shards[i].sweepSome(now.UnixMilli(), len(s.shards[i].heads)+1)
+		s.shards[i].mu.Unlock()
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("%d epochs held once their entries expired and were swept, want 0", n)
+	}
+	// At the cap: the reset entries are evicted (a whole quota ranks
+	// first), and their epochs with them.
+	for i := range 8 {
+		if _, err := s.Take(ctx, op(i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Reset(ctx, [][]byte{op(i).Quotas[0].Key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 8; i < 20_000; i++ {
+		if _, err := s.Take(ctx, op(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("%d epochs held after their entries were evicted, want 0", n)
+	}
+}

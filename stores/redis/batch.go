@@ -128,6 +128,7 @@ func (w *waiter) encode(op *limitstore.Op, now int64) {
 		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
 		if op.Refund {
 			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Window))
+			buf = binary.LittleEndian.AppendUint64(buf, uint64(q.Epoch))
 		}
 	}
 	w.buf = buf
@@ -623,7 +624,7 @@ func splitBatch(s string, members []*waiter, rs []int64, parts []string, errs []
 		}
 		switch kind {
 		case 0, 1: // admitted, denied: the states read
-			l := stateLen * w.n
+			l := replyStateLen * w.n
 			if len(rest) < l {
 				return fmt.Errorf("%w: a batch part of %d bytes, %d left", ErrBadReply, l, len(rest))
 			}

@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/quotagate/quotagate/engine/limitstore"
 	"github.com/redis/rueidis"
@@ -55,12 +54,9 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	if n < 1 || n > limitstore.MaxQuotas {
 		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
 	}
-	var now int64 // 0: the server's TIME
-	if s.clock != nil {
-		t := s.clock()
-		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
-			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
-		}
+	now, err := s.callerNow()
+	if err != nil {
+		return limitstore.Result{}, err
 	}
 	w := s.batch.waiters.Get().(*waiter)
 	w.encode(op, now)
@@ -87,8 +83,8 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 		s.notPrimary(err)
 		return limitstore.Result{}, err
 	}
-	if len(str) != 8+stateLen*n+blockLen {
-		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+stateLen*n+blockLen)
+	if len(str) != 8+replyStateLen*n+blockLen {
+		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+replyStateLen*n+blockLen)
 	}
 	now, allowed := le64(str, 0), true
 	if now < 0 {
@@ -97,8 +93,8 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	if now == 0 {
 		return limitstore.Result{}, fmt.Errorf("%w: no clock reading", ErrBadReply)
 	}
-	sts := readStates(op, now, str[8:8+stateLen*n])
-	rec := str[8+stateLen*n:]
+	sts := readStates(op, now, str[8:8+replyStateLen*n])
+	rec := str[8+replyStateLen*n:]
 	b := limitstore.BlockState{UntilMS: le64(rec, 0), LastMS: le64(rec, 8)}
 	res := op.ApplyBlock(&sts, &b, now)
 	if !op.Peek && res.Allowed != allowed {

@@ -62,7 +62,7 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 			t.Errorf("%s: no error", src)
 		}
 	}
-	for _, r := range [][]int64{{0}, {1, 2}, {1, 2, 3, 4, 5, 6, 7}} {
+	for _, r := range [][]int64{{0}, {1, 2}, {1, 2, 3, 4, 5, 6, 7, 8}} {
 		if _, err := decide(&op, reply(r[0], r[1:]...)); !errors.Is(err, ErrBadReply) {
 			t.Errorf("reply %v: %v, want ErrBadReply", r, err)
 		}
@@ -92,6 +92,15 @@ func TestDecideRejectsBadReplies(t *testing.T) {
 	if got, err = decide(&op, reply(now)); err != nil || !got.Allowed || got.Quotas[0].Remaining != 4 {
 		t.Errorf("no state: got %+v, %v; want a fresh window admitted", got, err)
 	}
+	// A value with its epoch (a key a Reset found live): 48 bytes, the
+	// epoch last; the epoch dies with the state.
+	withEpoch := func(count, exp, epoch int64) []int64 { return []int64{idx, count, 0, exp, exp, epoch} }
+	if got, err = decide(&op, reply(now, withEpoch(1, now+1000, 3)...)); err != nil || !got.Allowed || got.Quotas[0].Remaining != 3 || got.Quotas[0].Epoch != 3 {
+		t.Errorf("a state of epoch 3: got %+v, %v; want admitted, Remaining 3, epoch 3", got, err)
+	}
+	if got, err = decide(&op, reply(now, withEpoch(1, now, 3)...)); err != nil || !got.Allowed || got.Quotas[0].Remaining != 4 || got.Quotas[0].Epoch != 0 {
+		t.Errorf("an expired state of epoch 3: got %+v, %v; want a fresh window of epoch 0", got, err)
+	}
 }
 
 // TestSplitBatchRejectsBadBatchReplies: a batch reply (a kind byte per Op,
@@ -109,7 +118,7 @@ func TestSplitBatchRejectsBadBatchReplies(t *testing.T) {
 		return w
 	}
 	members := []*waiter{member(1000), member(0), member(0)}
-	st := strings.Repeat("s", stateLen)
+	st := strings.Repeat("s", replyStateLen)
 	good := "\x02\x01\x01\x02\x02" + string(binary.LittleEndian.AppendUint64(nil, 5000)) + st + st + "\x04\x00boom"
 	rs, parts, errs := make([]int64, 3), make([]string, 3), make([]error, 3)
 	if err := splitBatch(good, members, rs, parts, errs); err != nil {

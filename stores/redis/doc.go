@@ -40,8 +40,12 @@
 // Peek and Reset (limitstore.Resetter, for limit.Limiter's Peek and Reset):
 // a Peek is one call of lua/peek.lua, which reads TIME and MGETs the states
 // and writes nothing (Take then runs limitstore.Op.Apply on them as for a
-// decision); a Reset is one DEL of the identity's keys, atomic and on one
-// Cluster slot (they share its hash tag). Both go through the Store's guard.
+// decision); a Reset is one call of lua/reset.lua on the identity's keys,
+// atomic and on one Cluster slot (they share its hash tag): each live state
+// becomes the empty state of the next epoch (48 bytes, its expiry and TTL
+// kept), so that a refund of a charge taken before the Reset gives nothing
+// back, and every other record is deleted. Both go through the Store's
+// guard.
 // A Reset is then announced on the Pub/Sub channel "quotagate:resets"; every
 // guarded Store subscribes there (one subscription on its client, ended by
 // Close) and drops its deny cache's denials of the announced keys, so a

@@ -18,12 +18,15 @@ var (
 	_ limitstore.Resetter = (*nodeBackend)(nil)
 )
 
-// Reset implements limitstore.Resetter: one DEL of every key, behind the
-// Store's guard as Take (on a Cluster, the guard of the keys' master;
-// WithoutGuard: ctx as it is). DEL of several keys is atomic in Redis, and
-// the keys of one identity share a hash tag, so it is one command on one
-// Cluster slot: a concurrent Take runs wholly before or wholly after it.
-// Deleting absent keys is no error. The errors are Take's.
+// Reset implements limitstore.Resetter: one call of lua/reset.lua on every
+// key, behind the Store's guard as Take (on a Cluster, the guard of the
+// keys' master; WithoutGuard: ctx as it is). A script runs atomically in
+// Redis, and the keys of one identity share a hash tag, so it is one call
+// on one Cluster slot: a concurrent Take runs wholly before or wholly
+// after it. Each live state becomes the empty state of the next epoch,
+// keeping its expiry and its key's deadline; every other key is deleted.
+// Absent keys are no error. Once the script has succeeded the Reset is
+// announced to the other processes (resets.go). The errors are Take's.
 func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 	if s.guard == nil {
 		return prefixed((*backend)(s).Reset(ctx, keys))
@@ -41,17 +44,17 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 
 // Reset is the Store's Reset without its protections.
 func (b *backend) Reset(ctx context.Context, keys [][]byte) error {
-	return (*Store)(b).del(ctx, keys, nil)
+	return (*Store)(b).reset(ctx, keys, nil)
 }
 
 // Reset is Reset on one master, behind its guard; a MOVED or ASK answer
 // (the slot moved) sends it again through the cluster client, as Take.
 func (b *nodeBackend) Reset(ctx context.Context, keys [][]byte) error {
 	via := b.via()
-	err := b.s.del(ctx, keys, via)
+	err := b.s.reset(ctx, keys, via)
 	if via != nil && redirected(err) {
 		b.s.refreshSoon()
-		return b.s.del(ctx, keys, nil)
+		return b.s.reset(ctx, keys, nil)
 	}
 	return err
 }
@@ -95,14 +98,35 @@ func (s *Store) refreshSoon() {
 	}
 }
 
-// del is one DEL of keys, through via when it is not nil.
-func (s *Store) del(ctx context.Context, keys [][]byte, via rueidis.Client) error {
+// callerNow is WithClock's reading in Unix ms for a script that reads the
+// clock itself (peek.lua, reset.lua, block.lua): 0 without WithClock (the
+// script reads the server's TIME), or an error for a reading outside
+// what the scripts hold.
+func (s *Store) callerNow() (int64, error) {
+	if s.clock == nil {
+		return 0, nil
+	}
+	t := s.clock()
+	now := t.UnixMilli()
+	if now <= 0 || now > maxClockMS {
+		return 0, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
+	}
+	return now, nil
+}
+
+// reset is one call of lua/reset.lua on keys, through via when it is not
+// nil, at the Store's clock (the server's TIME without WithClock).
+func (s *Store) reset(ctx context.Context, keys [][]byte, via rueidis.Client) error {
 	r := s.client.Load()
 	if r == nil || s.closed.Load() {
 		return s.unusable()
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	now, err := s.callerNow()
+	if err != nil {
+		return err
 	}
 	c := r.c
 	if via != nil {
@@ -112,8 +136,7 @@ func (s *Store) del(ctx context.Context, keys [][]byte, via rueidis.Client) erro
 	for i, k := range keys {
 		ks[i] = string(k)
 	}
-	err := c.Do(ctx, c.B().Del().Key(ks...).Build()).Error()
-	if err != nil {
+	if err := resetScript.Exec(ctx, c, ks, []string{strconv.FormatInt(now, 10)}).Error(); err != nil {
 		s.notPrimary(err)
 		return err
 	}
@@ -137,12 +160,9 @@ func (s *Store) peek(ctx context.Context, op *limitstore.Op, via rueidis.Client)
 	if n < 1 || n > limitstore.MaxQuotas {
 		return limitstore.Result{}, fmt.Errorf("redisstore: Op with %d quotas (want 1 to %d)", n, limitstore.MaxQuotas)
 	}
-	var now int64
-	if s.clock != nil {
-		t := s.clock()
-		if now = t.UnixMilli(); now <= 0 || now > maxClockMS {
-			return limitstore.Result{}, fmt.Errorf("redisstore: WithClock's clock read %s, outside (the Unix epoch, 2^52 ms]", t.UTC().Format(time.RFC3339Nano))
-		}
+	now, err := s.callerNow()
+	if err != nil {
+		return limitstore.Result{}, err
 	}
 	keys := make([]string, n)
 	for i := range n {
@@ -164,16 +184,18 @@ func (s *Store) peek(ctx context.Context, op *limitstore.Op, via rueidis.Client)
 	if now, err = vals[0].AsInt64(); err != nil || now <= 0 {
 		return limitstore.Result{}, fmt.Errorf("%w: peek.lua's clock reading: %v", ErrBadReply, vals[0])
 	}
-	states := make([]byte, 0, stateLen*n)
+	states := make([]byte, 0, replyStateLen*n)
 	for i := range n {
 		v, err := vals[i+1].ToString()
 		switch {
 		case err != nil:
 			return limitstore.Result{}, fmt.Errorf("%w: peek.lua's value %d: %v", ErrBadReply, i+1, err)
-		case len(v) == stateLen:
+		case len(v) == epochLen:
 			states = append(states, v...)
+		case len(v) == stateLen:
+			states = append(append(states, v...), make([]byte, epochLen-stateLen)...) // epoch 0
 		default:
-			states = append(states, make([]byte, stateLen)...) // no state
+			states = append(states, make([]byte, replyStateLen)...) // no state
 		}
 	}
 	sts := readStates(op, now, string(states))

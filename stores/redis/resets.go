@@ -15,13 +15,13 @@ import (
 // a Reset made through another Store (another replica of the service)
 // would not reach it: a client unblocked by support staff would stay
 // limited on the other replicas until its block ended. So every Reset is
-// announced on the Pub/Sub channel resetChannel once its DEL succeeded,
+// announced on the Pub/Sub channel resetChannel once its script succeeded,
 // and every guarded Store listens there (one subscription per Store, on
 // its client) and drops its cached denials of the announced keys.
 //
 // What it does not cover: an announcement published while a Store's
 // subscription is down (rueidis subscribes again after a reconnect) is
-// missed, and a denial decided before the DEL whose answer arrives after
+// missed, and a denial decided before the Reset whose answer arrives after
 // the announcement is cached; either ends at its own Retry-After, as
 // before. A PUBLISH that fails leaves the Reset done and is logged. On a
 // Cluster, PUBLISH reaches every node (classic Pub/Sub); Redis ACLs must

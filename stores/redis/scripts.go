@@ -23,6 +23,8 @@ import (
 //   - lua/block.lua decides an Op with a block rule (block.go), alone.
 //   - lua/peek.lua reads the clock and the states of a Peek (peek.go), and
 //     writes nothing; it is sent alone, without the prelude.
+//   - lua/reset.lua moves an identity's live states to the next epoch and
+//     deletes its other records (peek.go's Reset); sent alone.
 //   - lua/acquire.lua and lua/release.lua take and give back the
 //     concurrency slots of limit.Concurrency policies (lease.go), each
 //     sent alone.
@@ -44,6 +46,9 @@ var batchBody string
 //go:embed lua/peek.lua
 var peekSource string
 
+//go:embed lua/reset.lua
+var resetSource string
+
 // takeSource is the script of one decision: lua/prelude.lua, then
 // lua/take.lua. batchSource is the script of a flight of several Ops:
 // lua/prelude.lua, then lua/batch.lua. Joined once, at init.
@@ -58,4 +63,5 @@ var (
 	takeScript  = rueidis.NewLuaScript(takeSource)
 	batchScript = rueidis.NewLuaScript(batchSource)
 	peekScript  = rueidis.NewLuaScript(peekSource)
+	resetScript = rueidis.NewLuaScript(resetSource)
 )

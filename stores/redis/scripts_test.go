@@ -36,6 +36,7 @@ var scriptFiles = map[string]struct {
 	"take.lua":  {takeBody, takeSource, takeScript, false},
 	"batch.lua": {batchBody, batchSource, batchScript, false},
 	"peek.lua":  {peekSource, peekSource, peekScript, true},
+	"reset.lua": {resetSource, resetSource, resetScript, true},
 	"block.lua": {blockBody, blockSource, blockScript, false},
 
 	"acquire.lua": {acquireSource, acquireSource, acquireScript, true},
@@ -511,10 +512,11 @@ func TestScriptsByHand(t *testing.T) {
 			}
 		}
 		// A refund of the last admission: per quota a fifth integer, the
-		// charge's window (or TAT); then one more call fits.
+		// charge's window (or TAT), and a sixth, its epoch; then one more
+		// call fits.
 		ref := i8(now, 1,
-			0, 2, 1000, 0, last.Quotas[0].Window,
-			2, 5, 1000, 5, last.Quotas[1].Window)
+			0, 2, 1000, 0, last.Quotas[0].Window, last.Quotas[0].Epoch,
+			2, 5, 1000, 5, last.Quotas[1].Window, last.Quotas[1].Epoch)
 		if _, err := eval("take.lua", []string{ks, kb}, ref); err != nil {
 			t.Fatalf("refund: %v", err)
 		}

@@ -487,18 +487,19 @@ func decideReply(op *limitstore.Op, s string) (limitstore.Result, error) {
 // states read (see decideStates).
 func splitTake(s string, n int) (r int64, states string, err error) {
 	if len(s) < 8 {
-		return 0, "", fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+stateLen*n)
+		return 0, "", fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, len(s), 8+replyStateLen*n)
 	}
 	return le64(s, 0), s[8:], nil
 }
 
 // decideStates decides op from the script's answer: r, the clock reading
 // in Unix ms, negated when the script denied; s, the states it read
-// (stateLen bytes per quota; for an Op of one quota also none: no value).
+// (replyStateLen bytes per quota; for an Op of one quota also the value as
+// stored, stateLen bytes, or none: no value).
 func decideStates(op *limitstore.Op, r int64, s string) (limitstore.Result, error) {
 	n := op.N
-	if len(s) != stateLen*n && (n != 1 || len(s) != 0) {
-		return limitstore.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, 8+len(s), 8+stateLen*n)
+	if len(s) != replyStateLen*n && (n != 1 || len(s) != 0 && len(s) != stateLen) {
+		return limitstore.Result{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadReply, 8+len(s), 8+replyStateLen*n)
 	}
 	now, allowed := r, true
 	if now < 0 {
@@ -515,11 +516,15 @@ func decideStates(op *limitstore.Op, r int64, s string) (limitstore.Result, erro
 	return res, nil
 }
 
-// readStates decodes the values a script read for op's quotas (stateLen
-// bytes each, or none at all) at now.
+// readStates decodes the values a script read for op's quotas (all of
+// stateLen or all of replyStateLen bytes, or none at all) at now.
 func readStates(op *limitstore.Op, now int64, s string) (sts [limitstore.MaxQuotas]limitstore.State) {
-	for i := 0; i < op.N && len(s) > 0; i++ {
-		v := s[stateLen*i:]
+	if op.N < 1 || len(s) == 0 {
+		return sts
+	}
+	l := len(s) / op.N
+	for i := range op.N {
+		v := s[l*i : l*(i+1)]
 		// The script's rule (lua/take.lua, "the state read"): a state
 		// counts only while its expiry is after now, and not absurdly far
 		// ahead.
@@ -527,6 +532,9 @@ func readStates(op *limitstore.Op, now int64, s string) (sts [limitstore.MaxQuot
 			continue
 		}
 		a, b, c := le64(v, 0), le64(v, 8), le64(v, 16)
+		if len(v) == replyStateLen {
+			sts[i].Epoch = le64(v, stateLen)
+		}
 		if op.Quotas[i].Algorithm == limit.TokenBucket {
 			sts[i].TAT, sts[i].TATFrac = a, b
 		} else {
@@ -545,9 +553,20 @@ func readStates(op *limitstore.Op, now int64, s string) (sts [limitstore.MaxQuot
 // fail the whole flight.
 const maxClockMS = 1 << 52
 
-// stateLen is the length of a stored value: five little-endian 64-bit
-// integers (see lua/take.lua).
-const stateLen = 40
+// stateLen is the length of a stored value of epoch 0: five little-endian
+// 64-bit integers (see lua/prelude.lua). A value of a key that a Reset
+// found live has a sixth, its epoch (limitstore.State.Epoch): epochLen
+// bytes; a value of stateLen bytes, as every value written before epochs
+// existed, is of epoch 0.
+const (
+	stateLen = 40
+	epochLen = 48
+)
+
+// replyStateLen is the length of a state in the scripts' replies (their
+// general paths, a flight's and block.lua's): a value of stateLen bytes
+// comes with 8 zero bytes, so that each is epochLen long.
+const replyStateLen = epochLen
 
 // maxStateLifeMS is the furthest ahead of now a stored state's expiry may
 // be and still count (2^37 ms, 1590 days: beyond any policy's; see

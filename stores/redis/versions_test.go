@@ -23,6 +23,7 @@ const minRedis = "6.2.0"
 // here fails TestRedisCommandsWithinMinimum: add it with its version.
 var redisSince = map[string]string{
 	// Lua scripts (lua/*.lua).
+	"DEL":              "1.0.0",
 	"GET":              "1.0.0",
 	"INFO":             "1.0.0",
 	"INFO KEYSPACE":    "2.6.0", // a section argument
@@ -52,7 +53,6 @@ var redisSince = map[string]string{
 	// Commands the Go store builds (rueidis Builder methods).
 	"ClusterSlots": "3.0.0",
 	"ConfigGet":    "2.0.0",
-	"Del":          "1.0.0",
 	"Info":         "1.0.0",
 	"Ping":         "1.0.0",
 	"Publish":      "2.0.0",

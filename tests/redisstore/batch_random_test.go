@@ -492,7 +492,7 @@ func opBytes(op *limitstore.Op) int {
 	for i := range op.N {
 		n += len(op.Quotas[i].Key) + 32
 		if op.Refund {
-			n += 8
+			n += 16 // the charge's window and epoch
 		}
 	}
 	return n
@@ -834,6 +834,7 @@ func argOf(op *limitstore.Op, now int64, callerClock bool) string {
 		}
 		if op.Refund {
 			b = binary.LittleEndian.AppendUint64(b, uint64(q.Window))
+			b = binary.LittleEndian.AppendUint64(b, uint64(q.Epoch))
 		}
 	}
 	return string(b)

@@ -115,8 +115,10 @@ func TestBlockSeenBySecondReplica(t *testing.T) {
 		if d, err := l1.Peek(ctx, "client"); err != nil || !d.Allowed || d.Blocked || d.Remaining != 2 {
 			t.Fatalf("Peek after the Reset: %+v, %v: want a whole quota and no block", d, err)
 		}
-		if keys := scanKeys(t, c1, prefix); len(keys) != 0 {
-			t.Fatalf("keys after the Reset: %v", keys)
+		for _, k := range scanKeys(t, c1, prefix) { // the block record deleted, the quota's of the next epoch
+			if v := storedValue(t, c1, k); len(v) != 6 || v[1] != 0 || v[5] != 1 {
+				t.Fatalf("key %s after the Reset: %v, want the empty state of epoch 1", k, v)
+			}
 		}
 		// The second replica's deny cache held the block; the Reset's
 		// announcement ends it there too, long before the block would.

@@ -16,7 +16,8 @@ import (
 // of a fresh identity leave every key as it was (the same keys, values
 // byte for byte, PTTLs only counting down) and run no write command
 // (INFO commandstats: no SET, SETRANGE, DEL, EXPIRE of any kind); a Reset
-// is one DEL, after which the identity has no key.
+// is one script call, after which the identity's keys hold the empty state
+// of the next epoch, their PTTLs kept, and no key is deleted.
 func TestPeekWritesNothingOnTheServer(t *testing.T) {
 	run := func(t *testing.T, be *backend, addrs []string) {
 		nodes := make([]rueidis.Client, len(addrs))
@@ -100,12 +101,26 @@ func TestPeekWritesNothingOnTheServer(t *testing.T) {
 			}
 		}
 		writes = commandCalls(t, nodes)
-		if n := writes["del"] - calls["del"]; n != 2 {
-			t.Errorf("2 Resets ran %d DEL, want 2", n)
+		if n := writes["del"] - calls["del"]; n != 0 {
+			t.Errorf("2 Resets of live keys ran %d DEL, want none", n)
+		}
+		if n := writes["evalsha"] + writes["eval"] - calls["evalsha"] - calls["eval"]; n < 2 || n > 3 {
+			t.Errorf("2 Resets ran %d EVALSHA and EVAL, want 2 (and an EVAL after NOSCRIPT)", n)
 		}
 		left := read()
-		if len(left) != 1 {
-			t.Errorf("after Reset(a): keys %v, want pro-a's alone", left)
+		if len(left) != len(before) {
+			t.Errorf("after Reset(a): keys %v, want %d", left, len(before))
+		}
+		for k, b := range before {
+			a := left[k]
+			switch {
+			case strings.Contains(k, "pro-a"):
+				if a != b && (a.val != b.val || a.pttl > b.pttl) {
+					t.Errorf("pro-a's key %s: %+v before a's Resets, %+v after", k, b, a)
+				}
+			case len(a.val) != 48 || a.val[40] != 2 || a.val[:24] != strings.Repeat("\x00", 24) || a.val[24:40] != b.val[24:40] || a.pttl > b.pttl || a.pttl <= 0:
+				t.Errorf("a's key %s after 2 Resets: %q (PTTL %d), want the empty state of epoch 2, expiry and PTTL kept (%q, %d before)", k, a.val, a.pttl, b.val, b.pttl)
+			}
 		}
 		if d, _ := l.Peek(ctx, "a"); !d.Allowed || d.Remaining != 2 {
 			t.Errorf("Peek after Reset: %+v, want a whole quota", d)

@@ -26,9 +26,10 @@
 -- Reply: one bulk string: a byte m, then m pairs of bytes for the Ops not
 -- admitted, in order (the Op's index from 0, and 1: denied or 2: failed),
 -- then tnow as a little-endian 64-bit integer (0: no Op read TIME), then
--- per Op the values its quotas read, 40 bytes each (40 zero bytes for none:
--- take.lua's states, also for one quota), or for a failed Op the length of
--- its error message (little-endian 16-bit) and the message. No head per
+-- per Op the values its quotas read, 48 bytes each (a 40-byte value and 8
+-- zero bytes, 48 zero bytes for none: take.lua's general path's states,
+-- also for one quota), or for a failed Op the length of its error message
+-- (little-endian 16-bit) and the message. No head per
 -- Op: every piece of a reply costs Redis about 700 instructions, and the
 -- client knows each Op's quotas and the clock it sent; from them it
 -- rebuilds take.lua's answer per Op (the clock reading, negated when
@@ -124,13 +125,14 @@ local got = call('MGET', unpack(K))
 if #K < 8 then
   persisted = true
 end
-local Z = string.rep('\0', 40)
+local Z = string.rep('\0', 48)
 
 -----------------------------------------------------------------------------
 -- The general path: the Op whose head is at h[at], of n quotas, its
 -- argument ARGV[ai]; several quotas, or a refund (prelude.lua's general).
--- Returns whether it admitted the Op and the values read (40 bytes per
--- quota), or nil and an error message (a key of another type).
+-- Returns whether it admitted the Op and the values read (48 bytes per
+-- quota, as take.lua's general path), or nil and an error message (a key
+-- of another type).
 -----------------------------------------------------------------------------
 local function one(n, ai, at)
   if not general then
@@ -164,8 +166,10 @@ local function one(n, ai, at)
   local parts = {}
   for i = 1, n do
     local v = vals[i]
-    if v and #v == 40 then
+    if v and #v == 48 then
       parts[i] = v
+    elseif v and #v == 40 then
+      parts[i] = v .. '\0\0\0\0\0\0\0\0'
     else
       parts[i] = Z
     end
@@ -246,14 +250,20 @@ while p <= e do
       local val
       -- inline: straight begin
       -- The state read, the new state (na, nb, nc), its ttl, the key's bound
-      -- and slack; then the write, if any (val: the 40 bytes written, nil for
-      -- the count alone).
-      local sa, sb, sc, ex, px
+      -- and slack; then the write, if any (val: the 40 or 48 bytes written,
+      -- nil for the count alone).
+      local sa, sb, sc, ex, px, ep
       -- inline: state begin
-      if v and #v == 40 then
+      ep = ''
+      if v and (#v == 40 or #v == 48) then
         sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
         if ex <= now or ex - now > 137438953472 then
           sa, sb, sc, ex = 0, 0, 0, 0
+          if #v == 48 then
+            ep = '\0\0\0\0\0\0\0\0'
+          end
+        elseif #v == 48 then
+          ep = string.sub(v, 41)
         end
       else
         sa, sb, sc, ex, px = 0, 0, 0, 0, 0
@@ -402,6 +412,9 @@ while p <= e do
           keep = true
         else
           val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+          if ep ~= '' then
+            val = val .. ep
+          end
           if pe == px then
             call('SETRANGE', k, '0', val)
             keep = true
@@ -441,6 +454,8 @@ while p <= e do
 
       rok, rv = ok, Z
       if v and #v == 40 then
+        rv = v .. '\0\0\0\0\0\0\0\0'
+      elseif v and #v == 48 then
         rv = v
       end
     until true

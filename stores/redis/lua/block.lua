@@ -24,7 +24,7 @@
 --
 -- Reply: one bulk string: now as a little-endian 64-bit integer, negated
 -- when the Op is denied (never for a Peek), then every quota's value read
--- (40 bytes; 40 zero bytes for none), then the block record read (16
+-- (48 bytes, as take.lua's general path's), then the block record read (16
 -- bytes; 16 zero bytes for none). The store decodes the states with the
 -- scripts' rule and runs limitstore.Op.ApplyBlock on them, which must
 -- admit exactly when the script did.
@@ -88,10 +88,12 @@ end
 local parts = {spack('<i8', r)}
 for i = 1, n do
   local v = vals[i]
-  if v and #v == 40 then
+  if v and #v == 48 then
     parts[i + 1] = v
+  elseif v and #v == 40 then
+    parts[i + 1] = v .. '\0\0\0\0\0\0\0\0'
   else
-    parts[i + 1] = string.rep('\0', 40)
+    parts[i + 1] = string.rep('\0', 48)
   end
 end
 if bv and #bv == 16 then

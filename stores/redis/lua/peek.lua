@@ -8,8 +8,8 @@
 -- ARGV[1]  now in Unix ms, decimal (0: read the server's TIME)
 --
 -- Reply: an array: now (an integer), then per key its value as stored
--- (prelude.lua) when it is a 40-byte string, else the empty string (absent,
--- or not a value of the store's: no state).
+-- (prelude.lua) when it is a 40- or 48-byte string, else the empty string
+-- (absent, or not a value of the store's: no state).
 --
 -- By hand:  redis-cli --eval stores/redis/lua/peek.lua '{demo}k' , 0
 
@@ -22,7 +22,7 @@ local vals = redis.call('MGET', unpack(KEYS))
 local out = {now}
 for i = 1, #KEYS do
   local v = vals[i]
-  if v and #v == 40 then
+  if v and (#v == 40 or #v == 48) then
     out[i + 1] = v
   else
     out[i + 1] = ''

@@ -17,9 +17,14 @@
 -- checks that Apply admits exactly when the script did.
 --
 -- Stored value: five little-endian 64-bit integers (40 bytes) a, b, c,
--- expiry, pexpiry. Window algorithms: a = window index, b = count, c =
--- previous count; token bucket: a = TAT (Unix ms), b = TAT's fraction in
--- 1/limit ms. expiry is the Unix ms at which the state dies (now + the
+-- expiry, pexpiry, and for a key a Reset found live (reset.lua) a sixth,
+-- its epoch (48 bytes; a 40-byte value is of epoch 0, as every value
+-- written before epochs existed). Window algorithms: a = window index, b =
+-- count, c = previous count; token bucket: a = TAT (Unix ms), b = TAT's
+-- fraction in 1/limit ms. Every write keeps the epoch of a live state (a
+-- write in place leaves its 8 bytes alone, a rewrite appends them; a
+-- rewrite over a dead state writes epoch 0), and a refund whose epoch is
+-- not the state's gives nothing back (limitstore.Op.Apply). expiry is the Unix ms at which the state dies (now + the
 -- Result's TTLMS at its last write: the memory store's rule, so both stores
 -- forget a state at the same instant whatever the clock does); pexpiry is
 -- the key's own deadline in Redis. A write sets the key's deadline only
@@ -179,24 +184,32 @@ local function library(call, floor, byte, sunpack, spack, K)
   end
 
   -- state: the state read from the value v: sa, sb, sc (a, b, c), ex (its
-  -- expiry) and px (the key's deadline). A dead state reads as zero, its
-  -- key's deadline kept; so does one whose expiry is further than 2^37 ms
-  -- (1590 days, beyond any policy's: two 366-day sliding windows, and a
-  -- clock stepped back by as much again),
+  -- expiry), px (the key's deadline) and ep, the 8 bytes of its epoch to
+  -- keep ('' for a value of 40 bytes: epoch 0, and nothing to keep). A
+  -- dead state reads as zero, its key's deadline kept, and of epoch 0 (ep
+  -- 8 zero bytes when the value has an epoch); so does one whose expiry is
+  -- further than 2^37 ms (1590 days, beyond any policy's: two 366-day
+  -- sliding windows, and a clock stepped back by as much again),
   -- which only a value written by something else can hold.
   local function state(v, now)
-    local sa, sb, sc, ex, px
+    local sa, sb, sc, ex, px, ep
     -- inline: state begin
-    if v and #v == 40 then
+    ep = ''
+    if v and (#v == 40 or #v == 48) then
       sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
       if ex <= now or ex - now > 137438953472 then
         sa, sb, sc, ex = 0, 0, 0, 0
+        if #v == 48 then
+          ep = '\0\0\0\0\0\0\0\0'
+        end
+      elseif #v == 48 then
+        ep = string.sub(v, 41)
       end
     else
       sa, sb, sc, ex, px = 0, 0, 0, 0, 0
     end
     -- inline: state end
-    return sa, sb, sc, ex, px
+    return sa, sb, sc, ex, px, ep
   end
 
   -- bucketview: token bucket (x = burst, mw = MaxWait ms),
@@ -368,12 +381,13 @@ local function library(call, floor, byte, sunpack, spack, K)
   end
 
   -- write: the new state na, nb, nc with expiry e under k, the key's
-  -- deadline pe, over the state read (sa, sc, ex, px). When only the count
+  -- deadline pe, over the state read (sa, sc, ex, px, and ep, its epoch's
+  -- bytes, written after the 40 when not ''). When only the count
   -- b changed (same window or TAT, previous count, expiry and deadline) and
   -- not again (batch.lua's flag: a later Op of the flight reads the key;
   -- the general path's always), only its 8 bytes. Returns val, the 40 bytes
   -- written (nil: the count alone).
-  local function write(k, na, nb, nc, e, pe, sa, sc, ex, px, now, servertime, again)
+  local function write(k, na, nb, nc, e, pe, sa, sc, ex, px, ep, now, servertime, again)
     local val
     local persisted = true
     -- inline: write begin
@@ -383,6 +397,9 @@ local function library(call, floor, byte, sunpack, spack, K)
       keep = true
     else
       val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+      if ep ~= '' then
+        val = val .. ep
+      end
       if pe == px then
         call('SETRANGE', k, '0', val)
         keep = true
@@ -428,7 +445,7 @@ local function library(call, floor, byte, sunpack, spack, K)
   -- a refund: one pass. Returns whether the Op is admitted (a refund always
   -- is).
   local function general(a, n, now, servertime, cost, vals, h, hp, got)
-    local refund = #a > 16 + 32 * n
+    local refund = #a > 16 + 32 * n -- 16 + 48 * n
     local all = true
     local passes = 1
     if n > 1 and not refund then
@@ -437,17 +454,29 @@ local function library(call, floor, byte, sunpack, spack, K)
     for pass = 1, passes do
       local p = 17
       for i = 1, n do
-        local alg, lim, w, x, cw
+        local alg, lim, w, x, cw, ce
         alg, lim, w, x, p = sunpack('<i8i8i8i8', a, p)
         if refund then
-          cw, p = sunpack('<i8', a, p)
+          cw, ce, p = sunpack('<i8i8', a, p)
         end
         local ki = i
         if h then
           ki = byte(h, hp + 1 + i)
         end
-        local sa, sb, sc, ex, px = state(vals[i], now)
+        local sa, sb, sc, ex, px, ep = state(vals[i], now)
         local ok, na, nb, nc, ttl, bound, slack = false, sa, sb, sc, 0, 0, 0
+        -- A refund's cost: none when the charge's epoch ce is not the
+        -- state's (a Reset since; Op.Apply).
+        local rc = cost
+        if refund then
+          local se = 0
+          if ep ~= '' then
+            se = sunpack('<i8', ep)
+          end
+          if se ~= ce then
+            rc = 0
+          end
+        end
         if alg >= 2 then
           -- Reservations: the algorithm integer is 2 + 4*(mw + 2^22*rw),
           -- MaxWait and the Op's wait in ms (0, 0: plain 2).
@@ -459,7 +488,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
             -- charge, whose TAT (rounded up) is cw.
             if off > 0 then
-              local c = cost
+              local c = rc
               if c > x then
                 c = x
               end
@@ -495,12 +524,12 @@ local function library(call, floor, byte, sunpack, spack, K)
           local b, c = sb, sc
           if refund then
             if cw == sa then
-              b = b - cost
+              b = b - rc
               if b < 0 then
                 b = 0
               end
             elseif alg == 0 and cw == sa - 1 then
-              c = c - cost
+              c = c - rc
               if c < 0 then
                 c = 0
               end
@@ -532,7 +561,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             -- Only a live state changes; it keeps its expiry and the key
             -- its deadline.
             if ex > now and (na ~= sa or nb ~= sb or nc ~= sc) then
-              val = spack('<i8i8i8i8i8', na, nb, nc, ex, px)
+              val = spack('<i8i8i8i8i8', na, nb, nc, ex, px) .. ep
               call('SETRANGE', K[ki], '0', val)
               if call('PTTL', K[ki]) == -1 then
                 if servertime then
@@ -544,7 +573,7 @@ local function library(call, floor, byte, sunpack, spack, K)
             end
           elseif ttl > 0 then
             local e, pe = deadline(now, ttl, px, bound, slack, lim)
-            val = write(K[ki], na, nb, nc, e, pe, sa, sc, ex, px, now, servertime, true)
+            val = write(K[ki], na, nb, nc, e, pe, sa, sc, ex, px, ep, now, servertime, true)
           end
           if got and val then
             got[ki] = val

@@ -16,19 +16,21 @@
 --          a token bucket with reservations 2 + 4*(mw + 2^22*rw): its
 --          MaxWait mw and the Op's wait rw, ms, rw <= mw < 2^22),
 --          limit, window ms, and phase ms (window algorithms) or burst
---          (token bucket), and for a refund a fifth: the window index of
---          the charge (window algorithms) or its TAT, Unix ms rounded up
---          (token bucket). So 16 + 32*n bytes for n quotas, 16 + 40*n for a
---          refund.
+--          (token bucket), and for a refund a fifth and a sixth: the window
+--          index of the charge (window algorithms) or its TAT, Unix ms
+--          rounded up (token bucket), and the epoch of the state it was
+--          charged in (a refund to a state of another epoch gives nothing
+--          back). So 16 + 32*n bytes for n quotas, 16 + 48*n for a refund.
 --
 -- Reply: one bulk string, no table (a table reply costs Redis about a
 -- microsecond more per call): the clock reading now as a little-endian
 -- 64-bit integer, negated when the Op is denied, then the values read, as
--- stored (prelude.lua), in the Op's order: 40 zero bytes for a key absent
--- or not holding a 40-byte value; for one quota (the straight path)
--- nothing instead. The store decodes the states from them with the
--- scripts' rule (a state counts only while its expiry is after now and at
--- most 2^37 ms ahead).
+-- stored (prelude.lua), in the Op's order, 48 bytes each (a 40-byte value,
+-- of epoch 0, followed by 8 zero bytes; 48 zero bytes for a key absent or
+-- not holding a value of the store's); for one quota (the straight path)
+-- the value as stored, 40 or 48 bytes, or nothing. The store decodes the
+-- states from them with the scripts' rule (a state counts only while its
+-- expiry is after now and at most 2^37 ms ahead).
 --
 -- Shape: one Op of one quota (nearly every call) runs the straight path,
 -- prelude.lua's steps inline (each copy marked, and tested to be the
@@ -100,14 +102,20 @@ if n == 1 and not refund then
   local again, val
   -- inline: straight begin
   -- The state read, the new state (na, nb, nc), its ttl, the key's bound
-  -- and slack; then the write, if any (val: the 40 bytes written, nil for
-  -- the count alone).
-  local sa, sb, sc, ex, px
+  -- and slack; then the write, if any (val: the 40 or 48 bytes written,
+  -- nil for the count alone).
+  local sa, sb, sc, ex, px, ep
   -- inline: state begin
-  if v and #v == 40 then
+  ep = ''
+  if v and (#v == 40 or #v == 48) then
     sa, sb, sc, ex, px = sunpack('<i8i8i8i8i8', v)
     if ex <= now or ex - now > 137438953472 then
       sa, sb, sc, ex = 0, 0, 0, 0
+      if #v == 48 then
+        ep = '\0\0\0\0\0\0\0\0'
+      end
+    elseif #v == 48 then
+      ep = string.sub(v, 41)
     end
   else
     sa, sb, sc, ex, px = 0, 0, 0, 0, 0
@@ -256,6 +264,9 @@ if n == 1 and not refund then
       keep = true
     else
       val = spack('<i8i8i8i8i8', na, nb, nc, e, pe)
+      if ep ~= '' then
+        val = val .. ep
+      end
       if pe == px then
         call('SETRANGE', k, '0', val)
         keep = true
@@ -296,7 +307,7 @@ if n == 1 and not refund then
     r = -now
   end
   r = spack('<i8', r)
-  if v and #v == 40 then
+  if v and (#v == 40 or #v == 48) then
     return r .. v
   end
   return r
@@ -326,8 +337,8 @@ end
 
 local ok = general(a, n, now, servertime, cost, vals)
 
--- The reply: now, negated when denied, then every value read (40 zero
--- bytes for none).
+-- The reply: now, negated when denied, then every value read, 48 bytes
+-- each (a 40-byte value and 8 zero bytes; 48 zero bytes for none).
 local r = now
 if not ok then
   r = -now
@@ -336,10 +347,12 @@ r = spack('<i8', r)
 local parts = {r}
 for i = 1, n do
   local v = vals[i]
-  if v and #v == 40 then
+  if v and #v == 48 then
     parts[i + 1] = v
+  elseif v and #v == 40 then
+    parts[i + 1] = v .. '\0\0\0\0\0\0\0\0'
   else
-    parts[i + 1] = string.rep('\0', 40)
+    parts[i + 1] = string.rep('\0', 48)
   end
 end
 return table.concat(parts)
