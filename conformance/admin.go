@@ -32,7 +32,7 @@ func resetter(t *testing.T, s limitstore.Store) limitstore.Resetter {
 // identity's keys (every quota forgotten at once), compared field by field
 // with the model.
 func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
-	clock := limittest.NewClock(epoch)
+	clock := newStepClock()
 	store := newStore(t, clock.Now)
 	rs := resetter(t, store)
 	ref := &model{m: map[string]modelEntry{}}
@@ -105,7 +105,7 @@ func peekResetPolicies(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			clock := limittest.NewClock(epoch)
+			clock := newStepClock()
 			p := multiPolicy(alg)
 			p.Name = "admin-" + alg.String()
 			opts := []limit.Option{limit.WithKeyPrefix("conformance")}

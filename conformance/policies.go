@@ -55,7 +55,7 @@ func policies(t *testing.T, newStore NewStoreFunc) {
 	ctx := context.Background()
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run(alg.String(), func(t *testing.T) {
-			clock := limittest.NewClock(epoch)
+			clock := newStepClock()
 			p := multiPolicy(alg)
 			opts := []limit.Option{limit.WithKeyPrefix("conformance")}
 			got, err := limit.New(newStore(t, clock.Now), p, opts...)

@@ -26,7 +26,7 @@ import (
 // (allowed, remaining, reset, retry-after): the refunds of stacked mounts
 // and of counting by status are exact on the store.
 func refundDecisions(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
-	clock := limittest.NewClock(epoch)
+	clock := newStepClock()
 	stores := [2]limitstore.Store{newStore(t, clock.Now), limittest.NewStore(clock.Now)}
 	type pair struct{ outer, inner *limit.Limiter }
 	var ls [2]pair

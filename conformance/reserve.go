@@ -19,7 +19,7 @@ import (
 // tests against the reference models), comparing every field of every
 // Result (the reserved slot's WaitMS included).
 func reserveDifferential(t *testing.T, newStore NewStoreFunc) {
-	clock := limittest.NewClock(epoch)
+	clock := newStepClock()
 	store := newStore(t, clock.Now)
 	ref := &model{m: map[string]modelEntry{}}
 	rng := rand.New(rand.NewPCG(11, 7))

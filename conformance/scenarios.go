@@ -36,6 +36,16 @@ type Scenario struct {
 	Steps []Step
 	// Concurrent, when set, runs after Steps: many clients at once.
 	Concurrent *Concurrent
+	// RealTime keeps the store's clock up with real time: before each step
+	// it moves by the step's Advance, or further, so that it is never
+	// behind the real time since an earlier step (limittest.RealTimeFloor).
+	// A scenario whose requests wait for their slots (Policy.MaxWait) sets
+	// it: they wait in real time, a Redis row's keys expire in real time,
+	// and a clock that stood still meanwhile found a key gone whose state
+	// the next step still needed. A step's Want.Delay is then counted from
+	// the instant its Advances put it at: a clock moved 30 ms further
+	// leaves 30 ms less to wait.
+	RealTime bool
 	// Events checks the engine's decision events against the responses.
 	Events bool
 	// CountOnLimited wraps every policy's OnLimited hook (after any the
@@ -401,11 +411,12 @@ func Scenarios() []Scenario {
 		},
 		{
 			// Policy.MaxWait: a request the bucket cannot take now
-			// waits for its reserved slot (real time: the store's clock
-			// is the harness's fake one, frozen, so the slots stay where
-			// the store put them) and is served with the fields of any
-			// admitted request; 15 at once from a fresh client: the
-			// first at once, 10 in the slots of the next 2 s, 4 limited.
+			// waits for its reserved slot (real time, which the store's
+			// clock keeps up with between steps: RealTime) and is served
+			// with the fields of any admitted request; 15 at once from a
+			// fresh client (the clock stands still meanwhile, so the
+			// slots stay where the store put them): the first at once,
+			// 10 in the slots of the next 2 s, 4 limited.
 			Name: "08d-token-bucket-requests-wait-for-a-slot",
 			Policies: map[string]limit.Policy{"feed": {Name: "feed", Algorithm: limit.TokenBucket, Limit: 5,
 				Window: time.Second, Burst: 1, MaxWait: 2 * time.Second, Disclosure: limit.DiscloseAlways}},
@@ -415,6 +426,7 @@ func Scenarios() []Scenario {
 				after(5*time.Second, get("127.0.0.2", "/v1/feed", ok)),
 			},
 			Concurrent: &Concurrent{Client: "127.0.0.9", Path: "/v1/feed", Clients: 15, Allowed: 11},
+			RealTime:   true,
 		},
 		{
 			Name:     "09-retry-after-is-exact",

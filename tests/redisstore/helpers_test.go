@@ -64,7 +64,9 @@ type backend struct {
 	// real is false for miniredis, whose TTLs do not count down by
 	// themselves and which has no INFO commandstats.
 	real bool
-	// killConns drops every client connection on the server(s).
+	// killConns drops every connection of the clients newClient returned
+	// (and only those: the servers are shared with other tests and
+	// packages).
 	killConns func(t testing.TB)
 	// mini is the miniredis server (nil for a real one): its TIME can be
 	// set (SetTime).
@@ -118,20 +120,23 @@ func standaloneBackend(t testing.TB) *backend {
 	if err != nil {
 		t.Fatalf("ParseURL(%q): %v", url, err)
 	}
+	name := testPrefix(t) // the CLIENT SETNAME of this backend's clients
+	opt.ClientName = name
 	return &backend{
 		name: "standalone", real: true,
 		newClient: func(t testing.TB) rueidis.Client { return mustClient(t, opt) },
-		killConns: func(t testing.TB) { killConns(t, []string{opt.InitAddress[0]}) },
+		killConns: func(t testing.TB) { killConns(t, []string{opt.InitAddress[0]}, name) },
 	}
 }
 
 func clusterBackend(t testing.TB) *backend {
 	addrs := strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ",")
-	opt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true, AlwaysPipelining: true}
+	name := testPrefix(t) // the CLIENT SETNAME of this backend's clients
+	opt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true, AlwaysPipelining: true, ClientName: name}
 	return &backend{
 		name: "cluster", real: true,
 		newClient: func(t testing.TB) rueidis.Client { return mustClient(t, opt) },
-		killConns: func(t testing.TB) { killConns(t, addrs) },
+		killConns: func(t testing.TB) { killConns(t, addrs, name) },
 	}
 }
 
@@ -150,22 +155,46 @@ func nodeClient(t testing.TB, addr string) rueidis.Client {
 	return mustClient(t, rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true})
 }
 
-// killConns runs CLIENT KILL TYPE normal on every node: every connection but
-// the admin one is dropped. At least one must have been.
-func killConns(t testing.TB, addrs []string) {
+// killConns drops, on every node, each connection named name (CLIENT
+// LIST, then CLIENT KILL ID: Redis 7.0 kills by no name). The servers are
+// shared with the other tests and the other packages of a `go test
+// ./...`, so no one else's connection goes. At least one must have been
+// dropped.
+func killConns(t testing.TB, addrs []string, name string) {
 	t.Helper()
-	var killed int64
+	ctx := context.Background()
+	killed := 0
 	for _, a := range addrs {
 		c := nodeClient(t, a)
-		n, err := c.Do(context.Background(), c.B().ClientKill().TypeNormal().Build()).AsInt64()
+		list, err := c.Do(ctx, c.B().ClientList().Build()).ToString()
 		if err != nil {
-			t.Fatalf("CLIENT KILL on %s: %v", a, err)
+			t.Fatalf("CLIENT LIST on %s: %v", a, err)
 		}
-		killed += n
+		// RESP3 answers a verbatim string: "txt:" leads the first line.
+		for line := range strings.Lines(strings.TrimPrefix(list, "txt:")) {
+			var id int64
+			named := false
+			for f := range strings.FieldsSeq(line) {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "id":
+					id, _ = strconv.ParseInt(v, 10, 64)
+				case "name":
+					named = v == name
+				}
+			}
+			if !named {
+				continue
+			}
+			// An error is a connection that went by itself meanwhile.
+			if c.Do(ctx, c.B().ClientKill().Id(id).Build()).Error() == nil {
+				killed++
+			}
+		}
 		c.Close()
 	}
 	if killed == 0 {
-		t.Fatalf("CLIENT KILL dropped no connection on %v", addrs)
+		t.Fatalf("CLIENT KILL dropped no connection named %s on %v", name, addrs)
 	}
 }
 

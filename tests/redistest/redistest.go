@@ -10,9 +10,11 @@ package redistest
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +29,8 @@ import (
 const (
 	EnvURL     = "QUOTAGATE_REDIS_URL"     // redis://127.0.0.1:PORT
 	EnvCluster = "QUOTAGATE_REDIS_CLUSTER" // 127.0.0.1:P1,127.0.0.1:P2,...
+	// EnvSentinel is the Sentinel set's sentinels (LockSentinel).
+	EnvSentinel = "QUOTAGATE_REDIS_SENTINEL" // 127.0.0.1:S1,127.0.0.1:S2,...
 )
 
 // Matrix runs every conformance scenario through h on the memory store
@@ -36,6 +40,33 @@ const (
 func Matrix(t *testing.T, h conformance.Harness) {
 	conformance.RunMatrix(t, h, conformance.Row{Store: "memory", New: Memory},
 		conformance.Row{Store: "redis", New: Standalone}, conformance.Row{Store: "redis-cluster", New: Cluster})
+}
+
+// LockSentinel holds the Sentinel set of `make test` for t until t ends.
+// There is one set, and the packages of a `go test ./...` run in parallel
+// processes: a test that kills its primary (tests/sentinel) must not run
+// while another one counts on it answering. The lock is an flock on a file
+// in os.TempDir(), so it holds across processes and goes with the process
+// that held it; it is named after the set's sentinels
+// (QUOTAGATE_REDIS_SENTINEL), so runs on other sets do not wait.
+func LockSentinel(t testing.TB) {
+	t.Helper()
+	name := "quotagate-sentinel-" + strings.NewReplacer(":", "-", ",", "_", "/", "-").Replace(os.Getenv(EnvSentinel)) + ".lock"
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), name), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		t.Fatalf("the Sentinel set's lock file: %v", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		t.Fatalf("locking the Sentinel set: %v", err)
+	}
+	t.Cleanup(func() { f.Close() }) // closing the file drops the lock
 }
 
 // Memory returns a fresh memory store deciding at clock: the matrix's

@@ -22,6 +22,7 @@ import (
 	limit "github.com/quotagate/quotagate/engine"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
+	"github.com/quotagate/quotagate/tests/redistest"
 	"github.com/redis/rueidis"
 	"go.uber.org/goleak"
 )
@@ -169,6 +170,9 @@ func checkPID(t *testing.T, addr string, pid int) {
 // over again.
 func TestSentinelFailover(t *testing.T) {
 	e := getEnv(t)
+	// Held until the killed server is a replica again (the Cleanup below
+	// runs first): other packages' tests use the set meanwhile.
+	redistest.LockSentinel(t)
 	sent := make([]rueidis.Client, len(e.sentinels))
 	for i, a := range e.sentinels {
 		sent[i] = nodeClient(t, a)
