@@ -90,7 +90,7 @@ type measurement struct {
 	commands           int64         // every command counted, harness excluded
 	scriptCalls        int64         // EVAL/EVALSHA calls
 	writes             int64         // SET and SETRANGE calls (quotagate's state writes)
-	deadlines          int64         // PEXPIREAT and PEXPIRE calls (a write in place keeps its key's TTL)
+	deadlines          int64         // the TTL repair's PTTL, PEXPIREAT and PEXPIRE calls (a write in place asks PTTL; a key without a deadline gets one)
 	mallocs            uint64
 }
 
@@ -389,7 +389,7 @@ func measure(srv *server, admin rueidis.Client, f decideFunc, g int, d time.Dura
 		if cmd == "set" || cmd == "setrange" {
 			m.writes += st.calls
 		}
-		if cmd == "pexpireat" || cmd == "pexpire" {
+		if cmd == "pttl" || cmd == "pexpireat" || cmd == "pexpire" {
 			m.deadlines += st.calls
 		}
 		if scriptCommands[cmd] {

@@ -156,6 +156,8 @@ func Dial(opt rueidis.ClientOption, opts ...Option) (*Store, error) {
 	s.owned = true
 	s.conns = &connSet{}
 	opt.DialCtxFn = s.conns.wrap(opt.DialCtxFn)
+	sub := opt
+	s.subOpt = &sub
 	c, err := rueidis.NewClient(opt)
 	if err == nil {
 		s.adopt(c)

@@ -101,6 +101,14 @@ func (s *Store) listen(ctx context.Context, c rueidis.Client) {
 	}
 	go func() {
 		defer close(done)
+		if s.subOpt != nil {
+			sc := s.subscriber(ctx)
+			if sc == nil {
+				return
+			}
+			defer sc.Close()
+			c = sc
+		}
 		handle := func(m rueidis.PubSubMessage) {
 			if keys := decodeKeys(m.Message); len(keys) > 0 {
 				s.dropDenials(keys)
@@ -118,6 +126,27 @@ func (s *Store) listen(ctx context.Context, c rueidis.Client) {
 			}
 		}
 	}()
+}
+
+// subscriber makes the subscription's own client, from the options the
+// Store was dialled with, retrying each second until ctx is done (nil).
+// A Store that owns its client subscribes on a client of its own: rueidis
+// subscribes again by itself when a subscribed connection breaks,
+// dialling without a deadline, and while Redis hung, the decisions it sent
+// on the same connection meanwhile waited for that dial, far past their
+// store timeout, once a second. A Store on a caller's client (New)
+// subscribes on that client.
+func (s *Store) subscriber(ctx context.Context) rueidis.Client {
+	for {
+		if c, err := rueidis.NewClient(*s.subOpt); err == nil {
+			return c
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // mixes reports whether c's server runs commands on a subscribed

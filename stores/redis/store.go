@@ -90,6 +90,7 @@ type Store struct {
 	leaseTimeout time.Duration // the timeout of a lease call (lease.go); 0: guard.DefaultTimeout
 
 	listening atomic.Pointer[listener] // the subscription to the Resets of other Stores (resets.go)
+	subOpt    *rueidis.ClientOption    // set by Dial: the subscription's own client is made from it (resets.go)
 }
 
 // clientRef is the Store's client and whether its calls may be batched
