@@ -16,8 +16,10 @@ import (
 // would not reach it: a client unblocked by support staff would stay
 // limited on the other replicas until its block ended. So every Reset is
 // announced on the Pub/Sub channel resetChannel once its script succeeded,
-// and every guarded Store listens there (one subscription per Store, on
-// its client) and drops its cached denials of the announced keys.
+// and every guarded Store listens there (one subscription per Store: on a
+// client of its own when the Store owns its client, see subscriber; else
+// on the caller's client) and drops its cached denials of the announced
+// keys.
 //
 // What it does not cover: an announcement published while a Store's
 // subscription is down (rueidis subscribes again after a reconnect) is
@@ -81,8 +83,9 @@ func decodeKeys(m string) [][]byte {
 
 // listen subscribes c to resetChannel until Close and drops the denials
 // of every announced key from each of the Store's deny caches. The
-// subscription shares the client's connections (RESP3 lets a subscribed
-// connection run other commands); a server that refuses that (miniredis)
+// subscription shares c's connections, or those of the Store's own
+// subscriber (RESP3 lets a subscribed connection run other commands); a
+// server that refuses that (miniredis)
 // gets no subscription, said once on the logger, since every script call
 // on a subscribed connection would fail there. Receive returns when the
 // client closes (its owner's Close), when Close cancels it, or when the
