@@ -20,6 +20,22 @@ const maxBlock = 180 * 24 * time.Hour
 // spells it.
 const blockSegment = "block"
 
+// pendingSegment stands there in the key of the identity's unsettled
+// charges (a policy that blocks and counts by status, CountStatus):
+// "<prefix>:{<tag>}:<bucket>:pending:<identity>".
+const pendingSegment = "pending"
+
+// pendingLeaseMS is how long the store keeps a charge of a policy that
+// blocks and counts by status unsettled without its Finish: Policy.Lease,
+// DefaultLease when 0; 0 for a policy without both CountStatus and
+// BlockFor (no charge is kept).
+func (p *Policy) pendingLeaseMS() int64 {
+	if p.BlockFor <= 0 || p.CountStatus == nil || p.Algorithm == Concurrency {
+		return 0
+	}
+	return p.leaseMS()
+}
+
 // checkBlock validates BlockFor and BlockMax.
 func (p *Policy) checkBlock() error {
 	switch {
@@ -40,6 +56,18 @@ func (p *Policy) checkBlock() error {
 	case p.BlockMax > 0 && p.BlockMax < p.BlockFor:
 		return fmt.Errorf("%w: BlockMax %v is below BlockFor %v: a repeat offence's block doubles from BlockFor up to BlockMax", ErrInvalidPolicy, p.BlockMax, p.BlockFor)
 	}
+	if p.BlockFor <= 0 || p.CountStatus == nil {
+		return nil
+	}
+	// Lease bounds how long an unfinished charge holds off a block.
+	switch {
+	case p.Lease < 0:
+		return fmt.Errorf("%w: Lease %v is negative (0 means the default %v)", ErrInvalidPolicy, p.Lease, DefaultLease)
+	case p.Lease > maxLease:
+		return fmt.Errorf("%w: Lease %v is over the maximum %v (with BlockFor and CountStatus, how long a charge waiting for its status holds off a block)", ErrInvalidPolicy, p.Lease, maxLease)
+	case p.Lease%time.Millisecond != 0:
+		return fmt.Errorf("%w: Lease %v is not a whole number of milliseconds (the stores' resolution)", ErrInvalidPolicy, p.Lease)
+	}
 	return nil
 }
 
@@ -57,8 +85,10 @@ func checkBlockStore(s limitstore.Store, p *Policy) error {
 
 // blockRule fills op.Block for id's request on bucket: the policy's rule
 // and the key of id's block record, spelled from op's first quota key
-// (whose identity part and hash tag it shares) into sc.key. The fallback
-// identity is never blocked: it is every client without an identity.
+// (whose identity part and hash tag it shares) into sc.key, and for a
+// policy that counts by status the lease and key of id's unsettled
+// charges (see Finish), spelled so too. The fallback identity is never
+// blocked: it is every client without an identity.
 func (l *Limiter) blockRule(sc *scratch, bucket *bucketRef, id *who, set *quotaSet, op *limitstore.Op) {
 	if l.policy.BlockFor <= 0 || id.src == KeySourceFallback {
 		op.Block = limitstore.Block{}
@@ -67,12 +97,30 @@ func (l *Limiter) blockRule(sc *scratch, bucket *bucketRef, id *who, set *quotaS
 	k0 := op.Quotas[0].Key
 	head := len(l.keys.prefix) + len(":{00000000}:") + len(bucket.name) + 1
 	idAt := head + len(set.q[0].state) + 1
+	op.Block = limitstore.Block{Key: sc.recordKey(k0, head, idAt, blockSegment),
+		ForMS: l.policy.BlockFor.Milliseconds(), MaxMS: l.policy.BlockMax.Milliseconds()}
+	if l.leaseMS > 0 {
+		op.Block.LeaseMS, op.Block.PendingKey = l.leaseMS, sc.recordKey(k0, head, idAt, pendingSegment)
+	}
+}
+
+// recordKey appends to sc.key, and returns, the key of one of an
+// identity's records: quota key k0 with segment in place of its state
+// signature (k0[head:idAt-1]).
+func (sc *scratch) recordKey(k0 []byte, head, idAt int, segment string) []byte {
 	start := len(sc.key)
 	sc.key = append(sc.key, k0[:head]...)
-	sc.key = append(sc.key, blockSegment+":"...)
+	sc.key = append(sc.key, segment...)
+	sc.key = append(sc.key, ':')
 	sc.key = append(sc.key, k0[idAt:]...)
-	op.Block = limitstore.Block{Key: sc.key[start:len(sc.key):len(sc.key)],
-		ForMS: l.policy.BlockFor.Milliseconds(), MaxMS: l.policy.BlockMax.Milliseconds()}
+	return sc.key[start:len(sc.key):len(sc.key)]
+}
+
+// settles reports whether the charges of id are kept unsettled in the
+// store until their Finish (a policy that blocks and counts by status:
+// see Finish).
+func (l *Limiter) settles(id *who) bool {
+	return l.leaseMS > 0 && id.src != KeySourceFallback
 }
 
 // blockKey appends the key of id's block record to keys, when the policy

@@ -198,6 +198,7 @@ func (d *Decision) fill(res *limitstore.Result) {
 	d.ResetAt = time.UnixMilli(res.NowMS + reset)
 	d.numbers = true
 	d.waitMS = 0
+	d.charge.lease = res.Lease
 	for i := range min(res.N, limitstore.MaxQuotas) {
 		d.charge.windows[i], d.charge.epochs[i] = res.Quotas[i].Window, res.Quotas[i].Epoch
 		if res.Allowed {

@@ -30,6 +30,7 @@ type charge struct {
 	cost    int64
 	windows [limitstore.MaxQuotas]int64 // QuotaResult.Window of each quota (filled by Decision.fill)
 	epochs  [limitstore.MaxQuotas]int64 // QuotaResult.Epoch of each quota: a Reset since gives nothing back
+	lease   int64                       // Result.Lease: the lease period of the unsettled charge (Limiter.settles)
 	mark    limitMark                   // the request's "limited by a mount" flag; nil: none reachable
 }
 
@@ -104,6 +105,13 @@ func settle(d *Decision, m limitMark) {
 //     request, see ResponseWriter), or
 //   - Policy.CountStatus is set and does not count status.
 //
+// A policy with both CountStatus and BlockFor keeps every admitted
+// request's charge unsettled in the store until its Finish (at most for
+// Policy.Lease to twice that), since a denial that finds the quota spent
+// while a charge is unsettled begins no block (the charge may be given
+// back); so Finish settles such a charge in one store call whatever the
+// status: given back, or counted and nothing given back.
+//
 // A Concurrency Decision's slots are given back in any case (one store
 // call; a copy of the Decision finished again gives back nothing).
 // Otherwise, and for a Decision that took nothing (limited, skipped,
@@ -132,25 +140,31 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 		reason = RefundStatus
 	}
 	if reason == "" {
+		if l.settles(&c.id) {
+			l.giveBack(ctx, c, 0) // counted: settled, nothing given back
+		}
 		return
 	}
-	if l.giveBack(ctx, c) {
+	if l.giveBack(ctx, c, c.cost) {
 		l.store.rep.observer.Refund(c.bucket.name, reason)
 	}
 }
 
-// giveBack gives charge c back, in one Refund Op, to the store that took
-// it (the shared one, or FailLocal's local store; the windows and epochs
-// of the charge make it exact) and reports whether the store took it back; a
-// failure is reported as a store error and the charge stays counted.
-func (l *Limiter) giveBack(ctx context.Context, c *charge) bool {
+// giveBack gives cost of charge c back, in one Refund Op, to the store
+// that took it (the shared one, or FailLocal's local store; the windows
+// and epochs of the charge make it exact), settling the charge when the
+// store keeps it unsettled (its lease period in Op.Block.Lease; cost 0
+// settles a counted charge and gives nothing back), and reports whether
+// the store took it back; a failure is reported as a store error and the
+// charge stays counted (and unsettled until its lease ends).
+func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64) bool {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
-	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
+	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, cost)
 	if over {
 		return false
 	}
-	op.Refund = true
+	op.Refund, op.Block.Lease = true, c.lease
 	for i := range min(op.N, limitstore.MaxQuotas) {
 		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
 	}

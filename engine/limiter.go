@@ -39,6 +39,7 @@ type Limiter struct {
 	maxWaiting int64        // Policy.MaxWaiting, defaulted
 	waiting    atomic.Int64 // requests in decide that may wait (wait.go)
 	blockLog   logGate      // the block-start log line, at most once per 10 s (block.go)
+	leaseMS    int64        // how long a charge stays unsettled without its Finish (block.go); 0: none kept
 	calendar   bool         // a quota counts calendar periods (calendar.go)
 	conc       *slots       // a Concurrency policy's slots (concurrency.go); nil otherwise
 
@@ -120,7 +121,8 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 			return nil, fmt.Errorf("%w (WithLocalStore: FailLocal decides on it while the store is away)", err)
 		}
 	}
-	l := &Limiter{policy: p, res: res, cfg: cfg, maxWaitMS: p.MaxWait.Milliseconds(), maxWaiting: int64(p.MaxWaiting)}
+	l := &Limiter{policy: p, res: res, cfg: cfg, maxWaitMS: p.MaxWait.Milliseconds(), maxWaiting: int64(p.MaxWaiting),
+		leaseMS: p.pendingLeaseMS()}
 	if l.maxWaitMS > 0 && l.maxWaiting == 0 {
 		l.maxWaiting = defaultMaxWaiting
 	}

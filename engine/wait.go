@@ -269,7 +269,7 @@ func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey,
 	freed.apply(d)              // the charge given back: the line's last slot
 	// The request's context may have ended: the refund has a context of
 	// its own (the store's timeout bounds it; package guard).
-	l.giveBack(context.WithoutCancel(ctx), &d.charge)
+	l.giveBack(context.WithoutCancel(ctx), &d.charge, d.charge.cost)
 	d.charge.lim = nil
 	d.Allowed, d.Outcome = false, OutcomeLimited
 	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)

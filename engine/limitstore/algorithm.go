@@ -213,6 +213,15 @@ type Result struct {
 	// BlockTTLMS is, when > 0, the time to live with which the store
 	// writes the new block record under Op.Block.Key (see ApplyBlock).
 	BlockTTLMS int64
+	// Lease is, for an admitted Op whose block rule has a lease
+	// (Block.LeaseMS > 0), the lease period its charge counts in among
+	// the identity's unsettled ones, to be passed back in Block.Lease by
+	// the Refund that settles it.
+	Lease int64
+	// PendingTTLMS is, when > 0, the time to live with which the store
+	// writes the unsettled charges under Op.Block.PendingKey (for a
+	// Refund: keeping the key's expiry; see ApplyBlock).
+	PendingTTLMS int64
 }
 
 // Apply decides op against the N states at now (Unix ms). It is pure: the

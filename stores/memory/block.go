@@ -12,25 +12,37 @@ import (
 // key spells it), so the tag only keeps the entry's layout.
 const blockAlg = limit.FixedWindow
 
-// takeBlocked is Take for an Op with a block rule (Op.Block, not a
-// Refund): under the locks of the keys' shards (one: the block key shares
-// the quotas' hash tag) it reads the quota States and the block record,
-// decides with limitstore.Op.ApplyBlock and writes what it says: the
-// quotas as takeN does, and the block record with its time to live (an
-// eviction score of 0: the last entry a full shard gives up).
+// takeBlocked is Take for an Op with a block rule (Op.Block) that is not
+// a Refund, or a Refund whose rule keeps unsettled charges
+// (Block.LeaseMS > 0): under the locks of the keys' shards (one: the
+// block's keys share the quotas' hash tag) it reads the quota States, the
+// block record and, with a lease, the unsettled charges (their own entry,
+// under Block.PendingKey), decides with limitstore.Op.ApplyBlock and
+// writes what it says: the quotas as takeN does (a Refund keeping their
+// expiry and creating none), the block record and the charges with their
+// times to live (a Refund's charges keeping theirs), each with an eviction
+// score of 0: the last entries a full shard gives up.
 func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
-	const m = limitstore.MaxQuotas + 1
+	const m = limitstore.MaxQuotas + 2
+	k := n + 1 // the records: the block's, and with a lease the charges'
+	lease := op.Block.LeaseMS > 0
+	if lease {
+		k++
+	}
 	var ids [m]uint64
 	var shards [m]int
-	for i := range n + 1 {
+	for i := range k {
 		key := op.Block.Key
-		if i < n {
+		switch {
+		case i < n:
 			key = op.Quotas[i].Key
+		case i == n+1:
+			key = op.Block.PendingKey
 		}
 		ids[i], shards[i] = s.keyID(key), s.shardOf(hashTag(key))
 	}
-	locked := slices.Compact(slices.Sorted(slices.Values(shards[:n+1])))
+	locked := slices.Compact(slices.Sorted(slices.Values(shards[:k])))
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
@@ -43,13 +55,25 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
 			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
 			sts[i].Epoch = sh.epochOf(ids[i])
+		} else if op.Refund {
+			pos[i] = -1 // nothing to refund, and a refund never creates a key
 		}
 	}
 	var b limitstore.BlockState
 	bsh := &s.shards[shards[n]]
 	if pos[n] = bsh.find(ids[n]); pos[n] >= 0 && bsh.heads[pos[n]].holds(blockAlg, now) {
 		w := &bsh.words[pos[n]]
-		b = limitstore.BlockState{UntilMS: w[0], LastMS: w[1]}
+		b.UntilMS, b.LastMS = w[0], w[1]
+	}
+	var psh *shard
+	if lease {
+		psh = &s.shards[shards[n+1]]
+		if pos[n+1] = psh.find(ids[n+1]); pos[n+1] >= 0 && psh.heads[pos[n+1]].holds(blockAlg, now) {
+			w := &psh.words[pos[n+1]]
+			b.Lease, b.Pending, b.PendingPrev = w[0], w[1], w[2]
+		} else if op.Refund {
+			pos[n+1] = -1 // none to settle, and a refund never creates it
+		}
 	}
 	res := op.ApplyBlock(&sts, &b, now)
 
@@ -58,19 +82,23 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	for i := range n {
 		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
 		switch p := pos[i]; {
+		case p < 0:
+			add[i] = r.TTLMS > 0 && !op.Refund && !slices.Contains(ids[:i], ids[i])
 		case r.TTLMS <= 0:
-			if p >= 0 && !op.Peek && sh.heads[p].holds(q.Algorithm, now) { // a Peek writes nothing
+			if !op.Peek && sh.heads[p].holds(q.Algorithm, now) { // a Peek writes nothing
 				sh.heads[p].setScore(r.Remaining, capacityOf(q))
 			}
-		case p >= 0:
+		case op.Refund: // keeps the expiry
+			h := &sh.heads[p]
+			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacityOf(q))
+			sh.words[p] = pack(q.Algorithm, &sts[i])
+		default:
 			if sts[i].Epoch == 0 {
 				sh.forget(ids[i]) // a State decided on none
 			}
 			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
 			sh.words[p] = pack(q.Algorithm, &sts[i])
 			sh.wrote(sh.heads[p].exp())
-		default:
-			add[i] = !slices.Contains(ids[:i], ids[i])
 		}
 	}
 	bw := words{b.UntilMS, b.LastMS}
@@ -83,16 +111,30 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 			add[n] = true
 		}
 	}
-	for i := range n + 1 {
-		if !add[i] {
-			continue
+	pw := words{b.Lease, b.Pending, b.PendingPrev}
+	if lease && res.PendingTTLMS > 0 {
+		switch p := pos[n+1]; {
+		case p >= 0 && op.Refund: // keeps the expiry
+			psh.words[p] = pw
+		case p >= 0:
+			psh.forget(ids[n+1]) // nor has the charges'
+			psh.heads[p], psh.words[p] = head{ids[n+1], packMeta(blockAlg, now+res.PendingTTLMS, 0, 1)}, pw
+			psh.wrote(psh.heads[p].exp())
+		case !op.Refund:
+			add[n+1] = true
 		}
-		if i == n {
-			bsh.add(head{ids[n], packMeta(blockAlg, now+res.BlockTTLMS, 0, 1)}, bw, now, ids[:n+1])
-			continue
+	}
+	for i := range k {
+		switch {
+		case !add[i]:
+		case i == n:
+			bsh.add(head{ids[n], packMeta(blockAlg, now+res.BlockTTLMS, 0, 1)}, bw, now, ids[:k])
+		case i == n+1:
+			psh.add(head{ids[n+1], packMeta(blockAlg, now+res.PendingTTLMS, 0, 1)}, pw, now, ids[:k])
+		default:
+			q, r := &op.Quotas[i], &res.Quotas[i]
+			s.shards[shards[i]].add(head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}, pack(q.Algorithm, &sts[i]), now, ids[:k])
 		}
-		q, r := &op.Quotas[i], &res.Quotas[i]
-		s.shards[shards[i]].add(head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}, pack(q.Algorithm, &sts[i]), now, ids[:n+1])
 	}
 
 	cross := s.sweep(shards[0], locked, now)

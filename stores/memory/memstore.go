@@ -184,7 +184,7 @@ func New(opts ...Option) (*Store, error) {
 // takeN without its loops over quotas and shards, here (a Result is a few
 // hundred bytes: a call in between would copy it once more).
 func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Result, err error) {
-	if op.Block.ForMS > 0 && !op.Refund {
+	if op.Block.ForMS > 0 && (!op.Refund || op.Block.LeaseMS > 0) {
 		return s.takeBlocked(op), nil // block.go
 	}
 	if op.N != 1 {
