@@ -297,3 +297,85 @@ func TestPeekOfABlockUnderMaxWait(t *testing.T) {
 		t.Fatalf("Peek of a request that would wait 500 ms: %+v", d)
 	}
 }
+
+// TestBlockHeldOffBySuccessesInFlight: with CountStatus counting failures,
+// successes in flight (charged at Check, given back at Finish) that fill
+// the quota make the denial they cause begin no block, enforced, in
+// Shadow and behind a deny cache; once they are given back, three
+// failures spend the quota and the next request begins the block, which
+// Shadow reports and does not enforce, and which the deny cache answers
+// from then on without a store call.
+func TestBlockHeldOffBySuccessesInFlight(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		shadow, guard bool
+	}{
+		{"enforced", false, false},
+		{"shadow", true, false},
+		{"deny_cache", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := storeAt(epochMS - epochMS%5000)
+			p := otpPolicy()
+			p.CountStatus = func(status int) bool { return status >= 400 }
+			p.Shadow = c.shadow
+			var store limitstore.Store = s
+			if c.guard {
+				g, err := guard.New(s.Store)
+				if err != nil {
+					t.Fatal(err)
+				}
+				store = g
+			}
+			l := limittest.MustNew(store, p)
+			ctx := context.Background()
+			limited := func(d limit.Decision) bool {
+				if c.shadow {
+					return d.Allowed && d.Outcome == limit.OutcomeShadowLimited
+				}
+				return !d.Allowed && d.Outcome == limit.OutcomeLimited
+			}
+			var inFlight [3]limit.Decision
+			for i := range inFlight {
+				inFlight[i], _ = l.Consume(ctx, "client")
+				if !inFlight[i].Allowed || inFlight[i].Outcome != limit.OutcomeAllowed {
+					t.Fatalf("success %d: %+v", i+1, inFlight[i])
+				}
+			}
+			for i := range 2 {
+				if d, _ := l.Consume(ctx, "client"); !limited(d) || d.Blocked || d.RetryAfter != 5*time.Second {
+					t.Fatalf("denial %d while 3 successes are in flight: %+v, want limited by the quota, no block", i+1, d)
+				}
+			}
+			for i := range inFlight {
+				l.Finish(ctx, &inFlight[i], 204)
+			}
+			for i := range 3 {
+				d, _ := l.Consume(ctx, "client")
+				if !d.Allowed || d.Outcome != limit.OutcomeAllowed {
+					t.Fatalf("failure %d after the successes were given back: %+v", i+1, d)
+				}
+				l.Finish(ctx, &d, 401)
+			}
+			calls := s.Calls()
+			if d, _ := l.Consume(ctx, "client"); !limited(d) || !d.Blocked || d.RetryAfter != 8*time.Second {
+				t.Fatalf("the request after 3 failures: %+v, want it to begin a block of 8 s", d)
+			}
+			if c.guard {
+				// The deny cache counts the block down on the real
+				// clock, not the store's.
+				if d, _ := l.Consume(ctx, "client"); !limited(d) || !d.Blocked || d.RetryAfter <= 7*time.Second || d.RetryAfter > 8*time.Second {
+					t.Fatalf("the block's second request: %+v", d)
+				}
+				if n := s.Calls() - calls; n != 1 {
+					t.Fatalf("the block's first and second requests made %d store calls, want 1 (the deny cache answers the second)", n)
+				}
+				return
+			}
+			s.advance(1000)
+			if d, _ := l.Consume(ctx, "client"); !limited(d) || !d.Blocked || d.RetryAfter != 7*time.Second {
+				t.Fatalf("1 s into the block: %+v", d)
+			}
+		})
+	}
+}

@@ -21,12 +21,19 @@ var blockSource = preludeSource + blockBody
 var blockScript = rueidis.NewLuaScript(blockSource)
 
 // blockLen is the length of a stored block record: two little-endian
-// 64-bit integers (see lua/block.lua).
-const blockLen = 16
+// 64-bit integers; pendingLen that of the unsettled charges, three (see
+// lua/block.lua).
+const (
+	blockLen   = 16
+	pendingLen = 24
+)
 
 // blocked reports whether op goes to lua/block.lua: a Take or Peek with a
-// block rule (a Refund never reads the block).
-func blocked(op *limitstore.Op) bool { return op.Block.ForMS > 0 && !op.Refund }
+// block rule, or a Refund that settles a charge the rule keeps unsettled
+// (a lease; any other Refund never reads the block).
+func blocked(op *limitstore.Op) bool {
+	return op.Block.ForMS > 0 && (!op.Refund || op.Block.LeaseMS > 0)
+}
 
 // blockNode is blockTake on one master, as Take: a MOVED or ASK answer
 // sends it again through the cluster client.
@@ -40,10 +47,11 @@ func (b *nodeBackend) blockNode(ctx context.Context, op *limitstore.Op) (limitst
 	return res, err
 }
 
-// blockTake decides op, which has a block rule, or answers its Peek: one
-// call of lua/block.lua, never batched (the flight script knows no block),
-// then limitstore.Op.ApplyBlock on the states and the record it read,
-// which must admit exactly when the script did. The call goes through via
+// blockTake decides op, which has a block rule, answers its Peek or
+// settles its Refund: one call of lua/block.lua, never batched (the
+// flight script knows no block), then limitstore.Op.ApplyBlock on the
+// states and the records it read, which must admit exactly when the
+// script did. The call goes through via
 // when it is not nil (a Cluster master's own connection).
 func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Client) (limitstore.Result, error) {
 	r := s.client.Load()
@@ -60,17 +68,27 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	}
 	w := s.batch.waiters.Get().(*waiter)
 	w.encode(op, now)
-	keys := make([]string, n+1)
+	lease := op.Block.LeaseMS > 0
+	nk, want := n+1, 8+replyStateLen*n+blockLen
+	if lease {
+		nk, want = n+2, want+pendingLen
+	}
+	keys := make([]string, nk)
 	from := 0
 	for i := range n {
 		keys[i], from = string(w.buf[from:w.ends[i]]), w.ends[i]
 	}
 	keys[n] = string(op.Block.Key)
-	var rule [24]byte
+	var rule [40]byte
 	binary.LittleEndian.PutUint64(rule[0:], uint64(op.Block.ForMS))
 	binary.LittleEndian.PutUint64(rule[8:], uint64(max(op.Block.MaxMS, 0)))
 	if op.Peek {
 		rule[16] = 1
+	}
+	if lease {
+		keys[n+1] = string(op.Block.PendingKey)
+		binary.LittleEndian.PutUint64(rule[24:], uint64(op.Block.LeaseMS))
+		binary.LittleEndian.PutUint64(rule[32:], uint64(op.Block.Lease))
 	}
 	args := []string{string(w.buf[from:]), string(rule[:])}
 	s.batch.waiters.Put(w) // the strings are copies
@@ -83,8 +101,8 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 		s.notPrimary(err)
 		return limitstore.Result{}, err
 	}
-	if len(str) != 8+replyStateLen*n+blockLen {
-		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), 8+replyStateLen*n+blockLen)
+	if len(str) != want {
+		return limitstore.Result{}, fmt.Errorf("%w: block.lua answered %d bytes, want %d", ErrBadReply, len(str), want)
 	}
 	now, allowed := le64(str, 0), true
 	if now < 0 {
@@ -96,6 +114,9 @@ func (s *Store) blockTake(ctx context.Context, op *limitstore.Op, via rueidis.Cl
 	sts := readStates(op, now, str[8:8+replyStateLen*n])
 	rec := str[8+replyStateLen*n:]
 	b := limitstore.BlockState{UntilMS: le64(rec, 0), LastMS: le64(rec, 8)}
+	if lease {
+		b.Lease, b.Pending, b.PendingPrev = le64(rec, blockLen), le64(rec, blockLen+8), le64(rec, blockLen+16)
+	}
 	res := op.ApplyBlock(&sts, &b, now)
 	if !op.Peek && res.Allowed != allowed {
 		return limitstore.Result{}, fmt.Errorf("%w: block.lua decided %v, the engine %v on states %v and block %+v at %d", ErrBadReply, allowed, res.Allowed, sts, b, now)
