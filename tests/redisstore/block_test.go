@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"encoding/binary"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -224,4 +225,103 @@ func TestBlockedPeekWritesNothingOnTheServer(t *testing.T) {
 		be := clusterBackend(t)
 		run(t, be, strings.Split(skipNoEnv(t, envCluster, "real Redis Cluster"), ","))
 	})
+}
+
+// TestUnsettledChargesHoldOffBlocks: limittest.CheckUnsettledCharges (a
+// policy counting only failures: successes in flight, concurrent ones
+// included, never begin a block; failures that spend the quota do; a lost
+// charge counts once its lease ends) on miniredis, a real server and the
+// Cluster, at exact instants of an injected clock, without the deny cache
+// (it counts down on the real clock). Afterwards every key, the unsettled
+// charges' included, has a deadline.
+func TestUnsettledChargesHoldOffBlocks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, be *backend) {
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		start := time.Now().Add(time.Hour).UnixMilli()
+		var now atomic.Int64
+		now.Store(start)
+		s, err := New(client, WithTimeout(10*time.Second), WithoutGuard(), WithClock(func() time.Time { return time.UnixMilli(now.Load()) }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		limittest.CheckUnsettledCharges(t, s, limittest.BlockRun{Start: start, Set: func(ms int64) int64 { now.Store(ms); return ms },
+			Options: []limit.Option{limit.WithKeyPrefix(prefix)}})
+		pending := 0
+		for _, k := range scanKeys(t, client, prefix) {
+			if strings.Contains(k, ":pending:") {
+				pending++
+			}
+			if p := pttl(t, client, k); be.real && p == -1 {
+				t.Errorf("key %s has no deadline (PTTL %d)", k, p)
+			}
+		}
+		if pending != 3 {
+			t.Errorf("%d keys of unsettled charges, want 3 (one per identity)", pending)
+		}
+	})
+}
+
+// TestUnsettledChargesOnTheServerClock: on real servers with the server's
+// TIME (the default), successes in flight make a denial that begins no
+// block, failures then begin one, and the key of the unsettled charges
+// lives no longer than the end of the lease period after the last charge
+// (SET ... PXAT: at most twice the Lease of 2 s).
+func TestUnsettledChargesOnTheServerClock(t *testing.T) {
+	run := func(t *testing.T, be *backend) {
+		ctx := context.Background()
+		prefix := testPrefix(t)
+		client := be.newClient(t)
+		t.Cleanup(func() { deleteKeys(t, client, prefix) })
+		p := limittest.PendingPolicy()
+		p.Window = time.Minute // no window ends during the test
+		l := limittest.MustNew(newStore(t, be, WithoutGuard()), p, limit.WithKeyPrefix(prefix))
+		var inFlight [3]limit.Decision
+		for i := range inFlight {
+			var err error
+			if inFlight[i], err = l.Consume(ctx, "client"); err != nil || !inFlight[i].Allowed {
+				t.Fatalf("success %d: %+v, %v", i+1, inFlight[i], err)
+			}
+		}
+		if d, err := l.Consume(ctx, "client"); err != nil || d.Allowed || d.Blocked {
+			t.Fatalf("a denial while 3 successes are in flight: %+v, %v: want no block", d, err)
+		}
+		for i := range inFlight {
+			l.Finish(ctx, &inFlight[i], 204)
+		}
+		for i := range 3 {
+			d, err := l.Consume(ctx, "client")
+			if err != nil || !d.Allowed {
+				t.Fatalf("failure %d: %+v, %v", i+1, d, err)
+			}
+			l.Finish(ctx, &d, 401)
+		}
+		if d, err := l.Consume(ctx, "client"); err != nil || d.Allowed || !d.Blocked {
+			t.Fatalf("the request after 3 failures: %+v, %v: want a block", d, err)
+		}
+		seen := false
+		for _, k := range scanKeys(t, client, prefix) {
+			p := pttl(t, client, k)
+			if p <= 0 {
+				t.Errorf("key %s: PTTL %d, want a deadline", k, p)
+			}
+			if strings.Contains(k, ":pending:") {
+				if seen = true; p > 4000 {
+					t.Errorf("the unsettled charges' key %s lives %d ms more, want at most 4000 (twice the Lease)", k, p)
+				}
+				// lease period, its charges, the period before's: every
+				// charge settled
+				v, err := client.Do(ctx, client.B().Get().Key(k).Build()).ToString()
+				if err != nil || len(v) != 24 || binary.LittleEndian.Uint64([]byte(v[8:16])) != 0 || binary.LittleEndian.Uint64([]byte(v[16:24])) != 0 {
+					t.Errorf("the unsettled charges after every Finish: %q (%v), want 24 bytes, none left", v, err)
+				}
+			}
+		}
+		if !seen {
+			t.Error("no key of unsettled charges")
+		}
+	}
+	t.Run("standalone", func(t *testing.T) { run(t, standaloneBackend(t)) })
+	t.Run("cluster", func(t *testing.T) { run(t, clusterBackend(t)) })
 }
