@@ -45,8 +45,13 @@ type BlockRun struct {
 // Limit, Remaining, ResetAfter, RetryAfter, OverCapacity) with what the
 // brute-force models of engine/internal/refmodel say: the quotas' models
 // and a block model that keeps the blocks served, sharing no code with
-// limitstore.Op.ApplyBlock. s must decide at the readings run.Set gives,
-// and answer from its own state only (no deny cache on a fake clock).
+// limitstore.Op.ApplyBlock. Half of the policies count only failures
+// (CountStatus, a random Lease): their admitted calls are finished later
+// at random, as successes (given back) or failures (counted), or never,
+// and the block model keeps the charges unsettled meanwhile (a denial
+// begins no block while one is). s must decide at the readings run.Set
+// gives, and answer from its own state only (no deny cache on a fake
+// clock).
 func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 	t.Helper()
 	rounds, steps := run.Rounds, run.Steps
@@ -61,6 +66,7 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 	now := run.Start
 	algs := []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket}
 	ctx := context.Background()
+	var heldOff, finished int // denials a charge unsettled kept from blocking; calls finished
 	for round := range rounds {
 		alg := algs[round%3]
 		def, pro := blockRates(rng, alg, scale), blockRates(rng, alg, scale)
@@ -78,6 +84,11 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 		if rng.IntN(2) == 0 {
 			p.BlockMax = p.BlockFor + time.Duration(rng.Int64N(120)*scale)*time.Millisecond
 		}
+		counts := round%8 >= 4 // Shadow in one of four of these too
+		if counts {
+			p.CountStatus = func(status int) bool { return status >= 400 }
+			p.Lease = time.Duration((1+rng.Int64N(60))*scale) * time.Millisecond
+		}
 		l, err := limit.New(s, p, run.Options...)
 		if err != nil {
 			t.Fatal(err)
@@ -94,11 +105,26 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 			if strings.HasPrefix(id, "pro-") {
 				rs, plan = pro, "pro"
 			}
-			return &ident{rates: rs, models: blockModels(alg, rs), block: refmodel.NewBlock(p.BlockFor.Milliseconds(), p.BlockMax.Milliseconds()), plan: plan}
+			blk := refmodel.NewBlock(p.BlockFor.Milliseconds(), p.BlockMax.Milliseconds())
+			blk.Lease = p.Lease.Milliseconds()
+			return &ident{rates: rs, models: blockModels(alg, rs), block: blk, plan: plan}
 		}
 		for _, id := range []string{"a", "b", "pro-a"} {
 			ids[id] = fresh(id)
 		}
+		// The admitted calls of a policy that counts by status, not yet
+		// finished: the Decision, the models it charged (those of before a
+		// Reset give nothing back to the identity's new ones) with the
+		// windows it counted in, and its charge in the block model.
+		type call struct {
+			d      limit.Decision
+			models []refmodel.Quota
+			wins   []int64
+			cost   int64
+			block  *refmodel.Block
+			handle int
+		}
+		var open []call
 		for step := range steps {
 			now = run.Set(now + rng.Int64N(30)*scale)
 			id := []string{"a", "b", "pro-a"}[rng.IntN(3)]
@@ -112,7 +138,27 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 				if err := l.Reset(ctx, id); err != nil {
 					t.Fatal(err)
 				}
+				blk := m.block
+				blk.Forget() // the calls in flight keep their charges
 				ids[id] = fresh(id)
+				ids[id].block = blk
+				continue
+			case k <= 3 && len(open) > 0:
+				// Finish an open call: a success is given back, a failure
+				// counted; either settles its charge.
+				i := rng.IntN(len(open))
+				c := open[i]
+				open = append(open[:i], open[i+1:]...)
+				status := 401
+				if rng.IntN(2) == 0 {
+					status = 204
+					for j, q := range c.models {
+						q.Refund(now, c.cost, c.wins[j])
+					}
+				}
+				c.block.Settle(c.handle)
+				l.Finish(ctx, &c.d, status)
+				finished++
 				continue
 			case k == 1:
 				what, mutate = "Peek", false
@@ -130,8 +176,17 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 					t.Fatal(err)
 				}
 			}
-			want := blockWant(t, m.models, m.rates, m.block, now, cost, mutate)
+			held := mutate && m.block.Left(now) == 0 && m.block.Unsettled(now) > 0
+			want, wins := blockWant(t, m.models, m.rates, m.block, now, cost, mutate)
+			if held && !want.Allowed && !want.OverCapacity {
+				heldOff++
+			}
 			want.Plan = m.plan
+			if counts && mutate && want.Allowed && rng.IntN(8) > 0 { // one in eight never finished
+				open = append(open, call{d: got, models: m.models, wins: wins, cost: cost, block: m.block, handle: m.block.Charge(now)})
+			} else if counts && mutate && want.Allowed {
+				m.block.Charge(now)
+			}
 			if p.Shadow && !want.Allowed {
 				want.Allowed, want.Outcome = true, limit.OutcomeShadowLimited
 			}
@@ -142,6 +197,10 @@ func CheckBlocks(t *testing.T, s limitstore.Store, run BlockRun) {
 					round, step, what, id, now, def, pro, p.BlockFor, p.BlockMax, p.Shadow, g, want)
 			}
 		}
+	}
+	t.Logf("%d denials held off from blocking by unsettled charges, %d calls finished", heldOff, finished)
+	if rounds >= 8 && heldOff == 0 {
+		t.Errorf("no denial met an unsettled charge in %d rounds: the sequences no longer reach the rule", rounds)
 	}
 }
 
@@ -164,9 +223,11 @@ func RealTimeFloor(set func(ms int64)) func(ms int64) int64 {
 }
 
 // blockWant is what the models say a request of cost at now gets (a Peek:
-// mutate false, cost 1, nothing changes).
-func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel.Block, now, cost int64, mutate bool) limit.Decision {
+// mutate false, cost 1, nothing changes), and for an admitted one the
+// windows it counted in (refmodel.Quota.Admit's).
+func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel.Block, now, cost int64, mutate bool) (limit.Decision, []int64) {
 	want := limit.Decision{Cost: cost, Outcome: limit.OutcomeLimited}
+	var wins []int64
 	if !mutate {
 		cl := make([]refmodel.Quota, len(ms))
 		for i, m := range ms {
@@ -195,7 +256,7 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 	for i, m := range ms {
 		if cost > m.Capacity() {
 			want.OverCapacity, want.Limit = true, rs[i].Limit
-			return want
+			return want, nil
 		}
 	}
 	all := true
@@ -217,8 +278,16 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 	case all:
 		want.Allowed, want.Outcome = true, limit.OutcomeAllowed
 		for _, m := range ms {
-			m.Admit(now, cost)
+			wins = append(wins, m.Admit(now, cost))
 		}
+		pick(ms)
+	case blk.Unsettled(now) > 0:
+		// Limited by the quotas, which a charge still unsettled may
+		// have spent: no block begins.
+		for _, m := range ms {
+			m.Normalize(now)
+		}
+		retry()
 		pick(ms)
 	default:
 		for _, m := range ms {
@@ -234,7 +303,7 @@ func blockWant(t *testing.T, ms []refmodel.Quota, rs []limit.Rate, blk *refmodel
 		want.RetryAfter = max(want.RetryAfter, time.Duration(d)*time.Millisecond)
 		want.Remaining, want.ResetAfter = 0, max(want.ResetAfter, time.Duration(d)*time.Millisecond)
 	}
-	return want
+	return want, wins
 }
 
 // blockRates returns 1 to MaxQuotas distinct quotas of algorithm alg in

@@ -6,11 +6,18 @@ package refmodel
 // documented ones: a limited request outside a block begins one, For long,
 // or, when it begins before Max has passed since the end of the last block
 // (Max > 0), twice the last one's length, at least For and at most Max; a
-// request during a block is limited by it and changes nothing.
+// request during a block is limited by it and changes nothing. With a
+// Lease (a policy that counts by status), it also keeps every charge taken
+// and not yet settled, each with its instant: a charge is unsettled until
+// it is settled or until the end of the lease period (Lease ms, counted
+// from the Unix epoch) after the one it was taken in, and a limited
+// request begins no block while one is.
 type Block struct {
-	For, Max int64
-	starts   []int64
-	lens     []int64
+	For, Max, Lease int64
+	starts          []int64
+	lens            []int64
+	charges         map[int]int64 // unsettled charges by handle: their instants
+	handles         int
 }
 
 // NewBlock returns the model of a rule of blocks For ms long, doubling up
@@ -54,5 +61,34 @@ func (b *Block) Offend(t int64) int64 {
 	return d
 }
 
-// Forget drops every block and offence (a Reset).
+// Forget drops every block and offence (a Reset); the charges stay, as
+// the requests that hold them are still in flight.
 func (b *Block) Forget() { b.starts, b.lens = nil, nil }
+
+// Charge records a charge taken at t and returns its handle.
+func (b *Block) Charge(t int64) int {
+	if b.charges == nil {
+		b.charges = map[int]int64{}
+	}
+	b.handles++
+	b.charges[b.handles] = t
+	return b.handles
+}
+
+// Settle settles the charge of handle h (a Finish).
+func (b *Block) Settle(h int) { delete(b.charges, h) }
+
+// Unsettled is the number of charges unsettled at t (see Block): taken at
+// c, not settled, and t before the end of the lease period after c's.
+func (b *Block) Unsettled(t int64) int {
+	if b.Lease <= 0 {
+		return 0
+	}
+	n := 0
+	for _, c := range b.charges {
+		if end := (c/b.Lease + 2) * b.Lease; t < end {
+			n++
+		}
+	}
+	return n
+}
