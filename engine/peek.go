@@ -95,7 +95,9 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 }
 
 // Reset forgets identity's usage in every quota of every plan of the
-// policy, and its block and offence (Policy.BlockFor), as one atomic store
+// policy, and its block and offence (Policy.BlockFor; the charges of its
+// requests still in flight stay unsettled until their Finish, which
+// gives nothing back to the new usage), as one atomic store
 // operation (limitstore.Resetter.Reset: the
 // identity's keys share one hash tag, so one Redis command on one Cluster
 // slot, or one shard lock of the memory store): a request racing it is

@@ -247,7 +247,9 @@ type Policy struct {
 	// of this project does; the engine's own HTTPHandler cannot see the
 	// status and counts every request). A request whose status is unknown
 	// (a handler that panicked, a Finish that never came, a store that
-	// failed the refund) stays counted: the safe direction. A panic is
+	// failed the refund) stays counted: the safe direction. With BlockFor,
+	// Finish makes one store call for every admitted request, counted or
+	// not (see BlockFor and Lease). A panic is
 	// recovered, counts the request and is reported as Issue "hook-panic". It
 	// runs synchronously and must be safe for concurrent use. nil: every
 	// request counts.
@@ -393,7 +395,13 @@ type Policy struct {
 	// store honours it from its next request, and a guarded store's deny
 	// cache answers the blocked identity without a store call after the
 	// first denial. With CountStatus a block follows the counted requests
-	// only (the request that finds the counted quota spent begins it).
+	// only (the request that finds the counted quota spent begins it):
+	// the store keeps the identity's charges still waiting for their
+	// status (a record beside the block's), Finish settles each, and a
+	// request limited while one is unsettled begins no block, since its
+	// quota may be spent by requests that will be given back; successes
+	// never block, concurrent ones included. A charge whose Finish never
+	// comes counts as settled after Lease to twice that.
 	// Shadow decides and reports blocks and enforces none. Limiter.Reset
 	// lifts a block; Limiter.Peek shows it. Requests without an identity
 	// (the fallback bucket) are never blocked. A whole number of
@@ -439,7 +447,15 @@ type Policy struct {
 	// renewal. A whole number of milliseconds from 100 ms to 24 h; 0 means
 	// DefaultLease (10 s: a renewal every 3.3 s per long request, and a
 	// crash locks a client out of the slots it held for at most 10 s).
-	// Other algorithms ignore it.
+	//
+	// For a policy with both CountStatus and BlockFor it is how long an
+	// admitted request's charge stays unsettled in the store without its
+	// Finish (a killed process, a handler running longer, a failed
+	// store call), holding off a block meanwhile (see BlockFor): at least
+	// Lease and less than twice Lease (lease periods of Lease from the
+	// Unix epoch: a charge counts until the period after its own ends),
+	// not renewed. A whole number of milliseconds, at most 24 h; 0 means
+	// DefaultLease. Other policies ignore it.
 	Lease time.Duration
 }
 

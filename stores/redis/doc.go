@@ -61,7 +61,11 @@
 // denial, writes the new record (16 bytes, its deadline BlockMax after the
 // block ends), all in one atomic step on the identity's slot; Take then
 // runs limitstore.Op.ApplyBlock on what it read. The guard's deny cache
-// answers the blocked identity until the block ends.
+// answers the blocked identity until the block ends. With a lease
+// (limit.Policy.CountStatus and BlockFor) the same call reads and writes
+// the identity's unsettled charges too (24 bytes, their own key; a denial
+// begins no block while one is unsettled), and the Refund that settles a
+// charge is a block.lua call of its own (never batched).
 //
 // All integers stay below 2^53, where Lua's doubles are exact; limit.New
 // rejects policies that could exceed it. Per call the store allocates once
