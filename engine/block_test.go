@@ -35,6 +35,9 @@ func TestBlockConstructionErrorsNameTheField(t *testing.T) {
 		{limit.Policy{BlockFor: time.Second, BlockMax: 181 * 24 * time.Hour}, "BlockMax 4344h0m0s exceeds the maximum"},
 		{limit.Policy{Algorithm: limit.Concurrency, Limit: 1, BlockFor: 5 * time.Second}, "BlockFor (or BlockMax) is set, and Concurrency has no blocks"},
 		{limit.Policy{Algorithm: limit.Concurrency, Limit: 1, BlockMax: -time.Second}, "BlockFor (or BlockMax)"},
+		{limit.Policy{BlockFor: time.Second, CountStatus: failures, Lease: -time.Second}, "Lease -1s is negative"},
+		{limit.Policy{BlockFor: time.Second, CountStatus: failures, Lease: 25 * time.Hour}, "Lease 25h0m0s is over the maximum"},
+		{limit.Policy{BlockFor: time.Second, CountStatus: failures, Lease: time.Second + time.Microsecond}, "Lease 1.000001s is not a whole number"},
 	} {
 		_, err := limit.New(limittest.NewStore(nil), c.p)
 		if !errors.Is(err, limit.ErrInvalidPolicy) || !strings.Contains(err.Error(), c.field) {
@@ -57,6 +60,9 @@ func TestBlockConstructionErrorsNameTheField(t *testing.T) {
 		t.Errorf("the longest blocks: %v", err)
 	}
 }
+
+// failures counts the failed responses only (Policy.CountStatus).
+func failures(status int) bool { return status >= 400 }
 
 // ignoringStore is a store that says nothing of blocks (no Describe).
 type ignoringStore struct{ s *limittest.Store }
