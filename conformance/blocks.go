@@ -65,3 +65,17 @@ func blocksAsTheModels(t *testing.T, newStore NewStoreFunc) {
 	limittest.CheckBlocks(t, s, limittest.BlockRun{Start: epoch.UnixMilli(), Set: set,
 		Seed: 36, Rounds: 12, Scale: 50, Options: []limit.Option{limit.WithKeyPrefix("conformance")}})
 }
+
+// unsettledChargesHoldOffBlocks runs limittest.CheckUnsettledCharges on
+// the store: under a policy counting only failures, successes in flight
+// (concurrent ones included) never begin a block, failures do, and a
+// charge never finished counts once its lease ends; at exact instants of
+// the fake clock (the scenario is over in a fraction of a second of real
+// time, far within every key's time to live).
+func unsettledChargesHoldOffBlocks(t *testing.T, newStore NewStoreFunc) {
+	clock := limittest.NewClock(epoch)
+	s := newStore(t, clock.Now)
+	limittest.CheckUnsettledCharges(t, s, limittest.BlockRun{Start: epoch.UnixMilli(),
+		Set:     func(ms int64) int64 { clock.Set(time.UnixMilli(ms)); return ms },
+		Options: []limit.Option{limit.WithKeyPrefix("conformance")}})
+}

@@ -25,8 +25,10 @@ import (
 // plans deciding as on the reference store; and, for a
 // limitstore.Resetter, the same differential with Peeks and Resets mixed
 // in, Limiter.Peek and Reset as on the reference store, a Reset racing
-// 200 requests and the refunds of requests charged before it, and refunds
-// of charges taken before a Reset giving nothing back after it.
+// 200 requests and the refunds of requests charged before it, refunds
+// of charges taken before a Reset giving nothing back after it, blocks
+// as the brute-force models say (charges of policies that count by status
+// finished at random), and successes in flight never beginning a block.
 func RunStore(t *testing.T, newStore NewStoreFunc) {
 	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow, limit.TokenBucket} {
 		t.Run("differential-"+alg.String(), func(t *testing.T) { differential(t, alg, newStore) })
@@ -50,6 +52,7 @@ func RunStore(t *testing.T, newStore NewStoreFunc) {
 	t.Run("reset-then-refund-through-limiters-as-the-reference", func(t *testing.T) { resetThenRefundThroughLimiters(t, newStore) }) // resetrefund.go
 	t.Run("reset-then-later-mount-refund-as-the-reference", func(t *testing.T) { resetThenLaterMountRefund(t, newStore) })           // resetrefund.go
 	t.Run("blocks-as-the-models", func(t *testing.T) { blocksAsTheModels(t, newStore) })                                             // blocks.go
+	t.Run("unsettled-charges-hold-off-blocks", func(t *testing.T) { unsettledChargesHoldOffBlocks(t, newStore) })                    // blocks.go
 }
 
 // model is the reference: the engine's math over a map with TTLs, written
