@@ -75,6 +75,7 @@ func blocksAsTheModels(t *testing.T, newStore NewStoreFunc) {
 func unsettledChargesHoldOffBlocks(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	s := newStore(t, clock.Now)
+	resetter(t, s) // the scenario Peeks
 	limittest.CheckUnsettledCharges(t, s, limittest.BlockRun{Start: epoch.UnixMilli(),
 		Set:     func(ms int64) int64 { clock.Set(time.UnixMilli(ms)); return ms },
 		Options: []limit.Option{limit.WithKeyPrefix("conformance")}})
