@@ -2,6 +2,7 @@ package fiberlimit_test
 
 import (
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -268,5 +269,35 @@ func TestUseMountAllocations(t *testing.T) {
 	t.Logf("PerRoute /v1/notes/:id: %.1f allocations per request in a Use mount, %.1f at route level", use, route)
 	if use > route+10 {
 		t.Fatalf("PerRoute /v1/notes/:id: %.1f allocations in a Use mount, %.1f at route level: more than one parse", use, route)
+	}
+}
+
+// Concurrent first requests build the route lists once per method and all
+// find their routes (run with -race).
+func TestUseMountConcurrentLookups(t *testing.T) {
+	rec := &limittest.Recorder{}
+	l := limittest.MustNew(limittest.NewStore(nil), limit.Policy{Limit: 1 << 20, Scope: limit.PerRoute}, limit.WithObserver(rec))
+	h := apiApp(fiber.Config{}, "group-arg", fiberlimit.New(l), false).Handler()
+	paths := []struct{ method, path string }{{"GET", "/v1/notes/1"}, {"HEAD", "/v1/users/ann"}, {"POST", "/v1/login"}, {"GET", "/v1/files/x"}}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				q := paths[(g+i)%len(paths)]
+				if got := serveFast(h, q.method, q.path); got != 200 {
+					t.Errorf("%s %s: %d", q.method, q.path, got)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, e := range rec.Decisions() {
+		if e.Handler == "" {
+			t.Fatalf("a decision without the route: %+v", e)
+		}
+	}
+	if n := rec.Issues(limit.Issue("route-unknown")); n != 0 {
+		t.Fatalf("%d route-unknown issues, want 0", n)
 	}
 }
