@@ -29,8 +29,10 @@ var apiRoutes = []struct{ method, path string }{
 }
 
 // useMounts are the ways of mounting a handler in front of the routes
-// that run before fiber has matched one.
-var useMounts = []string{"app-use", "group-use", "group-arg", "mounted-app"}
+// that run before fiber has matched one: on the app, on a group, as a
+// group's handler, on the app in front of a mounted app, and on the
+// mounted app.
+var useMounts = []string{"app-use", "group-use", "group-arg", "mounted-app", "mounted-app-use"}
 
 // apiApp returns an app serving apiRoutes under /v1 with mw mounted the way
 // mount says, or, with routeLevel, the same app with mw in front of each
@@ -66,6 +68,13 @@ func apiApp(cfg fiber.Config, mount string, mw fiber.Handler, routeLevel bool) *
 			app.Use(mw)
 		}
 		sub := fiber.New(cfg)
+		r = sub
+		defer app.Use("/v1", sub)
+	case "mounted-app-use":
+		sub := fiber.New(cfg)
+		if !routeLevel {
+			sub.Use(mw)
+		}
 		r = sub
 		defer app.Use("/v1", sub)
 	}
