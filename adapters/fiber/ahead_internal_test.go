@@ -27,7 +27,8 @@ func TestPatternMatchesAsFibersRouter(t *testing.T) {
 			app := fiber.New(c)
 			app.Get(pat, func(c *fiber.Ctx) error { return c.SendStatus(299) })
 			h := app.Handler()
-			p := prepare(pat, fiber.Config{CaseSensitive: cfg.CaseSensitive, StrictRouting: cfg.StrictRouting})
+			match := fiber.Config{CaseSensitive: cfg.CaseSensitive, StrictRouting: cfg.StrictRouting}
+			p := prepare(pat, &match)
 			for _, path := range paths {
 				var req fasthttp.Request
 				req.SetRequestURI(path)
@@ -35,7 +36,7 @@ func TestPatternMatchesAsFibersRouter(t *testing.T) {
 				fc.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)}, nil)
 				h(&fc)
 				want := fc.Response.StatusCode() == 299
-				if got := p.matches(detection(path, cfg.StrictRouting), cfg); got != want {
+				if got := p.matches(detection(path, cfg.StrictRouting), &match); got != want {
 					t.Errorf("%s: pattern %q, path %q: matches %v, fiber's router %v", name, pat, path, got, want)
 				}
 			}

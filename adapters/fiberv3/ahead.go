@@ -86,7 +86,7 @@ func (a *ahead) find(c fiber.Ctx) (template string, unmatched bool) {
 		return "", false
 	}
 	for j := i + 1; j < len(mr.routes); j++ {
-		if p := &mr.routes[j]; p.matches(path, ar.match) {
+		if p := &mr.routes[j]; p.matches(path, &ar.match) {
 			return p.path, false
 		}
 	}
@@ -108,7 +108,7 @@ func detection(path string, strict bool) string {
 // matches one path, compared here as fiber compares it; any other is asked
 // of fiber.RoutePatternMatch (which parses the pattern: an allocation or a
 // few) once plausible has let it through.
-func (p *pattern) matches(path string, cfg fiber.Config) bool {
+func (p *pattern) matches(path string, cfg *fiber.Config) bool {
 	fold := !cfg.CaseSensitive
 	if p.skip || !p.plausible(path, fold) {
 		return false
@@ -116,7 +116,7 @@ func (p *pattern) matches(path string, cfg fiber.Config) bool {
 	if p.plain {
 		return p.star || equal(path, p.exact, fold)
 	}
-	return fiber.RoutePatternMatch(path, p.path, cfg)
+	return fiber.RoutePatternMatch(path, p.path, *cfg)
 }
 
 // plausible reports whether fiber could match path (the detection path:
@@ -185,7 +185,7 @@ func (a *ahead) build(ar *appRoutes, m int, stack []*fiber.Route) *methodRoutes 
 			mr.routes[i] = pattern{path: r.Path, skip: true}
 			continue
 		}
-		mr.routes[i] = prepare(r.Path, ar.match)
+		mr.routes[i] = prepare(r.Path, &ar.match)
 	}
 	ar.stacks[m].Store(mr)
 	return mr
@@ -201,7 +201,7 @@ type routeID struct {
 // prepare returns the pattern of a route registered as path, prettified as
 // fiber's register does: "/" in front, lower case unless CaseSensitive,
 // trailing slashes trimmed unless StrictRouting.
-func prepare(path string, cfg fiber.Config) pattern {
+func prepare(path string, cfg *fiber.Config) pattern {
 	pretty := path
 	if pretty == "" || pretty[0] != '/' {
 		pretty = "/" + pretty

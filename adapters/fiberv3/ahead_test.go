@@ -124,12 +124,13 @@ func TestUseMountGivesTheRouteLevelBucket(t *testing.T) {
 		{"POST", "/v1/login"}, {"POST", "/v1/login/"}, {"POST", "/V1/LOGIN"},
 		{"GET", "/v1/Docs/Guide"}, {"GET", "/v1/docs/guide"}, {"GET", "/v1/docs/guide/"},
 		{"GET", "/v1/tags/go"}, {"GET", "/v1/tags/go/"}, {"PUT", "/v1/notes/7.json"},
-		{"GET", "/v1/login"}, {"DELETE", "/v1/notes/7"}, {"GET", "/v1/nope"}, {"GET", "/v1"}, {"GET", "/nope"},
+		{"GET", "/v1/n%6Ftes/7"}, {"GET", "/v1/login"}, {"DELETE", "/v1/notes/7"}, {"GET", "/v1/nope"}, {"GET", "/v1"}, {"GET", "/nope"},
 	}
 	configs := map[string]fiber.Config{
 		"default":        {},
 		"case-sensitive": {CaseSensitive: true},
 		"strict-routing": {StrictRouting: true},
+		"unescape-path":  {UnescapePath: true},
 	}
 	for name, cfg := range configs {
 		for _, mount := range useMounts {
