@@ -16,9 +16,9 @@ import (
 // route.
 func TestPatternMatchesAsFibersRouter(t *testing.T) {
 	patterns := []string{"/", "/*", "/v1/login", "/v1/login/", "/V1/Login", "/v1/notes/:id", "/v1/notes/:id?",
-		"/v1/files/*", "/v1/+", `/v1\:x`, "/a/:x?", "/:id", "/v1/notes/:id<int>", "/v1/:a-:b", "/v1/notes/:id.:ext", "/ab"}
+		"/v1/files/*", "/v1/+", `/v1\:x`, "/a/:x?", "/:id", "/v1/notes/:id<int>", "/v1/:a-:b", "/v1/notes/:id.:ext", "/ab", "/v1/:a?/b", "/v1/+/x", "/r6/:id"}
 	paths := []string{"/", "/v1", "/v1/", "/v1/login", "/v1/login/", "/V1/LOGIN", "/v1/notes", "/v1/notes/7", "/v1/notes/x",
-		"/v1/notes/7/", "/v1/files", "/v1/files/a/b", "/v1/:x", "/a", "/a/", "/a/b", "/v1/a-b", "/v1/notes/7.json", "/x", "/AB", "/ab/"}
+		"/v1/notes/7/", "/v1/files", "/v1/files/a/b", "/v1/:x", "/a", "/a/", "/a/b", "/v1/a-b", "/v1/notes/7.json", "/x", "/AB", "/ab/", "/v1/b", "/v1/q/b", "/v1/q/x", "/r63/7", "/r6/7"}
 	configs := map[string]fiber.Config{"default": {}, "case-sensitive": {CaseSensitive: true}, "strict-routing": {StrictRouting: true}}
 	for name, cfg := range configs {
 		for _, pat := range patterns {

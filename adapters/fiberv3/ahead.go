@@ -51,7 +51,7 @@ type pattern struct {
 	path  string // the registered path: the route template the engine gets
 	skip  bool   // a Use mount, a mounted app's placeholder, or a route without handlers
 	tree  string // fiber's tree key: the first 3 bytes of the leading constant, "" when shorter
-	head  string // the leading constant (up to the first parameter or escape), without a trailing slash
+	head  string // the leading constant (up to the first parameter or escape), without a trailing slash fiber makes optional
 	exact string // for a route without parameters: the one detection path it matches
 	plain bool   // no parameter, wildcard or escape: exact decides
 	star  bool   // "/*": every path
@@ -226,10 +226,19 @@ func prepare(path string, cfg *fiber.Config) pattern {
 	if len(p.head) >= 3 {
 		p.tree = p.head[:3]
 	}
-	if len(p.head) > 1 {
-		p.head = strings.TrimSuffix(p.head, "/") // an optional parameter or wildcard makes it optional
+	if len(p.head) > 1 && (p.plain || optional(pretty[end:])) {
+		p.head = strings.TrimSuffix(p.head, "/") // fiber's optional slash
 	}
 	return p
+}
+
+// optional reports whether the part of a pattern from its first parameter
+// on may make the slash before it optional: fiber makes a constant's
+// trailing slash optional before an optional parameter, which is a wildcard
+// or a parameter marked '?'. Any '?' after the parameter's start counts
+// (it may be a later parameter's: the head is then only shorter).
+func optional(rest string) bool {
+	return rest[0] == '*' || (rest[0] != '\\' && strings.IndexByte(rest, '?') >= 0)
 }
 
 // lower is fiber's lower case for routing: ASCII letters only.
