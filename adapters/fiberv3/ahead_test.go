@@ -1,6 +1,7 @@
 package fiberlimit_test
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -309,5 +310,44 @@ func TestUseMountConcurrentLookups(t *testing.T) {
 	}
 	if n := rec.Issues(limit.Issue("route-unknown")); n != 0 {
 		t.Fatalf("%d route-unknown issues, want 0", n)
+	}
+}
+
+// BenchmarkUseMount measures one allowed request to the last of n routes
+// (a route with a parameter, /r<n>/:id) with a PerRoute limiter at route
+// level or in app.Use, where it looks the route up: the walk over the
+// method's routes and one fiber.RoutePatternMatch. No socket: the fasthttp
+// context is reused.
+func BenchmarkUseMount(b *testing.B) {
+	for _, n := range []int{4, 64} {
+		for _, mount := range []string{"route", "use"} {
+			b.Run(fmt.Sprintf("routes=%d/%s", n, mount), func(b *testing.B) {
+				l := limittest.MustNew(limittest.NewStore(limittest.NewClock(time.Unix(0, 0)).Now),
+					limit.Policy{Limit: 1 << 40 / 3_600_000, Window: time.Hour, Scope: limit.PerRoute})
+				app := fiber.New()
+				ok := func(fiber.Ctx) error { return nil }
+				if mount == "use" {
+					app.Use(fiberlimit.New(l))
+				}
+				for i := range n {
+					if mount == "use" {
+						app.Get(fmt.Sprintf("/r%d/:id", i), ok)
+					} else {
+						app.Get(fmt.Sprintf("/r%d/:id", i), fiberlimit.New(l), ok)
+					}
+				}
+				h := app.Handler()
+				var req fasthttp.Request
+				req.Header.SetMethod("GET")
+				req.SetRequestURI(fmt.Sprintf("/r%d/7", n-1))
+				var fc fasthttp.RequestCtx
+				fc.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 4711}, nil)
+				b.ReportAllocs()
+				for b.Loop() {
+					fc.Response.Reset()
+					h(&fc)
+				}
+			})
+		}
 	}
 }
