@@ -42,14 +42,15 @@
 // and a request that no route after the mount matches (fiber answers 404
 // or 405, unless a later Use handler, static files among them, answers)
 // counts in the Shared bucket as unmatched, without the route-unknown
-// issue. The lookup costs a comparison or two per route of the method and,
-// for the route it finds when that route has parameters, one
-// RoutePatternMatch, which parses the pattern (7 allocations on v2.52);
-// the route lists are built once and rebuilt only when app.Stack()
-// changes, and nothing is kept per request path. Any other Limiter (Shared,
-// the usual global limit, or a named policy) has one bucket wherever it is
-// mounted and looks nothing up: in a Use mount its template is "", so the
-// metrics' handler label is empty there.
+// issue. The lookup costs a comparison or two per route of the method and
+// one RoutePatternMatch, which parses the pattern (7 allocations on v2.52),
+// for each route with parameters whose leading constant the path starts
+// with (usually only the one it finds); the route lists are built once and
+// rebuilt only when app.Stack() changes, and nothing is kept per request
+// path. Any other Limiter (Shared, the usual global limit, or a named
+// policy) has one bucket wherever it is mounted and looks nothing up: in a
+// Use mount its template is "", so the metrics' handler label is empty
+// there.
 //
 // What the lookup does not see: a route handler that calls c.Next() into a
 // Use mount is followed (the lookup starts after the mount, where fiber

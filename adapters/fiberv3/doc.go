@@ -47,14 +47,15 @@
 // and a request that no route after the mount matches (fiber answers 404
 // or 405, unless a later Use handler answers) counts in the Shared bucket
 // as unmatched, without the route-unknown issue. The lookup costs a
-// comparison or two per route of the method and, for the route it finds
-// when that route has parameters, one RoutePatternMatch, which parses the
-// pattern (3 allocations on v3.1); the route lists are built once and
-// rebuilt only when app.Stack() changes (a route added, or removed with
-// RemoveRoute), and nothing is kept per request path. Any other Limiter
-// (Shared, the usual global limit, or a named policy) has one bucket
-// wherever it is mounted and looks nothing up: in a Use mount its template
-// is "", so the metrics' handler label is empty there.
+// comparison or two per route of the method and one RoutePatternMatch,
+// which parses the pattern (3 allocations on v3.1), for each route with
+// parameters whose leading constant the path starts with (usually only the
+// one it finds); the route lists are built once and rebuilt only when
+// app.Stack() changes (a route added, or removed with RemoveRoute), and
+// nothing is kept per request path. Any other Limiter (Shared, the usual
+// global limit, or a named policy) has one bucket wherever it is mounted
+// and looks nothing up: in a Use mount its template is "", so the metrics'
+// handler label is empty there.
 //
 // What the lookup does not see: a later Use handler that rewrites the path,
 // answers the request itself, or a route that passes the request on with
