@@ -242,7 +242,7 @@ func TestUseMountLooksUpOnlyForRouteBuckets(t *testing.T) {
 // On the allowed path a Shared policy in a Use mount allocates no more than
 // at route level, and a PerRoute policy's lookup of a route without
 // parameters allocates nothing; a route with parameters costs
-// fiber.RoutePatternMatch's parse (measured, not pinned beyond a bound).
+// fiber.RoutePatternMatch's parse, once.
 func TestUseMountAllocations(t *testing.T) {
 	limittest.SkipAllocsUnderRace(t)
 	allocs := func(p limit.Policy, mount bool, path string) float64 {
@@ -278,7 +278,7 @@ func TestUseMountAllocations(t *testing.T) {
 	}
 	use, route := allocs(perRoute, true, "/v1/notes/7"), allocs(perRoute, false, "/v1/notes/7")
 	t.Logf("PerRoute /v1/notes/:id: %.1f allocations per request in a Use mount, %.1f at route level", use, route)
-	if use > route+10 {
+	if use > route+3 { // one RoutePatternMatch on v3.1.0: 3
 		t.Fatalf("PerRoute /v1/notes/:id: %.1f allocations in a Use mount, %.1f at route level: more than one parse", use, route)
 	}
 }
