@@ -22,6 +22,17 @@ func (l *Limiter) bucket(r *Request) bucketRef {
 	return l.routes.bucket(r.Route, l.res.signature)
 }
 
+// BucketsByRoute reports whether l's bucket is the request's route: Scope
+// PerRoute without a Name. Only then does the bucket read Request.Route, so
+// an adapter whose router can tell the route only at a cost (fiber in a Use
+// mount, before it has matched a route) looks it up only for such a
+// Limiter; for any other Limiter the route changes no bucket, and the
+// Observer's handler label and the policy functions see what the adapter
+// knows for free. The answer is fixed when l is made.
+func (l *Limiter) BucketsByRoute() bool {
+	return l.policy.Scope == PerRoute && l.policy.Name == ""
+}
+
 // bucketRef is a bucket name with its FNV-1a hash, computed once per bucket
 // (the store key's hash tag mixes it with the identity's hash).
 type bucketRef struct {

@@ -71,6 +71,33 @@ func TestBuckets(t *testing.T) {
 	}
 }
 
+// BucketsByRoute is true exactly for the policies whose bucket is the
+// route: PerRoute without a Name (a named policy has one bucket whatever the
+// route, and an observer or a policy function reads the route without
+// making it the bucket).
+func TestBucketsByRoute(t *testing.T) {
+	store := storeAt(0)
+	tests := []struct {
+		name string
+		p    limit.Policy
+		opts []limit.Option
+		want bool
+	}{
+		{"shared", limit.Policy{}, nil, false},
+		{"shared_observed_with_functions", limit.Policy{KeyFunc: func(limit.Request) (string, error) { return "", nil }},
+			[]limit.Option{limit.WithObserver(&limittest.Recorder{})}, false},
+		{"per_route", limit.Policy{Scope: limit.PerRoute}, nil, true},
+		{"per_route_named", limit.Policy{Scope: limit.PerRoute, Name: "login"}, nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := limittest.MustNew(store, tt.p, tt.opts...).BucketsByRoute(); got != tt.want {
+				t.Fatalf("BucketsByRoute() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestNormalizeRoute(t *testing.T) {
 	tests := []struct{ name, in, want string }{
 		{"chi", "/v1/notes/{id}", "/v1/notes/{id}"},

@@ -23,15 +23,29 @@ import (
 // several mounts, which then draw on the same buckets.
 //
 // The route template is c.Route().Path at route level (app.Get(path, New(l),
-// h)); in a Use mount (app.Use, Group.Use, app.Group(prefix, New(l))) the
-// matched route is not known yet, so it is "": a PerRoute policy falls back
-// to its Shared bucket and reports the route-unknown issue, and the metrics'
-// handler label is empty (see the package documentation). Routes mounts l
-// at route level on every route of a group.
+// h)). In a Use mount (app.Use, Group.Use, app.Group(prefix, New(l))) fiber
+// has not matched a route yet: when l's bucket is the route (a PerRoute
+// policy: limit.Limiter.BucketsByRoute), the handler finds the route fiber
+// will serve after the mount, with fiber.RoutePatternMatch over the app's
+// routes for the request's method in fiber's order, so that each route has
+// the bucket a route-level mount would give it, and a request no route
+// matches counts as unmatched (see the package documentation). For any
+// other Limiter the route changes no bucket and is not looked up: the
+// template is "" in a Use mount (the metrics' handler label is empty there).
+// Routes mounts l at route level on every route of a group.
 func New(l *limit.Limiter) fiber.Handler {
 	var routes routeSet
+	var next *ahead
+	if l.BucketsByRoute() {
+		next = new(ahead)
+	}
 	return func(c *fiber.Ctx) error {
-		return serve(l, c, routes.template(c), false)
+		route := routes.template(c)
+		if route != "" || next == nil {
+			return serve(l, c, route, false)
+		}
+		route, unmatched := next.find(c)
+		return serve(l, c, route, unmatched)
 	}
 }
 

@@ -21,19 +21,31 @@ import (
 // several mounts, which then draw on the same buckets.
 //
 // The route template is c.FullPath() at route level (app.Get(path, New(l),
-// h)), once fiber has matched a route (c.Matched()); in a Use mount in front
+// h)), once fiber has matched a route (c.Matched()). In a Use mount in front
 // of the routes (app.Use, Group.Use, app.Group(prefix, New(l))) no route is
-// matched yet, so it is "": a PerRoute policy falls back to its Shared
-// bucket and reports the route-unknown issue, and the metrics' handler label
-// is empty (see the package documentation). Routes mounts l at route
+// matched yet: when l's bucket is the route (a PerRoute policy:
+// limit.Limiter.BucketsByRoute), the handler finds the route fiber will
+// serve after the mount, with fiber.RoutePatternMatch over the app's routes
+// for the request's method in fiber's order, so that each route has the
+// bucket a route-level mount would give it, and a request no route matches
+// counts as unmatched (see the package documentation). For any other
+// Limiter the route changes no bucket and is not looked up: the template is
+// "" there (the metrics' handler label is empty). Routes mounts l at route
 // level on every route of a group.
 func New(l *limit.Limiter) fiber.Handler {
+	var next *ahead
+	if l.BucketsByRoute() {
+		next = new(ahead)
+	}
 	return func(c fiber.Ctx) error {
-		route := ""
 		if c.Matched() {
-			route = c.FullPath()
+			return serve(l, c, c.FullPath(), false)
 		}
-		return serve(l, c, route, false)
+		if next == nil {
+			return serve(l, c, "", false)
+		}
+		route, unmatched := next.find(c)
+		return serve(l, c, route, unmatched)
 	}
 }
 

@@ -50,11 +50,11 @@ func main() {
 		a.Get(app.AdminPrefix+"*", l.Admin)
 		a.Delete(app.AdminPrefix+"*", l.Admin)
 	}
-	// Every limiter sits at route level: in a Use mount in front of the
-	// routes (app.Use, app.Group(prefix, handler)) fiber has not matched the
-	// route yet, so the PerRoute limits could not find their buckets and the
-	// metrics would have no handler label. Get registers HEAD with the same
-	// handlers. The global limit also goes last, as fiberlimit.Unmatched:
+	// Every limiter sits at route level, where fiber has matched the route:
+	// in a Use mount in front of the routes (app.Use, app.Group(prefix,
+	// handler)) a PerRoute limit would have to look its route up on every
+	// request, and the global (Shared) limit would give the metrics no
+	// handler label. Get registers HEAD with the same handlers. The global limit also goes last, as fiberlimit.Unmatched:
 	// requests no route matched (404, 405) reach it and count in the global
 	// bucket, so scanners are limited too.
 	global := fiberlimit.New(l.Global)

@@ -256,9 +256,11 @@ func buildConfig(opts []Option) (*config, error) {
 // open. Any rueidis client works (standalone, Sentinel, Cluster); build it
 // with DisableCache: true unless you use client-side caching elsewhere (the
 // Store never reads through the cache). New reads maxmemory-policy from
-// Redis and loads the scripts on every node (at most 2 s in all: see
-// EvictionPolicy), so that the first decision costs one script call. A nil
-// client is an error.
+// Redis, loads the scripts and opens the client's pipelined connections on
+// every node (at most 2 s in all: see EvictionPolicy), so that the first
+// decision costs one script call and no dial. The connections counted are
+// rueidis' default for client's mode (PipelineMultiplex 0); a client built
+// with more opens the rest on first use. A nil client is an error.
 func New(client rueidis.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)

@@ -53,6 +53,7 @@ var redisSince = map[string]string{
 	// Commands the Go store builds (rueidis Builder methods).
 	"ClusterSlots": "3.0.0",
 	"ConfigGet":    "2.0.0",
+	"Exists":       "1.0.0",
 	"Info":         "1.0.0",
 	"Ping":         "1.0.0",
 	"Publish":      "2.0.0",

@@ -12,6 +12,7 @@ import (
 	"github.com/quotagate/quotagate/engine/limittest"
 	redisstore "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redisfault"
+	"github.com/redis/rueidis"
 )
 
 // Margins for a loaded machine (two shared cores, other test processes,
@@ -41,8 +42,37 @@ func fastBound() time.Duration {
 // requests answer within 5 ms; no request during the fault waits more than
 // the store timeout + 10 ms (but for a lone request the machine stalls); at
 // most 1 new connection per second to the hung server; limiting (a decision
-// by Redis) resumes within 1 s of SIGCONT.
+// by Redis) resumes within 1 s of SIGCONT. Both for a Store that dialled
+// its own client (NewFromURL) and for one on the caller's client (New on
+// a client of ParseURL's options), whose Reset subscriptions differ.
 func TestFrozenRedisCostsOneTimeout(t *testing.T) {
+	t.Run("own client", func(t *testing.T) {
+		frozenRedisCostsOneTimeout(t, func(url string, opts ...redisstore.Option) *redisstore.Store {
+			return newStore(t, url, opts...)
+		})
+	})
+	t.Run("caller's client", func(t *testing.T) {
+		frozenRedisCostsOneTimeout(t, func(url string, opts ...redisstore.Option) *redisstore.Store {
+			opt, err := redisstore.ParseURL(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := rueidis.NewClient(opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			s, err := redisstore.New(c, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Close)
+			return s
+		})
+	})
+}
+
+func frozenRedisCostsOneTimeout(t *testing.T, newStore func(url string, opts ...redisstore.Option) *redisstore.Store) {
 	const (
 		rate   = 200
 		warm   = time.Second
@@ -52,7 +82,7 @@ func TestFrozenRedisCostsOneTimeout(t *testing.T) {
 	srv := redisfault.Start(t)
 	proxy := redisfault.NewProxy(t, srv.Addr())
 	log := newBreakerLog()
-	store := newStore(t, proxy.URL(), redisstore.WithObserver(log))
+	store := newStore(proxy.URL(), redisstore.WithObserver(log))
 	lim, err := limit.New(store, limit.Policy{Limit: 1_000_000, Window: time.Minute, Disclosure: limit.DiscloseAlways},
 		prefix(t), limit.WithObserver(log))
 	if err != nil {

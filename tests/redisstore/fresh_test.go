@@ -12,6 +12,7 @@ import (
 	"github.com/quotagate/quotagate/engine/limitstore"
 	. "github.com/quotagate/quotagate/stores/redis"
 	"github.com/quotagate/quotagate/tests/redistest"
+	"github.com/redis/rueidis"
 )
 
 // A Store built fresh, on a Redis that answers, decides its very first
@@ -68,6 +69,49 @@ func TestFreshStoreDecidesFirstRequestByRedis(t *testing.T) {
 				s.Close()
 			}
 			t.Logf("%d of 50 fresh stores decided their first request by Redis; the slowest first decision took %v", 50-failed, slowest)
+		})
+	}
+}
+
+// A Store opens every pipelined connection to every node before it is
+// returned: rueidis would dial them lazily, on the first decision sent on
+// each, and a dial's handshake holds its caller whatever the caller's
+// context says. Counted by CLIENT LIST, by the Store's client name, with
+// 2, 4 and 8 connections per node (PipelineMultiplex 1-3), standalone and
+// Cluster. Without a guard, so that no subscription adds a connection.
+func TestFreshStoreOpensEveryConnection(t *testing.T) {
+	kinds := map[string][]string{}
+	if u := os.Getenv(envURL); u != "" {
+		opt, err := ParseURL(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds["standalone"] = opt.InitAddress
+	}
+	if c := os.Getenv(envCluster); c != "" {
+		kinds["cluster"] = strings.Split(c, ",")
+	}
+	for _, kind := range []string{"standalone", "cluster"} {
+		t.Run(kind, func(t *testing.T) {
+			addrs, ok := kinds[kind]
+			if !ok {
+				t.Skipf("!!! SKIPPED: no %s Redis configured, so this run did NOT happen (run `make test` with redis-server on PATH)", kind)
+			}
+			for multiplex := 1; multiplex <= 3; multiplex++ {
+				name := testPrefix(t) + "-m" + strconv.Itoa(multiplex)
+				opt := rueidis.ClientOption{InitAddress: addrs, DisableCache: true, AlwaysPipelining: true,
+					ClientName: name, PipelineMultiplex: multiplex}
+				s, err := Dial(opt, WithoutGuard())
+				if err != nil {
+					t.Fatal(err)
+				}
+				for a, ids := range namedConns(t, addrs, name) {
+					if len(ids) != 1<<multiplex {
+						t.Errorf("PipelineMultiplex %d: %d connections open to %s, want %d", multiplex, len(ids), a, 1<<multiplex)
+					}
+				}
+				s.Close()
+			}
 		})
 	}
 }

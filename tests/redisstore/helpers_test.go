@@ -164,12 +164,34 @@ func killConns(t testing.TB, addrs []string, name string) {
 	t.Helper()
 	ctx := context.Background()
 	killed := 0
+	for a, ids := range namedConns(t, addrs, name) {
+		c := nodeClient(t, a)
+		for _, id := range ids {
+			// An error is a connection that went by itself meanwhile.
+			if c.Do(ctx, c.B().ClientKill().Id(id).Build()).Error() == nil {
+				killed++
+			}
+		}
+		c.Close()
+	}
+	if killed == 0 {
+		t.Fatalf("CLIENT KILL dropped no connection named %s on %v", name, addrs)
+	}
+}
+
+// namedConns returns, for each of addrs, the ids of the connections named
+// name there (CLIENT LIST; the admin connection that asks is unnamed).
+func namedConns(t testing.TB, addrs []string, name string) map[string][]int64 {
+	t.Helper()
+	out := map[string][]int64{}
 	for _, a := range addrs {
 		c := nodeClient(t, a)
-		list, err := c.Do(ctx, c.B().ClientList().Build()).ToString()
+		list, err := c.Do(context.Background(), c.B().ClientList().Build()).ToString()
+		c.Close()
 		if err != nil {
 			t.Fatalf("CLIENT LIST on %s: %v", a, err)
 		}
+		out[a] = nil
 		// RESP3 answers a verbatim string: "txt:" leads the first line.
 		for line := range strings.Lines(strings.TrimPrefix(list, "txt:")) {
 			var id int64
@@ -183,19 +205,12 @@ func killConns(t testing.TB, addrs []string, name string) {
 					named = v == name
 				}
 			}
-			if !named {
-				continue
-			}
-			// An error is a connection that went by itself meanwhile.
-			if c.Do(ctx, c.B().ClientKill().Id(id).Build()).Error() == nil {
-				killed++
+			if named {
+				out[a] = append(out[a], id)
 			}
 		}
-		c.Close()
 	}
-	if killed == 0 {
-		t.Fatalf("CLIENT KILL dropped no connection named %s on %v", name, addrs)
-	}
+	return out
 }
 
 // newStore wraps a fresh client of be, with a 10 s timeout unless opts

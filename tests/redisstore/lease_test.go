@@ -143,6 +143,7 @@ func TestConcurrencyFleetChild(t *testing.T) {
 	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
 	var peak, served, errs atomic.Int64
 	var wg sync.WaitGroup
+	var holding sync.Once
 	ctx := context.Background()
 	fmt.Println("started")
 	for range fleetGoroutines {
@@ -166,6 +167,7 @@ func TestConcurrencyFleetChild(t *testing.T) {
 				if err == nil {
 					for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 					}
+					holding.Do(func() { fmt.Println("holding") })
 					select {
 					case <-time.After(hold):
 					case <-stop:
@@ -310,7 +312,14 @@ func TestConcurrencyFleetKill(t *testing.T) {
 			// The first process's handlers run for a minute: it holds
 			// slots (renewing them) when it is killed.
 			procs := startFleet(t, kind, prefix, 3, 60_000, leaseMS, 60_000)
-			time.Sleep(2500 * time.Millisecond) // under load, past two renewals
+			for !strings.Contains(procs[0].output(), "holding") { // started and got a slot
+				select {
+				case <-procs[0].done:
+					t.Fatalf("the first process ended before it held a slot\n%s", procs[0].output())
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			time.Sleep(2500 * time.Millisecond) // past two renewals
 			procs[0].cmd.Process.Signal(syscall.SIGKILL)
 			killed := time.Now()
 			<-procs[0].done

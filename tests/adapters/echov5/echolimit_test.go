@@ -388,12 +388,13 @@ func serveRecorded(e *echo.Echo, method, path string) *httptest.ResponseRecorder
 func TestDenialThroughTheHTTPErrorHandler(t *testing.T) {
 	policy := limit.Policy{Name: "notes", Limit: 1, Window: time.Minute}
 	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "note") }
+	clock := limittest.NewClock(time.Unix(1_700_000_000, 0)) // every store at one instant: the same Retry-After
 
 	// The default: the middleware answers; the error handler is not called.
 	calls := 0
 	e := echo.New()
 	e.HTTPErrorHandler = func(c *echo.Context, err error) { calls++ }
-	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy)))
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(clock.Now), policy)))
 	serveRecorded(e, "GET", "/n")
 	want := serveRecorded(e, "GET", "/n")
 	if want.Code != http.StatusTooManyRequests || calls != 0 || want.Header().Get("Content-Type") != "application/problem+json" || want.Header().Get("Retry-After") == "" {
@@ -410,7 +411,7 @@ func TestDenialThroughTheHTTPErrorHandler(t *testing.T) {
 			_ = c.Blob(le.Status, le.ContentType, le.Body)
 		}
 	}
-	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(clock.Now), policy), echolimit.WithHTTPError()))
 	if w := serveRecorded(e, "GET", "/n"); w.Code != http.StatusOK || len(got) != 0 {
 		t.Fatalf("WithHTTPError, first request: %d, %d errors; want 200 and none", w.Code, len(got))
 	}
@@ -425,8 +426,8 @@ func TestDenialThroughTheHTTPErrorHandler(t *testing.T) {
 
 	// WithHTTPError under echo's default handler: the problem as JSON.
 	e = echo.New()
-	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
-	e.HEAD("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(nil), policy), echolimit.WithHTTPError()))
+	e.GET("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(clock.Now), policy), echolimit.WithHTTPError()))
+	e.HEAD("/n", ok, echolimit.Middleware(limittest.MustNew(limittest.NewStore(clock.Now), policy), echolimit.WithHTTPError()))
 	serveRecorded(e, "GET", "/n")
 	w = serveRecorded(e, "GET", "/n")
 	var gotBody, wantBody map[string]any
