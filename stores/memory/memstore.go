@@ -385,22 +385,14 @@ func (s *Store) shardOf(tag []byte) int {
 }
 
 // hashTag returns the Redis Cluster hash tag of key: the bytes between the
-// first '{' and the next '}', when there are any; else the whole key. (A
-// loop: the tag sits a few bytes in, where bytes.IndexByte costs more than
-// it saves.)
+// first '{' and the next '}', when there are any; else the whole key.
 func hashTag(key []byte) []byte {
-	for i, c := range key {
-		if c == '{' {
-			for j := i + 1; j < len(key); j++ {
-				if key[j] == '}' {
-					if j > i+1 {
-						return key[i+1 : j]
-					}
-					return key
-				}
-			}
-			return key
-		}
+	i := bytes.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+		return key[i+1 : i+1+j]
 	}
 	return key
 }
