@@ -329,9 +329,11 @@ func (sh *shardData) settle(id uint64, e entry, now int64, keep []uint64) {
 		if nb := len(sh.ids) / bucketSlots; nb < sh.full {
 			sh.resize(sh.grown(nb), now)
 		} else if !sh.evict(id, now, keep) {
-			// Every entry is in keep: impossible with at least
-			// limitstore.MaxQuotas entries per shard (WithMaxKeys), kept so
-			// that this loop ends whatever happens. The entry is dropped.
+			// Every entry is in keep: an Op of more keys than its shard
+			// holds, which only a blocking Op can be (its quotas, the
+			// block record and the unsettled charges: MaxQuotas+2 keys,
+			// while WithMaxKeys guarantees MaxQuotas per shard). The
+			// entry is dropped and counted as evicted.
 			sh.evicted++
 			sh.n--
 			return
