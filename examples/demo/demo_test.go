@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -50,6 +53,41 @@ func TestUnmatchedRequestsSameAnswerOnEveryExample(t *testing.T) {
 					t.Error(msg)
 				}
 			})
+		})
+	}
+}
+
+// With -otel every example server records its metrics through the OTel SDK
+// and the stdout exporter prints them on standard error, at the latest when
+// the server shuts down: a request served a second before SIGTERM, well
+// inside the reader's 10 s interval, is in quotagate.requests on its way out.
+func TestOtelFlagExportsAtShutdownOnEveryExample(t *testing.T) {
+	t.Chdir("..")
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			bin, dir, err := build(fw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr bytes.Buffer
+			base, _, stop, err := startBinTo(&stderr, bin, dir, "-otel")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Get(base + "/v1/notes/1")
+			if err != nil {
+				stop()
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			stop()
+			out := stderr.String()
+			for _, want := range []string{`"Name":"quotagate.requests"`, `"Value":"allowed"`, `"Name":"quotagate.store.duration"`} {
+				if !strings.Contains(out, want) {
+					t.Errorf("standard error after shutdown has no %s; it was:\n%s", want, out)
+				}
+			}
 		})
 	}
 }
