@@ -432,6 +432,74 @@ func TestSpentPartitionNeverDelaysAnother(t *testing.T) {
 	}
 }
 
+// The same at real time, over loopback: while one partition's quota is
+// spent for 2 s (its four goroutines wait for it), the other partition's
+// four goroutines send all their requests; every one of them is back
+// before the first request of the spent partition.
+func TestSpentPartitionNeverDelaysAnotherAtRealTime(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") == "spent" {
+			w.Header().Set("RateLimit", `"p";r=0;t=2`)
+		} else {
+			w.Header().Set("RateLimit", `"p";r=99;t=60`)
+		}
+	}))
+	c := &http.Client{Transport: limitclient.New(srv.Client().Transport,
+		limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("X-Api-Key") }))}
+	send := func(key string) error {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := send("spent"); err != nil { // spends the partition for 2 s
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var mu sync.Mutex
+	var freshLast, freshSlowest time.Duration
+	spentFirst := time.Duration(1<<63 - 1)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		key := []string{"spent", "fresh"}[g%2]
+		wg.Go(func() {
+			n := 1
+			if key == "fresh" {
+				n = 20
+			}
+			for range n {
+				t1 := time.Now()
+				if err := send(key); err != nil {
+					t.Error(err)
+					return
+				}
+				done, took := time.Since(t0), time.Since(t1)
+				mu.Lock()
+				if key == "fresh" {
+					freshLast, freshSlowest = max(freshLast, done), max(freshSlowest, took)
+				} else {
+					spentFirst = min(spentFirst, done)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("fresh: 80 requests, the last back after %v, the slowest took %v; spent: the first back after %v",
+		freshLast.Round(time.Microsecond), freshSlowest.Round(time.Microsecond), spentFirst.Round(time.Millisecond))
+	if spentFirst < time.Second {
+		t.Fatalf("the spent partition's first request was back after %v, want it to wait about 2 s", spentFirst)
+	}
+	if freshLast >= spentFirst {
+		t.Fatalf("the fresh partition's last request was back after %v, not before the spent one's first (%v)", freshLast, spentFirst)
+	}
+}
+
 type idleCloser struct {
 	fixed
 	closed int
