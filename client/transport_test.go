@@ -28,6 +28,7 @@ func TestRetryAfterIsHonouredThenRetried(t *testing.T) {
 		{"delay_seconds_zero", func(time.Time) string { return "0" }, 0},
 		{"imf_fixdate", func(now time.Time) string { return now.Add(7 * time.Second).Format(http.TimeFormat) }, 7 * time.Second},
 		{"rfc850_date", func(now time.Time) string { return now.Add(4 * time.Second).Format(time.RFC850) }, 4 * time.Second},
+		{"asctime_date", func(now time.Time) string { return now.Add(6 * time.Second).UTC().Format(time.ANSIC) }, 6 * time.Second},
 		{"with_whitespace", func(time.Time) string { return " 2\t" }, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
