@@ -224,7 +224,10 @@ func TestPartitionFuncPanicFallsBackToHost(t *testing.T) {
 	}
 }
 
-func TestRequestsThatCannotBeReplayedAreNotRetried(t *testing.T) {
+// A 429 is retried when the request can be replayed: an idempotent method
+// without a body, a body with GetBody, or an idempotency key; never a
+// streamed body or a bare non-idempotent method.
+func TestOnlyReplayableRequestsAreRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		req      func(url string) *http.Request
@@ -246,6 +249,19 @@ func TestRequestsThatCannotBeReplayedAreNotRetried(t *testing.T) {
 			r.Header.Set("Idempotency-Key", "k1")
 			return r
 		}, 2},
+		{"get", func(u string) *http.Request { r, _ := http.NewRequest("GET", u, nil); return r }, 2},
+		{"head", func(u string) *http.Request { r, _ := http.NewRequest("HEAD", u, nil); return r }, 2},
+		{"options", func(u string) *http.Request { r, _ := http.NewRequest("OPTIONS", u, nil); return r }, 2},
+		{"put_without_body", func(u string) *http.Request { r, _ := http.NewRequest("PUT", u, nil); return r }, 2},
+		{"put_replayable_body", func(u string) *http.Request {
+			r, _ := http.NewRequest("PUT", u, strings.NewReader("payload"))
+			return r
+		}, 2},
+		{"patch_without_body", func(u string) *http.Request { r, _ := http.NewRequest("PATCH", u, nil); return r }, 1},
+		{"get_streamed_body", func(u string) *http.Request {
+			r, _ := http.NewRequest("GET", u, io.NopCloser(strings.NewReader("x")))
+			return r
+		}, 1},
 		{"delete", func(u string) *http.Request { r, _ := http.NewRequest("DELETE", u, nil); return r }, 2},
 		{"post_replayable_body", func(u string) *http.Request {
 			r, _ := http.NewRequest("POST", u, bytes.NewReader([]byte("payload")))
