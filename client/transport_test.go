@@ -604,3 +604,104 @@ func TestEndlessRetryBodyHoldsNoLongerThanTheWait(t *testing.T) {
 		t.Fatal("RoundTrip still blocked on the 429's endless body after 10 s (its wait was 1 s on a fake clock)")
 	}
 }
+
+// A wait past the MaxWait that one answer asks for (a daily quota's 429)
+// leaves no trace in the partition: a shorter hint after it still makes the
+// next request wait, and the partition table keeps room for others.
+func TestHintPastMaxWaitHoldsNoPartition(t *testing.T) {
+	t.Run("later hints count", func(t *testing.T) {
+		clk := newFakeClock()
+		spent := ok(map[string]string{"RateLimit": `"p";r=0;t=1`})
+		_, srv, c := serve(t, clk, []answer{limited("3600"), spent, spent}, limitclient.WithMaxRetries(0))
+		if resp := get(t, c, srv.URL); resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("first answer %d, want the 429 returned at once", resp.StatusCode)
+		}
+		get(t, c, srv.URL) // says: spent for 1 s
+		get(t, c, srv.URL)
+		if got, want := clk.Slept(), []time.Duration{time.Second}; !slices.Equal(got, want) {
+			t.Fatalf("slept %v, want %v: the hour's 429 hid the later 1 s hint", got, want)
+		}
+	})
+	t.Run("table", func(t *testing.T) {
+		clk := newFakeClock()
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("K") == "a" {
+				w.Header().Set("Retry-After", "315360000") // 10 years
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			w.Header().Set("RateLimit", `"p";r=0;t=1`)
+		})
+		srv := newServer(t, h)
+		c := &http.Client{Transport: limitclient.New(srv.Client().Transport,
+			limitclient.WithClock(clk.Now, clk.Sleep), limitclient.WithMaxRetries(0), limitclient.WithMaxPartitions(1),
+			limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("K") }))}
+		for _, k := range []string{"a", "b", "b"} {
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			req.Header.Set("K", k)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if got, want := clk.Slept(), []time.Duration{time.Second}; !slices.Equal(got, want) {
+			t.Fatalf("slept %v, want %v: a's 10-year wait took the only place in the table", got, want)
+		}
+	})
+}
+
+// stuckBody is a body whose Close waits for a Read in progress, and whose
+// Read never returns until release is closed (io.ReadCloser promises
+// nothing about a Close during a Read).
+type stuckBody struct {
+	mu      sync.Mutex
+	release chan struct{}
+}
+
+func (b *stuckBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	<-b.release
+	return 0, io.EOF
+}
+
+func (b *stuckBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return nil
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A retried 429 whose body can be neither read to its end nor closed
+// holds its request no longer than the request's context.
+func TestRetryBodyThatCannotCloseHoldsNoLongerThanTheContext(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		h := http.Header{}
+		h.Set("Retry-After", "0")
+		return &http.Response{StatusCode: http.StatusTooManyRequests, Header: h, Body: &stuckBody{release: release}, Request: r}, nil
+	})
+	clk := newFakeClock()
+	rt := limitclient.New(base, limitclient.WithClock(clk.Now, clk.Sleep))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.invalid/", nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.RoundTrip(req)
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RoundTrip still blocked on a body that cannot close, 10 s after its context ended")
+	}
+}
