@@ -38,8 +38,9 @@ const orderSlack = waitInterval
 // Limiters, each on its own store from newStore (3 processes on one shared
 // store), with 200 callers each on one identity, calling for 10 s with a
 // context that ends then. The count is taken from the instant the store
-// has seen every caller's first request (its clock reading for the last
-// of them: from then on 600 callers have asked for 500 slots of MaxWait,
+// has answered every caller's first request (its clock reading for the
+// last of them, or its deny cache's, which says the slots up to that
+// caller's deadline are taken: from then on 600 callers have asked for 500 slots of MaxWait,
 // so no slot before the end can pass unreserved; before it, on a loaded
 // machine, the callers are still being scheduled, and a request that has
 // reached its Limiter's store call may still be on its way to the store):
@@ -148,7 +149,7 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 	}
 	span := end.Sub(all)
 	want := int(span / waitInterval) // 50 per second from then to the end
-	t.Logf("%d admitted in the %v after the store had seen every caller (%v after the start; every caller had reached its store call %v after it), %d in all, by %d callers in %d processes (want %d, 1 %%: %d)",
+	t.Logf("%d admitted in the %v after the store had answered every caller (%v after the start; every caller had reached its store call %v after it), %d in all, by %d callers in %d processes (want %d, 1 %%: %d)",
 		n, span.Round(time.Millisecond), all.Sub(start).Round(time.Millisecond), reached.Sub(start).Round(time.Millisecond), len(adms), procs*callers, procs, want, want/100)
 	t.Logf("from the instant every caller had reached its store call: %d admitted, %d slots", nReached, end.Sub(reached)/waitInterval)
 	if d := n - want; d < -want/100 || d > want/100 {
