@@ -31,19 +31,26 @@ func TestRoundTripWithoutSpentQuotaDoesNotAllocate(t *testing.T) {
 		{"legacy_remaining", http.Header{"X-Ratelimit-Remaining": {"7"}, "X-Ratelimit-Reset": {"1800000000"}}},
 		{"server_error", http.Header{"Retry-After": {"3"}}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			status := http.StatusOK
-			if tc.name == "server_error" {
-				status = http.StatusServiceUnavailable // returned as it is without WithRetry503
-			}
-			rt := limitclient.New(fixed{&http.Response{StatusCode: status, Header: tc.header, Body: http.NoBody}},
-				limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("X-Api-Key") }))
-			req := httptest.NewRequest("GET", "http://api.example/v1/search", nil)
-			req.Header.Set("X-Api-Key", "k1")
-			if n := testing.AllocsPerRun(200, func() { rt.RoundTrip(req) }); n != 0 {
-				t.Fatalf("%v allocations per request, want 0", n)
-			}
-		})
+		for _, part := range []struct {
+			name string
+			opts []limitclient.Option
+		}{
+			{"by_host", nil},
+			{"by_api_key", []limitclient.Option{limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("X-Api-Key") })}},
+		} {
+			t.Run(tc.name+"/"+part.name, func(t *testing.T) {
+				status := http.StatusOK
+				if tc.name == "server_error" {
+					status = http.StatusServiceUnavailable // returned as it is without WithRetry503
+				}
+				rt := limitclient.New(fixed{&http.Response{StatusCode: status, Header: tc.header, Body: http.NoBody}}, part.opts...)
+				req := httptest.NewRequest("GET", "http://api.example/v1/search", nil)
+				req.Header.Set("X-Api-Key", "k1")
+				if n := testing.AllocsPerRun(200, func() { rt.RoundTrip(req) }); n != 0 {
+					t.Fatalf("%v allocations per request, want 0", n)
+				}
+			})
+		}
 	}
 }
 

@@ -40,7 +40,9 @@
 //	RateLimit with broken syntax       the whole field ignored (RFC 9651: a field that fails to parse)
 //	RateLimit r or t negative,         that member ignored
 //	  fractional, a string, missing
-//	RateLimit r=0;t=<10 years>         over the MaxWait: the next request is sent without waiting
+//	RateLimit r=0;t=<10 years>         over the MaxWait: not remembered, the next request is sent
+//	                                    without waiting (nor does a 429's wait past the MaxWait
+//	                                    hold the partition: shorter hints after it still count)
 //	integers over 15 digits            a parse failure of the field (RFC 9651): ignored
 //	unknown parameters and members     ignored
 //	RateLimit-Policy q=0 or w=0        the w/q bound not applied (t alone)

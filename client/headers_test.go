@@ -48,6 +48,18 @@ func TestSpentReadsTheRateLimitFields(t *testing.T) {
 		{"empty", []string{``}, nil, none},
 		{"non_ascii", []string{"\"p\u00e9\";r=0;t=4"}, nil, none},
 		{"many_members_bounded", []string{strings.Repeat(`"x";r=1, `, 40) + `"p";r=0;t=4`}, nil, none},
+		{"other_types_as_params", []string{`"p";r=0;t=6;d=%"caf%c3%a9";at=@1659578233;b=:AQ==:;f=?0;x=-1.25;tk=a/b:c`}, nil, 6 * time.Second},
+		{"inner_list_with_params", []string{`("a";x=1 b);n=2, "p";r=0;t=5`}, nil, 5 * time.Second},
+		{"empty_inner_list", []string{`(), "p";r=0;t=5`}, nil, 5 * time.Second},
+		{"display_bad_escape", []string{`"p";r=0;t=6;d=%"caf%C3"`}, nil, none},
+		{"display_unterminated", []string{`"p";r=0;t=6;d=%"caf`}, nil, none},
+		{"date_not_integer", []string{`"p";r=0;t=6;at=@1.5`}, nil, none},
+		{"decimal_four_fraction_digits", []string{`"p";r=0;t=6;x=1.2345`}, nil, none},
+		{"decimal_thirteen_integer_digits", []string{`"p";r=0;t=6;x=1234567890123.1`}, nil, none},
+		{"inner_list_unterminated", []string{`("a" "b", "p";r=0;t=5`}, nil, none},
+		{"inner_list_no_space", []string{`("a""b"), "p";r=0;t=5`}, nil, none},
+		{"t_decimal_ignored", []string{`"p";r=0;t=5.0`}, nil, none},
+		{"w_over_the_cap", []string{`"p";r=0;t=8`}, []string{`"p";q=1;w=999999999999999`}, 8 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{hRateLimit: tc.limit}

@@ -115,8 +115,10 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		drained := drain(resp)
 		err = t.cfg.sleep(ctx, wait)
-		resp.Body.Close()
-		<-drained
+		finish(ctx, resp, drained)
+		if err == nil {
+			err = ctx.Err()
+		}
 		if err != nil {
 			if next.Body != nil {
 				next.Body.Close()
@@ -206,7 +208,11 @@ func (t *transport) observe(key string, resp *http.Response, attempt int) (time.
 			}
 		}
 	}
-	if spentOK && hint > 0 {
+	// A hint past the MaxWait is not remembered: no request would wait for
+	// it, and held as the partition's instant it would outlast every
+	// shorter hint after it (an instant never moves earlier) and keep its
+	// place in the table.
+	if spentOK && hint > 0 && hint <= t.cfg.maxWait {
 		m := t.mono(now)
 		if p := t.parts.get(key); p != nil {
 			p.extend(m + int64(hint))
@@ -260,11 +266,42 @@ func again(ctx context.Context, req *http.Request) (*http.Request, error) {
 	return next, nil
 }
 
+// closeGrace bounds how long a retry waits, after closing a response's
+// body, for the reader of drain to return.
+const closeGrace = time.Second
+
+// finish closes resp's body, which ends a read of drain still going, and
+// waits for drain's reader to return, at most until ctx is done or for
+// closeGrace: a body whose Close does not end a Read in progress, or
+// blocks behind it (io.ReadCloser promises neither), is left to its reader
+// and holds up no caller.
+func finish(ctx context.Context, resp *http.Response, drained <-chan struct{}) {
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		resp.Body.Close()
+	}()
+	grace := time.NewTimer(closeGrace)
+	defer grace.Stop()
+	for drained != nil || closed != nil {
+		select {
+		case <-drained:
+			drained = nil
+		case <-closed:
+			closed = nil
+		case <-ctx.Done():
+			return
+		case <-grace.C:
+			return
+		}
+	}
+}
+
 // drain reads up to maxDrain bytes of resp's body in the background while
 // the caller waits to retry, so that its connection can be reused; the
 // caller then closes the body, which ends a read still going (a body that
 // never ends holds nothing past the wait), and waits on the returned
-// channel for the reader to return.
+// channel for the reader to return (finish).
 func drain(resp *http.Response) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {

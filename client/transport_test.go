@@ -28,6 +28,7 @@ func TestRetryAfterIsHonouredThenRetried(t *testing.T) {
 		{"delay_seconds_zero", func(time.Time) string { return "0" }, 0},
 		{"imf_fixdate", func(now time.Time) string { return now.Add(7 * time.Second).Format(http.TimeFormat) }, 7 * time.Second},
 		{"rfc850_date", func(now time.Time) string { return now.Add(4 * time.Second).Format(time.RFC850) }, 4 * time.Second},
+		{"asctime_date", func(now time.Time) string { return now.Add(6 * time.Second).UTC().Format(time.ANSIC) }, 6 * time.Second},
 		{"with_whitespace", func(time.Time) string { return " 2\t" }, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,7 +224,10 @@ func TestPartitionFuncPanicFallsBackToHost(t *testing.T) {
 	}
 }
 
-func TestRequestsThatCannotBeReplayedAreNotRetried(t *testing.T) {
+// A 429 is retried when the request can be replayed: an idempotent method
+// without a body, a body with GetBody, or an idempotency key; never a
+// streamed body or a bare non-idempotent method.
+func TestOnlyReplayableRequestsAreRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		req      func(url string) *http.Request
@@ -245,6 +249,19 @@ func TestRequestsThatCannotBeReplayedAreNotRetried(t *testing.T) {
 			r.Header.Set("Idempotency-Key", "k1")
 			return r
 		}, 2},
+		{"get", func(u string) *http.Request { r, _ := http.NewRequest("GET", u, nil); return r }, 2},
+		{"head", func(u string) *http.Request { r, _ := http.NewRequest("HEAD", u, nil); return r }, 2},
+		{"options", func(u string) *http.Request { r, _ := http.NewRequest("OPTIONS", u, nil); return r }, 2},
+		{"put_without_body", func(u string) *http.Request { r, _ := http.NewRequest("PUT", u, nil); return r }, 2},
+		{"put_replayable_body", func(u string) *http.Request {
+			r, _ := http.NewRequest("PUT", u, strings.NewReader("payload"))
+			return r
+		}, 2},
+		{"patch_without_body", func(u string) *http.Request { r, _ := http.NewRequest("PATCH", u, nil); return r }, 1},
+		{"get_streamed_body", func(u string) *http.Request {
+			r, _ := http.NewRequest("GET", u, io.NopCloser(strings.NewReader("x")))
+			return r
+		}, 1},
 		{"delete", func(u string) *http.Request { r, _ := http.NewRequest("DELETE", u, nil); return r }, 2},
 		{"post_replayable_body", func(u string) *http.Request {
 			r, _ := http.NewRequest("POST", u, bytes.NewReader([]byte("payload")))
@@ -432,6 +449,74 @@ func TestSpentPartitionNeverDelaysAnother(t *testing.T) {
 	}
 }
 
+// The same at real time, over loopback: while one partition's quota is
+// spent for 2 s (its four goroutines wait for it), the other partition's
+// four goroutines send all their requests; every one of them is back
+// before the first request of the spent partition.
+func TestSpentPartitionNeverDelaysAnotherAtRealTime(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") == "spent" {
+			w.Header().Set("RateLimit", `"p";r=0;t=2`)
+		} else {
+			w.Header().Set("RateLimit", `"p";r=99;t=60`)
+		}
+	}))
+	c := &http.Client{Transport: limitclient.New(srv.Client().Transport,
+		limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("X-Api-Key") }))}
+	send := func(key string) error {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := c.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		return resp.Body.Close()
+	}
+	if err := send("spent"); err != nil { // spends the partition for 2 s
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var mu sync.Mutex
+	var freshLast, freshSlowest time.Duration
+	spentFirst := time.Duration(1<<63 - 1)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		key := []string{"spent", "fresh"}[g%2]
+		wg.Go(func() {
+			n := 1
+			if key == "fresh" {
+				n = 20
+			}
+			for range n {
+				t1 := time.Now()
+				if err := send(key); err != nil {
+					t.Error(err)
+					return
+				}
+				done, took := time.Since(t0), time.Since(t1)
+				mu.Lock()
+				if key == "fresh" {
+					freshLast, freshSlowest = max(freshLast, done), max(freshSlowest, took)
+				} else {
+					spentFirst = min(spentFirst, done)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("fresh: 80 requests, the last back after %v, the slowest took %v; spent: the first back after %v",
+		freshLast.Round(time.Microsecond), freshSlowest.Round(time.Microsecond), spentFirst.Round(time.Millisecond))
+	if spentFirst < time.Second {
+		t.Fatalf("the spent partition's first request was back after %v, want it to wait about 2 s", spentFirst)
+	}
+	if freshLast >= spentFirst {
+		t.Fatalf("the fresh partition's last request was back after %v, not before the spent one's first (%v)", freshLast, spentFirst)
+	}
+}
+
 type idleCloser struct {
 	fixed
 	closed int
@@ -517,5 +602,106 @@ func TestEndlessRetryBodyHoldsNoLongerThanTheWait(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("RoundTrip still blocked on the 429's endless body after 10 s (its wait was 1 s on a fake clock)")
+	}
+}
+
+// A wait past the MaxWait that one answer asks for (a daily quota's 429)
+// leaves no trace in the partition: a shorter hint after it still makes the
+// next request wait, and the partition table keeps room for others.
+func TestHintPastMaxWaitHoldsNoPartition(t *testing.T) {
+	t.Run("later hints count", func(t *testing.T) {
+		clk := newFakeClock()
+		spent := ok(map[string]string{"RateLimit": `"p";r=0;t=1`})
+		_, srv, c := serve(t, clk, []answer{limited("3600"), spent, spent}, limitclient.WithMaxRetries(0))
+		if resp := get(t, c, srv.URL); resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("first answer %d, want the 429 returned at once", resp.StatusCode)
+		}
+		get(t, c, srv.URL) // says: spent for 1 s
+		get(t, c, srv.URL)
+		if got, want := clk.Slept(), []time.Duration{time.Second}; !slices.Equal(got, want) {
+			t.Fatalf("slept %v, want %v: the hour's 429 hid the later 1 s hint", got, want)
+		}
+	})
+	t.Run("table", func(t *testing.T) {
+		clk := newFakeClock()
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("K") == "a" {
+				w.Header().Set("Retry-After", "315360000") // 10 years
+				w.WriteHeader(http.StatusTooManyRequests)
+				return
+			}
+			w.Header().Set("RateLimit", `"p";r=0;t=1`)
+		})
+		srv := newServer(t, h)
+		c := &http.Client{Transport: limitclient.New(srv.Client().Transport,
+			limitclient.WithClock(clk.Now, clk.Sleep), limitclient.WithMaxRetries(0), limitclient.WithMaxPartitions(1),
+			limitclient.WithPartition(func(r *http.Request) string { return r.Header.Get("K") }))}
+		for _, k := range []string{"a", "b", "b"} {
+			req, _ := http.NewRequest("GET", srv.URL, nil)
+			req.Header.Set("K", k)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+		if got, want := clk.Slept(), []time.Duration{time.Second}; !slices.Equal(got, want) {
+			t.Fatalf("slept %v, want %v: a's 10-year wait took the only place in the table", got, want)
+		}
+	})
+}
+
+// stuckBody is a body whose Close waits for a Read in progress, and whose
+// Read never returns until release is closed (io.ReadCloser promises
+// nothing about a Close during a Read).
+type stuckBody struct {
+	mu      sync.Mutex
+	release chan struct{}
+}
+
+func (b *stuckBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	<-b.release
+	return 0, io.EOF
+}
+
+func (b *stuckBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return nil
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A retried 429 whose body can be neither read to its end nor closed
+// holds its request no longer than the request's context.
+func TestRetryBodyThatCannotCloseHoldsNoLongerThanTheContext(t *testing.T) {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		h := http.Header{}
+		h.Set("Retry-After", "0")
+		return &http.Response{StatusCode: http.StatusTooManyRequests, Header: h, Body: &stuckBody{release: release}, Request: r}, nil
+	})
+	clk := newFakeClock()
+	rt := limitclient.New(base, limitclient.WithClock(clk.Now, clk.Sleep))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://example.invalid/", nil)
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.RoundTrip(req)
+		done <- err
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RoundTrip still blocked on a body that cannot close, 10 s after its context ended")
 	}
 }

@@ -18,6 +18,7 @@ require (
 	github.com/quotagate/quotagate/adapters/gin v0.0.0
 	github.com/quotagate/quotagate/adapters/grpc v0.0.0
 	github.com/quotagate/quotagate/adapters/nethttp v0.0.0
+	github.com/quotagate/quotagate/client v0.0.0
 	github.com/quotagate/quotagate/engine v0.0.0
 	github.com/quotagate/quotagate/metrics/otel v0.0.0
 	github.com/quotagate/quotagate/metrics/prometheus v0.0.0
@@ -100,6 +101,7 @@ replace (
 	github.com/quotagate/quotagate/adapters/gin => ../adapters/gin
 	github.com/quotagate/quotagate/adapters/grpc => ../adapters/grpc
 	github.com/quotagate/quotagate/adapters/nethttp => ../adapters/nethttp
+	github.com/quotagate/quotagate/client => ../client
 	github.com/quotagate/quotagate/engine => ../engine
 	github.com/quotagate/quotagate/metrics/otel => ../metrics/otel
 	github.com/quotagate/quotagate/metrics/prometheus => ../metrics/prometheus

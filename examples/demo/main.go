@@ -325,13 +325,19 @@ func build(framework string) (bin, dir string, err error) {
 // startBin starts bin with flags on a free loopback port, as start does;
 // stop removes dir ("": nothing) once the server has ended.
 func startBin(bin, dir string, flags ...string) (base, banner string, stop func(), err error) {
+	return startBinTo(os.Stderr, bin, dir, flags...)
+}
+
+// startBinTo is startBin with the server's standard error written to
+// stderr; once stop has returned, everything the server wrote is there.
+func startBinTo(stderr io.Writer, bin, dir string, flags ...string) (base, banner string, stop func(), err error) {
 	srv := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
 	stdout, err := srv.StdoutPipe()
 	if err != nil {
 		removeDir(dir)
 		return "", "", nil, err
 	}
-	srv.Stderr = os.Stderr
+	srv.Stderr = stderr
 	if err := srv.Start(); err != nil {
 		removeDir(dir)
 		return "", "", nil, err

@@ -22,8 +22,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/gofiber/fiber/v3"
@@ -83,11 +81,9 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
-	err = app.ServeListener("fiberv3", ln, l, func(ln net.Listener) error {
+	err = app.ServeListener("fiberv3", ln, l, func(ctx context.Context, ln net.Listener) error {
 		errc := make(chan error, 1)
 		go func() { errc <- a.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
 		select {
 		case err := <-errc:
 			return err

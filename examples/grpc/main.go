@@ -51,14 +51,17 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	// SIGINT and SIGTERM are caught from before the start-up line on, so
+	// that a signal sent as soon as the line is read stops the server
+	// gracefully (and -otel exports) rather than killing it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if env.RedisStatus != "" {
 		fmt.Printf("quotagate example (grpc): %s\n", env.RedisStatus)
 	}
 	fmt.Printf("quotagate example (grpc) listening on grpc://%s store=%s; %s\n", ln.Addr(), env.StoreName, describe)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	select {
 	case err := <-errc:
 		if err != nil {

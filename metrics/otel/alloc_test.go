@@ -1,10 +1,12 @@
 package otellimit_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limittest"
 	otellimit "github.com/quotagate/quotagate/metrics/otel"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -27,6 +29,11 @@ func TestWarmEventsDoNotAllocate(t *testing.T) {
 			"issue":          func() { obs.Issue("100p60", "no-client-address") },
 			"refund":         func() { obs.Refund("100p60", limit.RefundLaterMount) },
 			"skipped":        func() { obs.StoreEvent("redis", "deny-cache") },
+			"wait":           func() { obs.Wait("feed", 20*time.Millisecond, true) },
+			"slots":          func() { obs.Slots("slow", 1); obs.Slots("slow", -1) },
+			"blocked": func() {
+				obs.Decision(limit.DecisionEvent{Bucket: "otp", Outcome: limit.OutcomeLimited, KeySource: limit.KeySourceSocket, Blocked: true})
+			},
 		} {
 			t.Run(name+"/"+event, func(t *testing.T) {
 				for range 100 { // warm: the cache promotes a set to its lock-free map
@@ -37,6 +44,34 @@ func TestWarmEventsDoNotAllocate(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A whole allowed decision of a warm Limiter allocates as much with the
+// Observer on the OTel SDK as with no observer: the metrics add nothing per
+// request.
+func TestAllowedCheckAllocatesNothingMore(t *testing.T) {
+	sdk, _ := newObserver(t)
+	allocs := func(opts ...limit.Option) float64 {
+		clock := limittest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+		l, err := limit.New(limittest.NewStore(clock.Now), limit.Policy{Limit: 1_000_000_000, Scope: limit.PerRoute}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := limit.Request{Route: "/v1/notes/{id}", Method: "GET", Path: "/v1/notes/7", Peer: "192.0.2.1:5000"}
+		w := limittest.NewWriter()
+		for range 100 { // warm
+			l.Check(context.Background(), req, w)
+		}
+		if d := l.Check(context.Background(), req, w); !d.Allowed {
+			t.Fatalf("decision %+v, want allowed", d)
+		}
+		return testing.AllocsPerRun(1000, func() { l.Check(context.Background(), req, w) })
+	}
+	without, with := allocs(), allocs(limit.WithObserver(sdk))
+	t.Logf("allocations per allowed Check: %v without an observer, %v with otellimit on the SDK", without, with)
+	if with != without {
+		t.Fatalf("%v allocations per allowed Check with otellimit, %v without: the observer allocates", with, without)
 	}
 }
 

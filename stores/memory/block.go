@@ -52,8 +52,8 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	var pos [m]int
 	for i := range n {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
-		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
-			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
+		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.ents[pos[i]].holds(q.Algorithm, now) {
+			unpack(&sts[i], q.Algorithm, &sh.ents[pos[i]].w)
 			sts[i].Epoch = sh.epochOf(ids[i])
 		} else if op.Refund {
 			pos[i] = -1 // nothing to refund, and a refund never creates a key
@@ -61,15 +61,15 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	}
 	var b limitstore.BlockState
 	bsh := &s.shards[shards[n]]
-	if pos[n] = bsh.find(ids[n]); pos[n] >= 0 && bsh.heads[pos[n]].holds(blockAlg, now) {
-		w := &bsh.words[pos[n]]
+	if pos[n] = bsh.find(ids[n]); pos[n] >= 0 && bsh.ents[pos[n]].holds(blockAlg, now) {
+		w := &bsh.ents[pos[n]].w
 		b.UntilMS, b.LastMS = w[0], w[1]
 	}
 	var psh *shard
 	if lease {
 		psh = &s.shards[shards[n+1]]
-		if pos[n+1] = psh.find(ids[n+1]); pos[n+1] >= 0 && psh.heads[pos[n+1]].holds(blockAlg, now) {
-			w := &psh.words[pos[n+1]]
+		if pos[n+1] = psh.find(ids[n+1]); pos[n+1] >= 0 && psh.ents[pos[n+1]].holds(blockAlg, now) {
+			w := &psh.ents[pos[n+1]].w
 			b.Lease, b.Pending, b.PendingPrev = w[0], w[1], w[2]
 		} else if op.Refund {
 			pos[n+1] = -1 // none to settle, and a refund never creates it
@@ -85,28 +85,25 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		case p < 0:
 			add[i] = r.TTLMS > 0 && !op.Refund && !slices.Contains(ids[:i], ids[i])
 		case r.TTLMS <= 0:
-			if !op.Peek && sh.heads[p].holds(q.Algorithm, now) { // a Peek writes nothing
-				sh.heads[p].setScore(r.Remaining, capacityOf(q))
+			if !op.Peek && sh.ents[p].holds(q.Algorithm, now) { // a Peek writes nothing
+				sh.ents[p].setScore(r.Remaining, capacityOf(q))
 			}
 		case op.Refund: // keeps the expiry
-			h := &sh.heads[p]
+			h := &sh.ents[p]
 			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacityOf(q))
-			sh.words[p] = pack(q.Algorithm, &sts[i])
+			sh.ents[p].w = pack(q.Algorithm, &sts[i])
 		default:
 			if sts[i].Epoch == 0 {
 				sh.forget(ids[i]) // a State decided on none
 			}
-			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
-			sh.words[p] = pack(q.Algorithm, &sts[i])
-			sh.wrote(sh.heads[p].exp())
+			sh.set(p, ids[i], entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[i])})
 		}
 	}
 	bw := words{b.UntilMS, b.LastMS}
 	if res.BlockTTLMS > 0 {
 		if p := pos[n]; p >= 0 {
 			bsh.forget(ids[n]) // a block record has no epoch
-			bsh.heads[p], bsh.words[p] = head{ids[n], packMeta(blockAlg, now+res.BlockTTLMS, 0, 1)}, bw
-			bsh.wrote(bsh.heads[p].exp())
+			bsh.set(p, ids[n], entry{packMeta(blockAlg, now+res.BlockTTLMS, 0, 1), bw})
 		} else {
 			add[n] = true
 		}
@@ -115,11 +112,10 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	if lease && res.PendingTTLMS > 0 {
 		switch p := pos[n+1]; {
 		case p >= 0 && op.Refund: // keeps the expiry
-			psh.words[p] = pw
+			psh.ents[p].w = pw
 		case p >= 0:
 			psh.forget(ids[n+1]) // nor has the charges'
-			psh.heads[p], psh.words[p] = head{ids[n+1], packMeta(blockAlg, now+res.PendingTTLMS, 0, 1)}, pw
-			psh.wrote(psh.heads[p].exp())
+			psh.set(p, ids[n+1], entry{packMeta(blockAlg, now+res.PendingTTLMS, 0, 1), pw})
 		case !op.Refund:
 			add[n+1] = true
 		}
@@ -128,12 +124,12 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		switch {
 		case !add[i]:
 		case i == n:
-			bsh.add(head{ids[n], packMeta(blockAlg, now+res.BlockTTLMS, 0, 1)}, bw, now, ids[:k])
+			bsh.add(ids[n], entry{packMeta(blockAlg, now+res.BlockTTLMS, 0, 1), bw}, now, ids[:k])
 		case i == n+1:
-			psh.add(head{ids[n+1], packMeta(blockAlg, now+res.PendingTTLMS, 0, 1)}, pw, now, ids[:k])
+			psh.add(ids[n+1], entry{packMeta(blockAlg, now+res.PendingTTLMS, 0, 1), pw}, now, ids[:k])
 		default:
 			q, r := &op.Quotas[i], &res.Quotas[i]
-			s.shards[shards[i]].add(head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}, pack(q.Algorithm, &sts[i]), now, ids[:k])
+			s.shards[shards[i]].add(ids[i], entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[i])}, now, ids[:k])
 		}
 	}
 

@@ -198,9 +198,9 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	now := s.nowMS() // under the lock: see nowMS
 	var sts [limitstore.MaxQuotas]limitstore.State
 	p := sh.find(id)
-	live := p >= 0 && sh.heads[p].holds(q.Algorithm, now)
+	live := p >= 0 && sh.ents[p].holds(q.Algorithm, now)
 	if live {
-		unpack(&sts[0], q.Algorithm, &sh.words[p])
+		unpack(&sts[0], q.Algorithm, &sh.ents[p].w)
 		sts[0].Epoch = sh.epochOf(id)
 	}
 	res = op.Apply(&sts, now)
@@ -208,24 +208,22 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	switch {
 	case r.TTLMS <= 0:
 		if live && !op.Peek { // rank the entry for eviction (see takeN); a Peek writes nothing
-			sh.heads[p].setScore(r.Remaining, capacityOf(q))
+			sh.ents[p].setScore(r.Remaining, capacityOf(q))
 		}
 	case op.Refund: // keeps the expiry, never creates a key
 		if live {
-			h := &sh.heads[p]
+			h := &sh.ents[p]
 			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacityOf(q))
-			sh.words[p] = pack(q.Algorithm, &sts[0])
+			sh.ents[p].w = pack(q.Algorithm, &sts[0])
 		}
 	case p >= 0:
 		if !live {
 			sh.forget(id)
 		}
-		sh.heads[p] = head{id, packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
-		sh.words[p] = pack(q.Algorithm, &sts[0])
-		sh.wrote(sh.heads[p].exp())
+		sh.set(p, id, entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[0])})
 	default:
 		keep := [1]uint64{id}
-		sh.add(head{id, packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}, pack(q.Algorithm, &sts[0]), now, keep[:])
+		sh.add(id, entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[0])}, now, keep[:])
 	}
 	locked := [1]int{i}
 	cross := s.sweep(i, locked[:], now)
@@ -266,8 +264,8 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 	var pos [limitstore.MaxQuotas]int
 	for i := range n {
 		q, sh := &op.Quotas[i], &s.shards[shards[i]]
-		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.heads[pos[i]].holds(q.Algorithm, now) {
-			unpack(&sts[i], q.Algorithm, &sh.words[pos[i]])
+		if pos[i] = sh.find(ids[i]); pos[i] >= 0 && sh.ents[pos[i]].holds(q.Algorithm, now) {
+			unpack(&sts[i], q.Algorithm, &sh.ents[pos[i]].w)
 			sts[i].Epoch = sh.epochOf(ids[i])
 		} else if op.Refund {
 			pos[i] = -1 // nothing to refund, and a refund never creates a key
@@ -285,21 +283,19 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 		case p < 0:
 			added = added || r.TTLMS > 0 && !op.Refund
 		case r.TTLMS > 0 && op.Refund: // keeps the expiry
-			h := &sh.heads[p]
+			h := &sh.ents[p]
 			h.meta = packMeta(q.Algorithm, h.exp(), r.Remaining, capacity)
-			sh.words[p] = pack(q.Algorithm, &sts[i])
+			sh.ents[p].w = pack(q.Algorithm, &sts[i])
 		case r.TTLMS > 0:
 			if sts[i].Epoch == 0 {
 				sh.forget(ids[i]) // a State decided on none
 			}
-			sh.heads[p] = head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity)}
-			sh.words[p] = pack(q.Algorithm, &sts[i])
-			sh.wrote(sh.heads[p].exp())
-		case !op.Peek && sh.heads[p].holds(q.Algorithm, now):
+			sh.set(p, ids[i], entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacity), pack(q.Algorithm, &sts[i])})
+		case !op.Peek && sh.ents[p].holds(q.Algorithm, now):
 			// Nothing is written for a denial, but the entry is now known
 			// to be that far from a whole quota: rank it so for eviction
 			// (a Peek writes nothing, the score included).
-			sh.heads[p].setScore(r.Remaining, capacity)
+			sh.ents[p].setScore(r.Remaining, capacity)
 		}
 	}
 	for i := 0; added && i < n; i++ {
@@ -307,8 +303,8 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || slices.Contains(ids[:i], ids[i]) {
 			continue
 		}
-		h := head{ids[i], packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q))}
-		s.shards[shards[i]].add(h, pack(q.Algorithm, &sts[i]), now, ids[:n])
+		e := entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[i])}
+		s.shards[shards[i]].add(ids[i], e, now, ids[:n])
 	}
 
 	cross := s.sweep(shards[0], locked, now)
@@ -389,22 +385,14 @@ func (s *Store) shardOf(tag []byte) int {
 }
 
 // hashTag returns the Redis Cluster hash tag of key: the bytes between the
-// first '{' and the next '}', when there are any; else the whole key. (A
-// loop: the tag sits a few bytes in, where bytes.IndexByte costs more than
-// it saves.)
+// first '{' and the next '}', when there are any; else the whole key.
 func hashTag(key []byte) []byte {
-	for i, c := range key {
-		if c == '{' {
-			for j := i + 1; j < len(key); j++ {
-				if key[j] == '}' {
-					if j > i+1 {
-						return key[i+1 : j]
-					}
-					return key
-				}
-			}
-			return key
-		}
+	i := bytes.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	if j := bytes.IndexByte(key[i+1:], '}'); j > 0 {
+		return key[i+1 : i+1+j]
 	}
 	return key
 }

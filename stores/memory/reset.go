@@ -37,16 +37,16 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 		p := sh.find(id)
 		switch {
 		case p < 0:
-		case sh.heads[p].exp() > now:
+		case sh.ents[p].exp() > now:
 			if sh.epochs == nil {
 				sh.epochs = map[uint64]int64{}
 			}
 			sh.epochs[id]++
-			sh.words[p] = words{}
-			sh.heads[p].setScore(1, 1) // a whole quota
+			sh.ents[p].w = words{}
+			sh.ents[p].setScore(1, 1) // a whole quota
 		default:
 			sh.forget(id)
-			sh.heads[p], sh.words[p] = head{}, words{}
+			sh.clearSlot(p)
 			sh.n--
 		}
 	}

@@ -22,15 +22,17 @@ import (
 // kick. The tables hold no pointers, so the garbage collector never scans
 // them, and an entry costs its 40 bytes and nothing else:
 //
-//	heads[i] 16 B  the id (0 marks a free slot) and a meta word (expiry,
-//	               algorithm, eviction score)
-//	words[i] 24 B  the state: three words
+//	ids[i]  8 B  the id (0 marks a free slot)
+//	ents[i] 32 B a meta word (expiry, algorithm, eviction score) and the
+//	             state: three words
 //
-// The halves are separate arrays: lookups, eviction and sweeping read only
-// heads (a bucket is two cache lines); a decision reads one entry's words.
-// A bucket index is fastrange(x, buckets), the high bits of x*buckets, so any
-// number of buckets works and the table at the cap is exactly what MaxKeys
-// needs at the maximum load.
+// The halves are separate arrays, each aligned to its size: a bucket's ids
+// are one cache line, which a lookup reads, and a decision then reads and
+// writes its entry, one more line (an array of 32-byte entries never
+// splits one across two). Eviction and sweeping read the metas of the
+// slots they look at. A bucket index is fastrange(x, buckets), the high
+// bits of x*buckets, so any number of buckets works and the table at the
+// cap is exactly what MaxKeys needs at the maximum load.
 
 const bucketSlots = 8
 
@@ -58,19 +60,18 @@ const (
 	crossSlots = crossEvery * sweepSlots
 )
 
-// head is the hot half of an entry, read by probing, eviction and sweeping.
-type head struct {
-	// id is the key's 64-bit keyed hash; 0 marks a free slot.
-	id uint64
+// entry is what a slot holds besides its id: the meta word and the state.
+type entry struct {
 	// meta packs exp<<metaExpShift | algorithm<<8 | score: exp is the Unix ms
 	// at which the entry is dead (clamped to ±2^53), the algorithm is the one
 	// that wrote the state, score (0..255) is the remaining fraction of the
 	// quota recorded at the last decision, 255 = whole.
 	meta int64
+	w    words
 }
 
-// words is the cold half of an entry, the State: window algorithms Window,
-// Count, Prev; TokenBucket TAT, TATFrac.
+// words is an entry's State: window algorithms Window, Count, Prev;
+// TokenBucket TAT, TATFrac.
 type words [3]int64
 
 const (
@@ -79,13 +80,13 @@ const (
 	minExp       = -(1 << 53)
 )
 
-func (h *head) exp() int64 { return h.meta >> metaExpShift }
+func (e *entry) exp() int64 { return e.meta >> metaExpShift }
 
-func (h *head) score() int64 { return h.meta & 255 }
+func (e *entry) score() int64 { return e.meta & 255 }
 
-// holds reports whether h is live and was written by algorithm a.
-func (h *head) holds(a limit.Algorithm, now int64) bool {
-	return h.exp() > now && limit.Algorithm(h.meta>>8&3) == a
+// holds reports whether e is live and was written by algorithm a.
+func (e *entry) holds(a limit.Algorithm, now int64) bool {
+	return e.exp() > now && limit.Algorithm(e.meta>>8&3) == a
 }
 
 // unpack writes the State of algorithm a held in w into *st, a zero State.
@@ -113,8 +114,8 @@ func packMeta(a limit.Algorithm, exp, remaining, capacity int64) int64 {
 }
 
 // setScore replaces the eviction score, keeping the rest.
-func (h *head) setScore(remaining, capacity int64) {
-	h.meta = h.meta&^255 | scoreOf(remaining, capacity)
+func (e *entry) setScore(remaining, capacity int64) {
+	e.meta = e.meta&^255 | scoreOf(remaining, capacity)
 }
 
 // scoreOf is remaining/capacity in 1/255ths, rounded down: 0 for an
@@ -140,12 +141,12 @@ type shard struct {
 const cacheLine = 64
 
 type shardData struct {
-	mu    sync.Mutex
-	heads []head  // ids and metas, bucketSlots per bucket
-	words []words // states, parallel to heads
-	n     int     // entries held
-	max   int     // entries at most (MaxKeys' share)
-	full  int     // buckets at the cap: the fewest that hold max
+	mu   sync.Mutex
+	ids  []uint64 // bucketSlots per bucket
+	ents []entry  // metas and states, parallel to ids
+	n    int      // entries held
+	max  int      // entries at most (MaxKeys' share)
+	full int      // buckets at the cap: the fewest that hold max
 	// sweep is the next slot the incremental sweep looks at.
 	sweep int
 	// due is at most the earliest expiry of an entry held (MaxInt64: none
@@ -232,95 +233,107 @@ func buckets(id uint64, nb int) (int, int) {
 	return int(b1), b2
 }
 
-// bucket returns the heads of bucket b.
-func (sh *shardData) bucket(b int) []head {
-	return sh.heads[b*bucketSlots : b*bucketSlots+bucketSlots : b*bucketSlots+bucketSlots]
+// bucket returns the ids of bucket b.
+func (sh *shardData) bucket(b int) []uint64 {
+	return sh.ids[b*bucketSlots : b*bucketSlots+bucketSlots : b*bucketSlots+bucketSlots]
 }
 
 // find returns the slot holding id, or -1.
 func (sh *shardData) find(id uint64) int {
-	nb := len(sh.heads) / bucketSlots
+	nb := len(sh.ids) / bucketSlots
 	if nb == 0 {
 		return -1
 	}
 	b1, b2 := buckets(id, nb)
-	for j, h := range sh.bucket(b1) {
-		if h.id == id {
+	for j, x := range sh.bucket(b1) {
+		if x == id {
 			return b1*bucketSlots + j
 		}
 	}
-	for j, h := range sh.bucket(b2) {
-		if h.id == id {
+	for j, x := range sh.bucket(b2) {
+		if x == id {
 			return b2*bucketSlots + j
 		}
 	}
 	return -1
 }
 
-// putFree stores h and w in a free slot of bucket b, if it has one.
-func (sh *shardData) putFree(b int, h *head, w *words) bool {
-	for j := range sh.bucket(b) {
-		if i := b*bucketSlots + j; sh.heads[i].id == 0 {
-			sh.heads[i], sh.words[i] = *h, *w
-			sh.wrote(h.exp())
+// set stores id and e in slot i.
+func (sh *shardData) set(i int, id uint64, e entry) {
+	sh.ids[i], sh.ents[i] = id, e
+	sh.wrote(e.exp())
+}
+
+// clearSlot frees slot i.
+func (sh *shardData) clearSlot(i int) {
+	sh.ids[i], sh.ents[i] = 0, entry{}
+}
+
+// putFree stores id and e in a free slot of bucket b, if it has one.
+func (sh *shardData) putFree(b int, id uint64, e *entry) bool {
+	for j, x := range sh.bucket(b) {
+		if x == 0 {
+			sh.set(b*bucketSlots+j, id, *e)
 			return true
 		}
 	}
 	return false
 }
 
-// place stores h (its id absent) and w in one of its buckets, kicking
-// entries to their other bucket while both are full. It returns false when
-// maxKicks kicks found no free slot: h and w then hold the entry left
-// without a slot (not necessarily the one given).
-func (sh *shardData) place(h *head, w *words) bool {
-	nb := len(sh.heads) / bucketSlots
-	b1, b2 := buckets(h.id, nb)
-	if sh.putFree(b1, h, w) || sh.putFree(b2, h, w) {
+// place stores id (absent) and e in one of its buckets, kicking entries to
+// their other bucket while both are full. It returns false when maxKicks
+// kicks found no free slot: id and e then hold the entry left without a
+// slot (not necessarily the one given).
+func (sh *shardData) place(id *uint64, e *entry) bool {
+	nb := len(sh.ids) / bucketSlots
+	b1, b2 := buckets(*id, nb)
+	if sh.putFree(b1, *id, e) || sh.putFree(b2, *id, e) {
 		return true
 	}
 	b := b1
 	for range maxKicks {
 		// a random slot, so that kicks cannot cycle
 		i := b*bucketSlots + int(rand.Uint32()%bucketSlots)
-		sh.heads[i], *h = *h, sh.heads[i]
-		sh.words[i], *w = *w, sh.words[i]
-		if c1, c2 := buckets(h.id, nb); c1 == b {
+		sh.ids[i], *id = *id, sh.ids[i]
+		sh.ents[i], *e = *e, sh.ents[i]
+		if c1, c2 := buckets(*id, nb); c1 == b {
 			b = c2
 		} else {
 			b = c1
 		}
-		if sh.putFree(b, h, w) {
+		if sh.putFree(b, *id, e) {
 			return true
 		}
 	}
 	return false
 }
 
-// add inserts h (its id absent) with its state w, making room first: at the
-// cap it evicts one entry (never one whose id is in keep), below it the table
+// add inserts id (absent) with its entry e, making room first: at the cap
+// it evicts one entry (never one whose id is in keep), below it the table
 // grows when it must.
-func (sh *shardData) add(h head, w words, now int64, keep []uint64) {
+func (sh *shardData) add(id uint64, e entry, now int64, keep []uint64) {
 	switch {
 	case sh.n >= sh.max:
-		sh.evict(h.id, now, keep)
-	case sh.n+1 > capacity(len(sh.heads)/bucketSlots):
+		sh.evict(id, now, keep)
+	case sh.n+1 > capacity(len(sh.ids)/bucketSlots):
 		sh.resize(sh.sizeFor(sh.n+1), now)
 	}
-	sh.settle(h, w, now, keep)
+	sh.settle(id, e, now, keep)
 	sh.n++
 }
 
-// settle places h and w, growing the table or evicting when the kicks run
+// settle places id and e, growing the table or evicting when the kicks run
 // out; n is not changed.
-func (sh *shardData) settle(h head, w words, now int64, keep []uint64) {
-	for !sh.place(&h, &w) {
-		if nb := len(sh.heads) / bucketSlots; nb < sh.full {
+func (sh *shardData) settle(id uint64, e entry, now int64, keep []uint64) {
+	for !sh.place(&id, &e) {
+		if nb := len(sh.ids) / bucketSlots; nb < sh.full {
 			sh.resize(sh.grown(nb), now)
-		} else if !sh.evict(h.id, now, keep) {
-			// Every entry is in keep: impossible with at least
-			// limitstore.MaxQuotas entries per shard (WithMaxKeys), kept so
-			// that this loop ends whatever happens. h is dropped.
+		} else if !sh.evict(id, now, keep) {
+			// Every entry is in keep: an Op of more keys than its shard
+			// holds, which only a blocking Op can be (its quotas, the
+			// block record and the unsettled charges: MaxQuotas+2 keys,
+			// while WithMaxKeys guarantees MaxQuotas per shard). The
+			// entry is dropped and counted as evicted.
 			sh.evicted++
 			sh.n--
 			return
@@ -358,19 +371,32 @@ func (sh *shardData) grown(nb int) int {
 // quarter since the last resize, so it costs O(1) per insertion or removal,
 // amortised, and never runs on a shard that stays at its cap.
 func (sh *shardData) resize(nb int, now int64) {
-	heads, ws := sh.heads, sh.words
-	sh.heads, sh.words = make([]head, nb*bucketSlots), make([]words, nb*bucketSlots)
+	ids, ents := sh.ids, sh.ents
+	sh.ids, sh.ents = newTable(nb)
 	sh.n, sh.sweep, sh.passMin = 0, 0, math.MaxInt64 // a new pass
-	for i := range heads {
-		switch h := heads[i]; {
-		case h.id == 0:
-		case h.exp() <= now:
+	for i, id := range ids {
+		switch e := &ents[i]; {
+		case id == 0:
+		case e.exp() <= now:
 			sh.reclaimed++
 		default:
-			sh.settle(h, ws[i], now, nil)
+			sh.settle(id, *e, now, nil)
 			sh.n++
 		}
 	}
+}
+
+// newTable returns the ids and entries of a table of nb buckets, free. Both
+// are one allocation, the ids first: a table above 32 KiB takes whole pages,
+// and one rounding up wastes half what two would. The ids take whole
+// entries (a bucket's 8 ids the room of 2), so both start on a cache line.
+func newTable(nb int) ([]uint64, []entry) {
+	const idsPerEntry = int(unsafe.Sizeof(entry{}) / unsafe.Sizeof(uint64(0)))
+	idEnts := nb * bucketSlots / idsPerEntry
+	buf := make([]entry, idEnts+nb*bucketSlots)
+	// entry holds no pointer: its memory may be read as uint64s.
+	ids := unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(buf))), nb*bucketSlots)
+	return ids[:len(ids):len(ids)], buf[idEnts:]
 }
 
 // evict removes one entry to make room for id at the cap: from the (up to
@@ -383,20 +409,20 @@ func (sh *shardData) resize(nb int, now int64) {
 //
 // It reports whether it removed an entry.
 func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
-	nb := len(sh.heads) / bucketSlots
+	nb := len(sh.ids) / bucketSlots
 	b1, b2 := buckets(id, nb)
 	best, bestScore, bestExp := -1, int64(-1), int64(0)
 	consider := func(i int) bool {
-		h := &sh.heads[i]
-		if h.id == 0 || kept(h.id, keep) {
+		if sh.ids[i] == 0 || kept(sh.ids[i], keep) {
 			return false
 		}
-		exp := h.exp()
+		e := &sh.ents[i]
+		exp := e.exp()
 		if exp <= now {
 			best, bestScore = i, 256 // expired: nothing to compare
 			return true
 		}
-		if sc := h.score(); sc > bestScore || sc == bestScore && exp < bestExp {
+		if sc := e.score(); sc > bestScore || sc == bestScore && exp < bestExp {
 			best, bestScore, bestExp = i, sc, exp
 		}
 		return false
@@ -408,8 +434,8 @@ func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
 	for j := 0; j < bucketSlots && !done && b2 != b1; j++ {
 		done = consider(b2*bucketSlots + j)
 	}
-	for i, k := b1*bucketSlots, 0; k < len(sh.heads) && best < 0; i, k = i+1, k+1 {
-		if i == len(sh.heads) {
+	for i, k := b1*bucketSlots, 0; k < len(sh.ids) && best < 0; i, k = i+1, k+1 {
+		if i == len(sh.ids) {
 			i = 0
 		}
 		consider(i)
@@ -422,8 +448,8 @@ func (sh *shardData) evict(id uint64, now int64, keep []uint64) bool {
 	} else {
 		sh.evicted++
 	}
-	sh.forget(sh.heads[best].id)
-	sh.heads[best], sh.words[best] = head{}, words{}
+	sh.forget(sh.ids[best])
+	sh.clearSlot(best)
 	sh.n--
 	return true
 }
@@ -442,7 +468,7 @@ func kept(id uint64, keep []uint64) bool {
 // (and drops it when empty). Before due nothing can have expired, and it
 // looks at nothing: a store whose entries are all live pays no sweep.
 func (sh *shardData) sweepSome(now int64, k int) {
-	n := len(sh.heads)
+	n := len(sh.ids)
 	if n == 0 || now < sh.due.Load() {
 		return
 	}
@@ -456,10 +482,10 @@ func (sh *shardData) sweepSome(now int64, k int) {
 				break
 			}
 		}
-		if h := &sh.heads[i]; h.id != 0 {
-			if exp := h.exp(); exp <= now {
-				sh.forget(h.id)
-				sh.heads[i], sh.words[i] = head{}, words{}
+		if id := sh.ids[i]; id != 0 {
+			if exp := sh.ents[i].exp(); exp <= now {
+				sh.forget(id)
+				sh.clearSlot(i)
 				sh.n--
 				sh.reclaimed++
 			} else {
@@ -471,7 +497,7 @@ func (sh *shardData) sweepSome(now int64, k int) {
 	sh.sweep = i
 	switch nb := n / bucketSlots; {
 	case sh.n == 0 && nb > 1:
-		sh.heads, sh.words, sh.sweep = nil, nil, 0
+		sh.ids, sh.ents, sh.sweep = nil, nil, 0
 		sh.due.Store(math.MaxInt64)
 		sh.passMin = math.MaxInt64
 	case sh.n < capacity(nb)/4:

@@ -37,33 +37,33 @@ func TestHashTag(t *testing.T) {
 // cap's length, the cap held.
 func check(t *testing.T, sh *shardData) {
 	t.Helper()
-	nb := len(sh.heads) / bucketSlots
-	if len(sh.heads) != nb*bucketSlots || len(sh.words) != len(sh.heads) {
-		t.Fatalf("table of %d heads, %d words: not whole buckets", len(sh.heads), len(sh.words))
+	nb := len(sh.ids) / bucketSlots
+	if len(sh.ids) != nb*bucketSlots || len(sh.ents) != len(sh.ids) {
+		t.Fatalf("table of %d ids, %d entries: not whole buckets", len(sh.ids), len(sh.ents))
 	}
 	if nb > sh.full {
 		t.Fatalf("%d buckets, the cap needs %d", nb, sh.full)
 	}
 	seen := make(map[uint64]bool, sh.n)
-	for i, h := range sh.heads {
-		if h.id == 0 {
-			if sh.words[i] != (words{}) {
-				t.Fatalf("free slot %d holds words %v", i, sh.words[i])
+	for i, id := range sh.ids {
+		if id == 0 {
+			if sh.ents[i] != (entry{}) {
+				t.Fatalf("free slot %d holds entry %v", i, sh.ents[i])
 			}
 			continue
 		}
-		if seen[h.id] {
-			t.Fatalf("id %x held twice", h.id)
+		if seen[id] {
+			t.Fatalf("id %x held twice", id)
 		}
-		seen[h.id] = true
-		if b1, b2 := buckets(h.id, nb); i/bucketSlots != b1 && i/bucketSlots != b2 {
-			t.Fatalf("id %x in bucket %d, its buckets are %d and %d", h.id, i/bucketSlots, b1, b2)
+		seen[id] = true
+		if b1, b2 := buckets(id, nb); i/bucketSlots != b1 && i/bucketSlots != b2 {
+			t.Fatalf("id %x in bucket %d, its buckets are %d and %d", id, i/bucketSlots, b1, b2)
 		}
-		if sh.words[i][0] != int64(h.id>>1) {
-			t.Fatalf("id %x carries the words of another entry", h.id)
+		if sh.ents[i].w[0] != int64(id>>1) {
+			t.Fatalf("id %x carries the words of another entry", id)
 		}
-		if sh.find(h.id) != i {
-			t.Fatalf("find(%x) = %d, held in slot %d", h.id, sh.find(h.id), i)
+		if sh.find(id) != i {
+			t.Fatalf("find(%x) = %d, held in slot %d", id, sh.find(id), i)
 		}
 	}
 	if len(seen) != sh.n || sh.n > sh.max {
@@ -79,8 +79,8 @@ func TestTableMatchesModel(t *testing.T) {
 	for _, max := range []int{1, 2, 7, 16, 100, 4096} {
 		rng := rand.New(rand.NewPCG(uint64(max), 42))
 		sh := newShard(max)
-		type entry struct{ exp int64 }
-		model := map[uint64]entry{}
+		type held struct{ exp int64 }
+		model := map[uint64]held{}
 		ids := make([]uint64, 0, 4*max+16)
 		for range cap(ids) {
 			ids = append(ids, rng.Uint64()|1)
@@ -94,12 +94,12 @@ func TestTableMatchesModel(t *testing.T) {
 				exp := now + 1 + rng.Int64N(2_000)
 				meta := packMeta(limit.FixedWindow, exp, rng.Int64N(4), 3)
 				if i := sh.find(id); i >= 0 {
-					sh.heads[i].meta = meta
+					sh.ents[i].meta = meta
 				} else {
-					sh.add(head{id, meta}, words{int64(id >> 1)}, now, nil)
+					sh.add(id, entry{meta, words{int64(id >> 1)}}, now, nil)
 					added++
 				}
-				model[id] = entry{exp}
+				model[id] = held{exp}
 			case r < 80: // a lookup
 				i := sh.find(id)
 				if _, ok := model[id]; !ok && i >= 0 {
@@ -140,15 +140,15 @@ func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
 	sh := newShard(max)
 	now := int64(1_000)
 	for sh.n < max {
-		sh.add(head{rng.Uint64() | 1, packMeta(limit.FixedWindow, now+1+rng.Int64N(1000), rng.Int64N(4), 3)}, words{}, now, nil)
+		sh.add(rng.Uint64()|1, entry{meta: packMeta(limit.FixedWindow, now+1+rng.Int64N(1000), rng.Int64N(4), 3)}, now, nil)
 	}
-	heads := sh.heads
+	ids := sh.ids
 	for range 2000 {
 		id := rng.Uint64() | 1
-		nb := len(sh.heads) / bucketSlots
+		nb := len(sh.ids) / bucketSlots
 		b1, b2 := buckets(id, nb)
-		before := append([]head(nil), sh.heads...)
-		var want head // the candidate eviction must pick
+		before := slotsOf(sh)
+		var want slot // the candidate eviction must pick
 		for _, b := range []int{b1, b2} {
 			for _, h := range before[b*bucketSlots : b*bucketSlots+bucketSlots] {
 				switch {
@@ -161,24 +161,25 @@ func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
 				}
 			}
 		}
-		sh.add(head{id, packMeta(limit.FixedWindow, now+500, 2, 3)}, words{}, now, nil)
-		if &sh.heads[0] != &heads[0] {
+		sh.add(id, entry{meta: packMeta(limit.FixedWindow, now+500, 2, 3)}, now, nil)
+		if &sh.ids[0] != &ids[0] {
 			t.Fatal("the table was reallocated at the cap")
 		}
 		// the victim's slot now holds the new key, or is free and the new
 		// key took a slot that was free in its buckets; nothing else moved
 		changed := 0
+		after := slotsOf(sh)
 		for i := range before {
-			if before[i] == sh.heads[i] {
+			if before[i] == after[i] {
 				continue
 			}
 			changed++
 			b := i / bucketSlots
 			switch {
-			case before[i] == want && (sh.heads[i].id == id || sh.heads[i].id == 0):
-			case before[i].id == 0 && sh.heads[i].id == id && (b == b1 || b == b2):
+			case before[i] == want && (after[i].id == id || after[i].id == 0):
+			case before[i].id == 0 && after[i].id == id && (b == b1 || b == b2):
 			default:
-				t.Fatalf("slot %d: %x replaced by %x; the victim is %x, the new key %x", i, before[i].id, sh.heads[i].id, want.id, id)
+				t.Fatalf("slot %d: %x replaced by %x; the victim is %x, the new key %x", i, before[i].id, after[i].id, want.id, id)
 			}
 		}
 		if changed == 0 || changed > 2 || sh.find(id) < 0 || sh.find(want.id) >= 0 {
@@ -204,7 +205,7 @@ func TestFullStoreStaysFlat(t *testing.T) {
 	}
 	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 60_000}}}
 	key := make([]byte, 0, 64)
-	var tables [shardCount]*head
+	var tables [shardCount]*uint64
 	for i := range 1_000_000 {
 		clock += 250 // µs
 		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
@@ -219,15 +220,15 @@ func TestFullStoreStaysFlat(t *testing.T) {
 			}
 			for j := range s.shards {
 				sh := &s.shards[j]
-				if len(sh.heads) != sh.full*bucketSlots {
-					t.Fatalf("shard %d at its cap has %d slots, want %d", j, len(sh.heads), sh.full*bucketSlots)
+				if len(sh.ids) != sh.full*bucketSlots {
+					t.Fatalf("shard %d at its cap has %d slots, want %d", j, len(sh.ids), sh.full*bucketSlots)
 				}
-				tables[j] = unsafe.SliceData(sh.heads)
+				tables[j] = unsafe.SliceData(sh.ids)
 			}
 		}
 	}
 	for j := range s.shards {
-		if unsafe.SliceData(s.shards[j].heads) != tables[j] {
+		if unsafe.SliceData(s.shards[j].ids) != tables[j] {
 			t.Fatalf("shard %d: its table was reallocated at the cap", j)
 		}
 	}
@@ -268,14 +269,14 @@ func TestKicksRunningOut(t *testing.T) {
 	} {
 		sh := newShard(c.max)
 		for _, id := range ids[:16] {
-			sh.add(head{id, packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(id >> 1)}, now, nil)
+			sh.add(id, entry{packMeta(limit.FixedWindow, now+100, 1, 3), words{int64(id >> 1)}}, now, nil)
 		}
-		if nb := len(sh.heads) / bucketSlots; nb != 3 {
+		if nb := len(sh.ids) / bucketSlots; nb != 3 {
 			t.Fatalf("max %d: %d buckets for 16 entries, want 3", c.max, nb)
 		}
-		sh.add(head{ids[16], packMeta(limit.FixedWindow, now+100, 1, 3)}, words{int64(ids[16] >> 1)}, now, nil)
+		sh.add(ids[16], entry{packMeta(limit.FixedWindow, now+100, 1, 3), words{int64(ids[16] >> 1)}}, now, nil)
 		check(t, sh)
-		if nb := len(sh.heads) / bucketSlots; nb != c.wantBuckets || sh.evicted != c.wantEvicted || sh.n != c.wantN {
+		if nb := len(sh.ids) / bucketSlots; nb != c.wantBuckets || sh.evicted != c.wantEvicted || sh.n != c.wantN {
 			t.Fatalf("max %d: %d buckets, %d evicted, %d held; want %d, %d, %d", c.max, nb, sh.evicted, sh.n, c.wantBuckets, c.wantEvicted, c.wantN)
 		}
 	}
@@ -291,7 +292,7 @@ func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
 	now := int64(1_000)
 	put := func(exp int64) {
 		id := rng.Uint64() | 1
-		sh.add(head{id, packMeta(limit.FixedWindow, exp, 1, 3)}, words{int64(id >> 1)}, now, nil)
+		sh.add(id, entry{packMeta(limit.FixedWindow, exp, 1, 3), words{int64(id >> 1)}}, now, nil)
 	}
 	for i := range 3000 {
 		if i%2 == 0 {
@@ -307,27 +308,27 @@ func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
 		t.Fatalf("cursor %d, %d reclaimed: the sweep ran while every entry was live", sh.sweep, sh.reclaimed)
 	}
 	now += 2_000 // the first half has expired: a pass starts
-	for sh.sweep < len(sh.heads)/2 {
+	for sh.sweep < len(sh.ids)/2 {
 		sh.sweepSome(now, sweepSlots)
 	}
 	// Behind the cursor: entries rewritten to expire soon.
 	for j := 0; j < sh.sweep; j += 17 {
-		if sh.heads[j].id != 0 {
-			sh.heads[j].meta = packMeta(limit.FixedWindow, now+1+rng.Int64N(50), 1, 3)
-			sh.wrote(sh.heads[j].exp())
+		if sh.ids[j] != 0 {
+			sh.ents[j].meta = packMeta(limit.FixedWindow, now+1+rng.Int64N(50), 1, 3)
+			sh.wrote(sh.ents[j].exp())
 		}
 	}
-	for range len(sh.heads) / sweepSlots { // the pass ends
+	for range len(sh.ids) / sweepSlots { // the pass ends
 		sh.sweepSome(now, sweepSlots)
 	}
 	now += 100 // the short-lived entries have expired
-	for range 2*len(sh.heads)/sweepSlots + 1 {
+	for range 2*len(sh.ids)/sweepSlots + 1 {
 		sh.sweepSome(now, sweepSlots)
 	}
 	check(t, sh)
-	for i, h := range sh.heads {
-		if h.id != 0 && h.exp() <= now {
-			t.Fatalf("slot %d: expired at %d, now %d, two passes later", i, h.exp(), now)
+	for i, id := range sh.ids {
+		if id != 0 && sh.ents[i].exp() <= now {
+			t.Fatalf("slot %d: expired at %d, now %d, two passes later", i, sh.ents[i].exp(), now)
 		}
 	}
 	if want := uint64(1500); sh.reclaimed < want {
@@ -353,7 +354,7 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 		if p < 0 {
 			t.Fatalf("%s: no entry", key)
 		}
-		return sh.heads[p].meta
+		return sh.ents[p].meta
 	}
 	for _, c := range []struct {
 		n     int
@@ -425,7 +426,7 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 	}
 	for i := range s.shards {
 		s.shards[i].mu.Lock()
-		s.shards[i].sweepSome(now.UnixMilli(), len(s.shards[i].heads)+1)
+		s.shards[i].sweepSome(now.UnixMilli(), len(s.shards[i].ids)+1)
 		s.shards[i].mu.Unlock()
 	}
 	if n := held(); n != 0 {
@@ -449,4 +450,19 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 	if n := held(); n != 0 {
 		t.Fatalf("%d epochs held after their entries were evicted, want 0", n)
 	}
+}
+
+// slot is one slot of a table: its id and its entry.
+type slot struct {
+	id uint64
+	entry
+}
+
+// slotsOf returns a copy of sh's slots.
+func slotsOf(sh *shardData) []slot {
+	ss := make([]slot, len(sh.ids))
+	for i := range ss {
+		ss[i] = slot{sh.ids[i], sh.ents[i]}
+	}
+	return ss
 }

@@ -1,6 +1,7 @@
 package promlimit_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -35,7 +36,9 @@ type observer interface {
 // TestPrometheusExporterGivesPromlimitsNames: the same events through
 // promlimit, and through otellimit and the OTel Prometheus exporter (its
 // default translation), give the same metric names, each with the same
-// label names, so that promlimit's dashboard and alerts read either.
+// label names, so that promlimit's dashboard and alerts read either; and
+// the same series with the same values (counters, gauges, histogram
+// buckets), so that both record the same facts.
 func TestPrometheusExporterGivesPromlimitsNames(t *testing.T) {
 	preg := prometheus.NewRegistry()
 	pobs, err := promlimit.New(preg)
@@ -76,6 +79,10 @@ func TestPrometheusExporterGivesPromlimitsNames(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("through the OTel Prometheus exporter:\n%s\npromlimit:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+	want, got = seriesValues(t, preg), seriesValues(t, oreg)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("series through the OTel Prometheus exporter:\n%s\npromlimit:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // families lists reg's metric families as "name{label,...}", sorted.
@@ -97,6 +104,42 @@ func families(t *testing.T, reg *prometheus.Registry) []string {
 		}
 		slices.Sort(labels)
 		out = append(out, mf.GetName()+"{"+strings.Join(labels, ",")+"}")
+	}
+	slices.Sort(out)
+	return out
+}
+
+// seriesValues lists reg's series as "name{label=value,...} value", sorted; a
+// histogram's value is its count, its sum and its cumulative buckets.
+func seriesValues(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			slices.Sort(labels)
+			var v string
+			switch {
+			case m.Counter != nil:
+				v = fmt.Sprint(m.GetCounter().GetValue())
+			case m.Gauge != nil:
+				v = fmt.Sprint(m.GetGauge().GetValue())
+			case m.Histogram != nil:
+				h := m.GetHistogram()
+				v = fmt.Sprintf("count=%d sum=%g", h.GetSampleCount(), h.GetSampleSum())
+				for _, b := range h.GetBucket() {
+					v += fmt.Sprintf(" le%g=%d", b.GetUpperBound(), b.GetCumulativeCount())
+				}
+			}
+			out = append(out, mf.GetName()+"{"+strings.Join(labels, ",")+"} "+v)
+		}
 	}
 	slices.Sort(out)
 	return out

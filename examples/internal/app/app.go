@@ -518,12 +518,10 @@ func Serve(framework string, c Config, l *Limiters, h http.Handler) error {
 	if err != nil {
 		return err
 	}
-	return ServeListener(framework, ln, l, func(ln net.Listener) error {
+	return ServeListener(framework, ln, l, func(ctx context.Context, ln net.Listener) error {
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		errc := make(chan error, 1)
 		go func() { errc <- srv.Serve(ln) }()
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
 		select {
 		case err := <-errc:
 			return err
@@ -535,15 +533,26 @@ func Serve(framework string, c Config, l *Limiters, h http.Handler) error {
 	})
 }
 
-// ServeListener prints the start-up line for ln and runs serve(ln); for
-// frameworks that run their own server (fiber).
-func ServeListener(framework string, ln net.Listener, l *Limiters, serve func(net.Listener) error) error {
+// ServeListener prints the start-up line for ln and runs serve(ctx, ln),
+// for frameworks that run their own server (fiber): ctx is done on SIGINT or
+// SIGTERM, caught from before the start-up line on (a signal sent as soon as
+// the line is read shuts the server down gracefully rather than killing it),
+// and serve then shuts its server down and returns. With -otel the last
+// measurements are exported after serve returns.
+func ServeListener(framework string, ln net.Listener, l *Limiters, serve func(ctx context.Context, ln net.Listener) error) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	if l.RedisStatus != "" {
 		fmt.Fprintf(os.Stdout, "quotagate example (%s): %s\n", framework, l.RedisStatus)
 	}
 	fmt.Fprintf(os.Stdout, "quotagate example (%s) listening on http://%s store=%s; %s\n",
 		framework, ln.Addr(), l.StoreName, l.Describe())
-	err := serve(ln)
+	err := serve(ctx, ln)
+	if l.flush != nil {
+		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.flush(fctx)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -559,11 +568,6 @@ func Main(framework string, searchCost func(limit.Request) int64, wire func(*Lim
 	}
 	if err := Serve(framework, c, l, wire(l)); err != nil {
 		fatal(err)
-	}
-	if l.flush != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		l.flush(ctx)
 	}
 }
 
