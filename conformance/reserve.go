@@ -77,11 +77,15 @@ func reserveDifferential(t *testing.T, newStore NewStoreFunc) {
 }
 
 // reserveCancelExact reserves 200 slots of one token bucket (50 per second,
-// burst 1, MaxWait 10 s) at one instant, cancels 100 of them, chosen at
-// random, halfway through the waits, and checks that the store's state
-// then equals that of a model that only ever saw the 100 remaining
-// reservations: every cancellation gave back exactly its cost, and the
-// bucket keeps accounting for each reservation still waiting.
+// burst 1, MaxWait 10 s) at one instant and, halfway through the waits,
+// first gives back reservations that are not the latest (chosen at
+// random): nothing comes back, the state is unchanged (their slots pass
+// unused; moving the TAT back would give the latest one's slot out
+// twice). Then it cancels 100 as a Limiter's waiting line does, each time
+// giving back the latest reservation still held, and checks that the
+// store's state then equals that of a model that only ever saw the 100
+// remaining reservations: every cancellation gave back exactly its cost,
+// and the bucket keeps accounting for each reservation still waiting.
 func reserveCancelExact(t *testing.T, newStore NewStoreFunc) {
 	clock := limittest.NewClock(epoch)
 	store := newStore(t, clock.Now)
@@ -104,34 +108,48 @@ func reserveCancelExact(t *testing.T, newStore NewStoreFunc) {
 		res[i] = r
 	}
 	clock.Advance(time.Second) // halfway: slots 0..50 have begun
-	rng := rand.New(rand.NewPCG(3, 5))
-	remaining := n
-	for _, i := range rng.Perm(n - 51) {
-		if remaining == 100 {
-			break
-		}
+	giveBack := func(i int) {
+		t.Helper()
 		c := op
 		c.Refund, c.WaitMS = true, 0
-		c.Quotas[0].Window = res[51+i].Quotas[0].Window
+		c.Quotas[0].Window = res[i].Quotas[0].Window
 		if _, err := store.Take(context.Background(), &c); err != nil {
 			t.Fatal(err)
 		}
+	}
+	probe := op
+	probe.Cost, probe.WaitMS = 1, 0
+	ask := func() limitstore.Result {
+		t.Helper()
+		got, err := store.Take(context.Background(), &probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Quotas[0].TTLMS = 0
+		return got
+	}
+	before := ask()
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, i := range rng.Perm(n - 52)[:20] {
+		giveBack(51 + i) // not the latest (199)
+	}
+	if got := ask(); got != before {
+		t.Fatalf("after 20 give-backs of reservations a later one followed:\n got %+v\nwant %+v (unchanged)", got, before)
+	}
+	remaining := n
+	for remaining > 100 {
 		remaining--
+		giveBack(remaining) // the latest still held
 	}
 	// The model: the 100 remaining reservations alone, at the same instant.
 	ref := &model{m: map[string]modelEntry{}}
 	for range remaining {
 		ref.take(&op, epoch.UnixMilli())
 	}
-	probe := op
-	probe.Cost, probe.WaitMS = 1, 0
 	now := clock.Now().UnixMilli()
 	want := ref.take(&probe, now)
-	got, err := store.Take(context.Background(), &probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Quotas[0].TTLMS, want.Quotas[0].TTLMS = 0, 0
+	got := ask()
+	want.Quotas[0].TTLMS = 0
 	if got != want {
 		t.Fatalf("after 100 cancellations:\n got %+v\nwant %+v (the 100 remaining reservations alone)", got, want)
 	}

@@ -181,9 +181,13 @@ type Policy struct {
 	// begins; Consume and ConsumeN return then. Decision.Waited says how
 	// long. Otherwise the request is limited as without MaxWait and
 	// nothing is reserved. A request whose context ends while it waits
-	// gives its reservation back in one store call (exactly its cost) and
-	// is limited; so does, at once, one whose slot begins after its
-	// context's deadline (its store call came back that late). Waiting
+	// gives its reservation back in one store call (exactly its cost;
+	// nothing when another process reserved after this Limiter's latest
+	// reservation and still waits: that slot then passes unused rather
+	// than being given out twice) and is limited; so does, at once, one whose slot begins after its
+	// context's deadline (its store call came back that late). A context
+	// that reaches its deadline once the slot has begun ends no wait: the
+	// request is admitted, however late its goroutine hears of either. Waiting
 	// requests are served one emission interval (Window/Limit) per cost
 	// unit apart, across every process on the store, in the order they
 	// reserved, and within this Limiter in the order they arrived (never past a request's own MaxWait or deadline);

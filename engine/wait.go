@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -59,13 +60,21 @@ type arrival struct {
 // When a waiter's context ends, the waiters after it move one slot earlier
 // each and the line's last slot is the one given back: the slots still
 // held stay one emission interval apart, with no hole, and the store's
-// state after the Refund is what the remaining reservations account for.
+// state after the Refund is what the remaining reservations account for
+// (the slots freed reach the store in the order freed, latest first: it
+// gives back only its latest reservation).
 // Lines are per Limiter (per process): across processes the store's order
 // stands. No goroutine or timer is added: each waiter keeps its one timer
 // and is told (moved) when its slot changes.
 type line struct {
 	waiters []*waiter     // in the order they are given slots
 	slots   []reservation // by instant; waiters[i] holds slots[i]
+	// givingBack is closed once the line's latest give-back (see leave)
+	// has been answered; nil: none under way. The store gives a
+	// reservation back only while it is the latest (see
+	// limitstore.Quota's refund), so the slots freed, latest first, must
+	// reach it in that order.
+	givingBack chan struct{}
 }
 
 // lineKey names a line: the Op's keys and its cost.
@@ -195,23 +204,42 @@ func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
 }
 
 // leave takes w out of line k, whose waiters after it move one slot
-// earlier each, and returns the slot freed: the line's last.
-func (l *Limiter) leave(k lineKey, w *waiter) reservation {
+// earlier each, and returns the slot freed: the line's last. The caller
+// gives that slot back once after (the give-back of the slot freed
+// before it; nil: none) is closed, then calls gaveBack(k, done).
+func (l *Limiter) leave(k lineKey, w *waiter) (freed reservation, after <-chan struct{}, done chan struct{}) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
 	ln := l.lines[k]
 	i := slices.Index(ln.waiters, w)
 	ln.waiters = slices.Delete(ln.waiters, i, i+1)
 	last := len(ln.slots) - 1
-	freed := ln.slots[last]
+	freed = ln.slots[last]
 	ln.slots = ln.slots[:last]
 	ln.handOut(i)
-	l.dropIfEmpty(k, ln)
-	return freed
+	if ln.givingBack != nil {
+		after = ln.givingBack
+	}
+	done = make(chan struct{})
+	ln.givingBack = done
+	return freed, after, done
 }
 
+// gaveBack ends the give-back of line k that closes done.
+func (l *Limiter) gaveBack(k lineKey, done chan struct{}) {
+	l.linesMu.Lock()
+	defer l.linesMu.Unlock()
+	close(done)
+	if ln := l.lines[k]; ln != nil && ln.givingBack == done {
+		ln.givingBack = nil
+		l.dropIfEmpty(k, ln)
+	}
+}
+
+// dropIfEmpty forgets line k, ln, once it has neither waiters nor a
+// give-back under way.
 func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
-	if len(ln.waiters) == 0 {
+	if len(ln.waiters) == 0 && ln.givingBack == nil {
 		delete(l.lines, k)
 	}
 }
@@ -222,7 +250,9 @@ func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
 // admitted, with the numbers of that slot, its ResetAfter counted down by
 // the wait. When ctx ends first, or when the slot it holds begins after
 // ctx's deadline (a store call that came back late: the waiter could
-// only sleep until its deadline), it gives up: see giveUp. Either way
+// only sleep until its deadline), it gives up: see giveUp. A deadline
+// reached once the slot has begun is no end first, whichever the waiter
+// hears first: the slot began while ctx was live. Either way
 // d.Waited is the time waited and the Observer hears of it.
 func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
@@ -232,6 +262,7 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 	due := l.join(k, w)
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
+waiting:
 	for {
 		if !w.deadline.IsZero() && due.After(w.deadline) {
 			l.giveUp(ctx, d, w, k, start)
@@ -241,12 +272,22 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 		case <-t.C:
 		case <-w.moved:
 		case <-ctx.Done():
+			// At its deadline the slot it holds has begun (it begins
+			// no later: see mayTake), while the context was live: the
+			// slot is its own, whether the timer or the context was
+			// heard first (a late wake is the scheduler's, and the
+			// slot would pass unused). Any other end gives up.
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				if _, begun := l.slot(k, w); begun {
+					break waiting
+				}
+			}
 			l.giveUp(ctx, d, w, k, start)
 			return
 		}
 		var begun bool
 		if due, begun = l.slot(k, w); begun {
-			break
+			break waiting
 		}
 		t.Reset(time.Until(due))
 	}
@@ -260,16 +301,20 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 
 // giveUp ends w's wait, begun at start, unserved: w leaves line k, the
 // slot freed is given back in one Refund (it is still ahead, so all of its
-// cost comes back) and d becomes limited, with RetryAfter the time w's
-// slot was still away.
+// cost comes back), after the line's give-backs under way, and d becomes
+// limited, with RetryAfter the time w's slot was still away.
 func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
 	d.Waited = time.Since(start)
-	freed := l.leave(k, w)
+	freed, after, done := l.leave(k, w)
 	left := time.Until(w.r.due) // out of the line: w.r is its own again
 	freed.apply(d)              // the charge given back: the line's last slot
+	if after != nil {
+		<-after // the later slot freed before this one goes back first
+	}
 	// The request's context may have ended: the refund has a context of
 	// its own (the store's timeout bounds it; package guard).
 	l.giveBack(context.WithoutCancel(ctx), &d.charge, d.charge.cost)
+	l.gaveBack(k, done)
 	d.charge.lim = nil
 	d.Allowed, d.Outcome = false, OutcomeLimited
 	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)

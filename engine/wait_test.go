@@ -481,3 +481,27 @@ func TestMaxWaitArrivalOrderKeepsTheLocalDeadline(t *testing.T) {
 		}
 	})
 }
+
+// A waiter whose slot begins at its deadline is served then: its context
+// reaching the deadline once the slot has begun ends no wait, whichever
+// of its timer and its context the waiter hears first.
+func TestMaxWaitSlotAtTheDeadlineIsServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		l := mustNew(t, store, feedPolicy())
+		start := time.Now()
+		l.Consume(context.Background(), "c") // the burst: the next slot at 200 ms
+		after := make(chan struct{})
+		store.holds = []hold{{after: after}}
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancel()
+		w := waitFor(ctx, l) // reserves 200 ms (before 250 ms); its answer held
+		synctest.Wait()
+		time.Sleep(50 * time.Millisecond)
+		close(after) // back at 50 ms: its slot is 250 ms here, the deadline
+		d := <-w
+		if at := time.Since(start); !d.Allowed || at != 250*time.Millisecond || d.Waited != 200*time.Millisecond {
+			t.Fatalf("slot at the deadline: %+v at %v; want served at 250ms after a wait of 200ms", d, at)
+		}
+	})
+}

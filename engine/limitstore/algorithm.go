@@ -563,11 +563,15 @@ func (q *Quota) gcra(r *QuotaResult, s *State, cost, wait, now int64, m mode) {
 // would (windowView, tatOffset), so that the numbers hold.
 //
 // A reservation (see Op.WaitMS) whose request gives up before its slot is
-// given back by the same Refund, with the Window of its admission: its slot
-// is still ahead, so all of its cost comes back, exactly, whatever was
-// reserved after it (the TAT moves back by the cost; the later
-// reservations keep their slots, and the next request reserves the one
-// freed at the end).
+// given back by the same Refund, with the Window of its admission: when it
+// is the latest reservation (its Window is the state's TAT, rounded up)
+// its slot is still ahead, so all of its cost comes back, exactly, and the
+// next request reserves the slot it freed. A charge, reservation or not,
+// that a reservation still ahead followed gives nothing back: the TAT
+// alone cannot hold a gap between reservations, and moving it back would
+// give the next request the latest reservation's slot a second time (the
+// freed slot passes unused instead; a Limiter gives back its own latest
+// reservation, see the engine's waiting line).
 func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 	before := *s
 	switch q.Algorithm {
@@ -583,6 +587,14 @@ func (q *Quota) refund(r *QuotaResult, s *State, cost, now int64) {
 				g = 0
 			} else if d <= g/q.Limit {
 				g = d * q.Limit
+			}
+			if off > q.Burst*q.WindowMS && now+ceilDiv(off, q.Limit) != q.Window {
+				// A reservation still ahead (the TAT past a whole
+				// bucket) that is not this charge (whose TAT, rounded
+				// up, is not the state's) holds its instant: moving the
+				// TAT back would give the next request that slot a
+				// second time. Nothing comes back.
+				g = 0
 			}
 			off = max(off-g, 0)
 			s.TAT, s.TATFrac = now+off/q.Limit, off%q.Limit

@@ -555,7 +555,8 @@ func BenchmarkApply(b *testing.B) {
 // A reservation's cancellation is a Refund with its Window: before its slot
 // it gives back exactly its cost (the next request reserves the freed
 // slot); once its slot has begun, only what the bucket has not refilled
-// past, never time a later request uses.
+// past, never time a later request uses; and nothing while a later
+// reservation is still ahead (its slot would be given out twice).
 func TestReservationCancel(t *testing.T) {
 	q := Quota{Algorithm: TokenBucket, Limit: 50, WindowMS: 1000, Burst: 1, MaxWaitMS: 1000}
 	op := Op{Cost: 1, N: 1, WaitMS: 1000, Quotas: [MaxQuotas]Quota{q}}
@@ -582,12 +583,22 @@ func TestReservationCancel(t *testing.T) {
 	if sts[0].TAT != 60 || sts[0].TATFrac != 0 {
 		t.Fatalf("TAT %d+%d/50, want 60: three slots after the burst's", sts[0].TAT, sts[0].TATFrac)
 	}
-	cancel(a, 30) // a's slot (20..40) half over: the 10 ms left come back
-	if sts[0].TAT != 50 {
-		t.Fatalf("TAT %d, want 50: only the 10 ms of the slot not yet refilled", sts[0].TAT)
+	c := take(10, 50) // slot 60
+	cancel(a, 15)     // before its slot, but c's is still ahead: nothing comes back
+	if sts[0].TAT != 80 {
+		t.Fatalf("TAT %d, want 80: the reservation at 60 keeps its slot (a TAT of 60 would give it out again)", sts[0].TAT)
 	}
-	cancel(a, 45) // a's slot is over: nothing comes back
-	if sts[0].TAT != 50 {
+	cancel(c, 15) // the latest, before its slot: all of it
+	if sts[0].TAT != 60 {
+		t.Fatalf("TAT %d, want 60: the latest reservation given back whole", sts[0].TAT)
+	}
+	d := take(15, 45) // gets slot 60 again
+	cancel(d, 70)     // its slot (60..80) half over, none ahead: the 10 ms left come back
+	if sts[0].TAT != 70 {
+		t.Fatalf("TAT %d, want 70: only the 10 ms of the slot not yet refilled", sts[0].TAT)
+	}
+	cancel(d, 85) // its slot is over: nothing comes back
+	if sts[0].TAT != 70 {
 		t.Fatalf("a cancellation after its slot moved the TAT to %d", sts[0].TAT)
 	}
 }

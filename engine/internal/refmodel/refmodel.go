@@ -293,7 +293,9 @@ func (m *Bucket) Admit(t, cost int64) int64 {
 
 // refund gives back what is left at t of a charge whose bucket was empty
 // down to win (the TAT after it, ms rounded up): the charge's last
-// min(cost, burst) tokens, less what the bucket has refilled past win - t.
+// min(cost, burst) tokens, less what the bucket has refilled past win - t;
+// nothing when a later reservation is still ahead (level below zero, the
+// TAT not at win).
 func (m *Bucket) Refund(t, cost, win int64) bool {
 	lv, below := m.at(t)
 	full := m.burst * m.w
@@ -301,7 +303,10 @@ func (m *Bucket) Refund(t, cost, win int64) bool {
 		return false
 	}
 	g := min(cost, m.burst) * m.w
-	if win <= t {
+	if win <= t || lv < 0 && m.Window(t) != win {
+		// Refilled past, or followed by a reservation still ahead
+		// (the level below zero, and not at this charge's window),
+		// whose slot the time would give out a second time.
 		g = 0
 	} else {
 		g = min(g, (win-t)*m.limit)

@@ -486,7 +486,8 @@ local function library(call, floor, byte, sunpack, spack, K)
           local tau, off, norm = bucketview(sa, sb, now, lim, w, x, mw)
           if refund then
             -- Quota.refund: TAT = max(TAT - g, now), g what is left of the
-            -- charge, whose TAT (rounded up) is cw.
+            -- charge, whose TAT (rounded up) is cw; none when a later
+            -- reservation is still ahead.
             if off > 0 then
               local c = rc
               if c > x then
@@ -498,6 +499,19 @@ local function library(call, floor, byte, sunpack, spack, K)
                 g = 0
               elseif d * lim < g then
                 g = d * lim
+              end
+              if off > tau then
+                -- A reservation still ahead that is not this charge
+                -- (the TAT, rounded up, is not cw) keeps its slot:
+                -- nothing comes back.
+                local up = off % lim
+                local tc = now + (off - up) / lim
+                if up > 0 then
+                  tc = tc + 1
+                end
+                if tc ~= cw then
+                  g = 0
+                end
               end
               off = off - g
               if off < 0 then
