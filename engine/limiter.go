@@ -319,7 +319,7 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 	d.Limit = set.q[d.quota].limit
 	var line lineKey
 	if wait.ticket != 0 && d.waitMS > 0 && d.Allowed {
-		line = lineKey{keys: string(sc.key), cost: cost}
+		line = lineKey{keys: string(sc.key), local: d.charge.local, cost: cost}
 	}
 	if own {
 		l.scratch.Put(sc)

@@ -181,11 +181,16 @@ type Policy struct {
 	// begins; Consume and ConsumeN return then. Decision.Waited says how
 	// long. Otherwise the request is limited as without MaxWait and
 	// nothing is reserved. A request whose context ends while it waits
-	// gives its reservation back in one store call (exactly its cost;
-	// nothing when another process reserved after this Limiter's latest
-	// reservation and still waits: that slot then passes unused rather
-	// than being given out twice) and is limited; so does, at once, one whose slot begins after its
-	// context's deadline (its store call came back that late). A context
+	// is limited, returning after one store call at most, and its
+	// Limiter gives a slot back (exactly its cost): the line's latest,
+	// one Refund at a time, the later ones while its other requests
+	// wait. A slot the store cannot take back (something was reserved
+	// after it: another process, another cost, a request of this
+	// Limiter on its way) stays reserved, and the Limiter's next request
+	// of that cost takes it instead of its own later slot; one nobody
+	// takes before it begins passes unused rather than being given out
+	// twice. A request whose slot begins after its context's deadline
+	// (its store call came back that late) gives up so, at once. A context
 	// that reaches its deadline once the slot has begun ends no wait: the
 	// request is admitted, however late its goroutine hears of either. Waiting
 	// requests are served one emission interval (Window/Limit) per cost

@@ -47,40 +47,53 @@ type arrival struct {
 }
 
 // A line holds the waiters of one Limiter whose reservations are
-// interchangeable: the same keys (bucket, identity, plan, quotas) and the
-// same cost. The store hands out slots in the order the reservations reach
-// it, which is not the order in which the requests arrived (the scheduler,
-// the store's lock or connections, batching); the line gives its slots to
-// its waiters in the order of their arrival instead, a swap the store
-// never sees (every slot stays reserved). A waiter is moved to a later
-// slot only when that slot begins no later than its own bound (latestMS,
-// on the store's clock, as the store checked its reservation) and, on
-// this process's clock, no later than its context's deadline: a
-// reservation keeps its promise of MaxWait and the deadline.
-// When a waiter's context ends, the waiters after it move one slot earlier
-// each and the line's last slot is the one given back: the slots still
-// held stay one emission interval apart, with no hole, and the store's
-// state after the Refund is what the remaining reservations account for
-// (the slots freed reach the store in the order freed, latest first: it
-// gives back only its latest reservation).
+// interchangeable: the same keys (bucket, identity, plan, quotas), the
+// same store and the same cost. The store hands out slots in the order the
+// reservations reach it, which is not the order in which the requests
+// arrived (the scheduler, the store's lock or connections, batching); the
+// line gives its slots to its waiters in the order of their arrival
+// instead, a swap the store never sees (every slot stays reserved). A
+// waiter is moved to a later slot only when that slot begins no later
+// than its own bound (latestMS, on the store's clock, as the store checked
+// its reservation) and, on this process's clock, no later than its
+// context's deadline: a reservation keeps its promise of MaxWait and the
+// deadline.
+// The waiters hold the line's earliest slots; the slots after theirs are
+// spare: reserved in the store and held by nobody. When a waiter's context
+// ends, the waiters after it move one slot earlier each and the last slot
+// they held becomes spare. Spare slots go back to the store latest first,
+// one Refund at a time (see giveBackSpare); the store gives back only its
+// latest reservation (see limitstore.Quota's refund), so a spare that a
+// later reservation follows (one of this Limiter still on its way, another
+// line's, another process's) stays reserved, and the line keeps it: the
+// next waiter to join takes it instead of its own later slot, which then
+// is the line's latest, to be given back in turn. A spare whose instant
+// has passed is dropped.
 // Lines are per Limiter (per process): across processes the store's order
-// stands. No goroutine or timer is added: each waiter keeps its one timer
-// and is told (moved) when its slot changes.
+// stands. Each waiter keeps its one timer and is told (moved) when its
+// slot changes; the give-backs after a give-up's one run on a goroutine
+// of a waiting waiter's (helpGiveBack), which it waits for before it
+// returns.
 type line struct {
 	waiters []*waiter     // in the order they are given slots
-	slots   []reservation // by instant; waiters[i] holds slots[i]
-	// givingBack is closed once the line's latest give-back (see leave)
-	// has been answered; nil: none under way. The store gives a
-	// reservation back only while it is the latest (see
-	// limitstore.Quota's refund), so the slots freed, latest first, must
-	// reach it in that order.
-	givingBack chan struct{}
+	slots   []reservation // by instant; waiters[i] holds slots[i], slots[len(waiters):] are spare
+	// giving reports a Refund of a spare under way (the slot is out of
+	// slots until answered): one at a time, so that they reach the store
+	// latest first.
+	giving bool
+	rtt    time.Duration // how long the line's last Refund took
+	// sweep drops the spares once the last one has passed, armed while
+	// the line has spares and no waiters; nil: not armed.
+	sweep *time.Timer
+	ch    charge // the charge of the line's slots, less each slot's own numbers
 }
 
-// lineKey names a line: the Op's keys and its cost.
+// lineKey names a line: the Op's keys, its store (FailLocal's local one
+// or the shared one) and its cost.
 type lineKey struct {
-	keys string
-	cost int64
+	keys  string
+	local bool
+	cost  int64
 }
 
 // waiter is one waiting request.
@@ -90,6 +103,7 @@ type waiter struct {
 	deadline time.Time     // its context's deadline; zero: none
 	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
 	moved    chan struct{} // signalled when r changes
+	help     chan struct{} // signalled when the line has spares to give back and no Refund under way
 }
 
 // reservation is one slot the store reserved and the Decision's numbers
@@ -105,6 +119,8 @@ type reservation struct {
 	limit      int64
 	windows    [limitstore.MaxQuotas]int64
 	epochs     [limitstore.MaxQuotas]int64
+	lease      int64 // the charge's Result.Lease, to give the slot back with
+	refused    bool  // spare, and the store gave nothing back for it since the line last gave one back
 }
 
 // reservationOf is d's slot, whose wait began at start.
@@ -113,7 +129,7 @@ func reservationOf(d *Decision, start time.Time) reservation {
 		slotMS: d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds() + d.waitMS, // the store's now + the wait
 		due:    start.Add(time.Duration(d.waitMS) * time.Millisecond),
 		waitMS: d.waitMS, remaining: d.Remaining, resetAfter: d.ResetAfter, resetAt: d.ResetAt,
-		quota: d.quota, limit: d.Limit, windows: d.charge.windows, epochs: d.charge.epochs,
+		quota: d.quota, limit: d.Limit, windows: d.charge.windows, epochs: d.charge.epochs, lease: d.charge.lease,
 	}
 }
 
@@ -123,12 +139,14 @@ func (r *reservation) apply(d *Decision) {
 	d.quota, d.Limit, d.charge.windows, d.charge.epochs = r.quota, r.limit, r.windows, r.epochs
 }
 
-// join puts w, holding reservation w.r, in line k: before the first
-// waiter that arrived after it, unless a waiter it would move to a later
-// slot could not take it (that waiter's bound) or w could not take the
-// slot of its place (its own), and hands the slots out again from there.
-// It returns the instant of w's slot.
-func (l *Limiter) join(k lineKey, w *waiter) time.Time {
+// join puts w, holding reservation w.r charged as c, in line k: before
+// the first waiter that arrived after it, unless a waiter it would move to
+// a later slot could not take it (that waiter's bound) or w could not take
+// the slot of its place (its own), and hands the slots out again from
+// there (a spare slot earlier than w's own is taken: w's own becomes
+// spare, given back while the line waits: see helpGiveBack). It returns
+// the instant of w's slot.
+func (l *Limiter) join(k lineKey, w *waiter, c *charge) time.Time {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
 	if l.lines == nil {
@@ -139,19 +157,22 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 		ln = &line{}
 		l.lines[k] = ln
 	}
+	ln.ch = *c
+	ln.dropPassed(time.Now())
+	n := len(ln.waiters)
 	rp := len(ln.slots) // where w's reservation goes, by instant
 	for rp > 0 && ln.slots[rp-1].slotMS > w.r.slotMS {
 		rp--
 	}
 	ln.slots = slices.Insert(ln.slots, rp, w.r)
 	p := 0 // before the first waiter that arrived after w (the order may have exceptions: bounds)
-	for p < len(ln.waiters) && ln.waiters[p].ticket < w.ticket {
+	for p < n && ln.waiters[p].ticket < w.ticket {
 		p++
 	}
-	// Waiters p..rp-1 would each move one slot later: not past their
-	// bound. (Waiters rp..p-1, when w's slot is earlier than theirs
+	// Waiters p..min(rp, n)-1 would each move one slot later: not past
+	// their bound. (Waiters rp..p-1, when w's slot is earlier than theirs
 	// although it arrived after them, move one slot earlier.)
-	for j := rp - 1; j >= p; j-- {
+	for j := min(rp, n) - 1; j >= p; j-- {
 		if !ln.waiters[j].mayTake(&ln.slots[j+1]) {
 			p = j + 1
 			break
@@ -163,7 +184,20 @@ func (l *Limiter) join(k lineKey, w *waiter) time.Time {
 	}
 	ln.waiters = slices.Insert(ln.waiters, p, w)
 	ln.handOut(min(p, rp))
+	ln.wakeHelper()
 	return w.r.due
+}
+
+// wakeHelper asks the line's last waiter (the one whose slot is furthest)
+// to give its spares back while it waits (see helpGiveBack), when it has
+// spares to give and no Refund under way.
+func (ln *line) wakeHelper() {
+	if n := len(ln.waiters); n > 0 && ln.spareToGive() {
+		select {
+		case ln.waiters[n-1].help <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // mayTake reports whether w may be given slot r: within its bound on the
@@ -187,6 +221,21 @@ func (ln *line) handOut(from int) {
 	}
 }
 
+// dropPassed drops the spare slots whose instant is not after now: nobody
+// could be served at them any more.
+func (ln *line) dropPassed(now time.Time) {
+	n := len(ln.waiters)
+	kept := slices.DeleteFunc(ln.slots[n:], func(r reservation) bool { return !r.due.After(now) })
+	ln.slots = ln.slots[:n+len(kept)]
+}
+
+// spareToGive reports whether the line's latest slot is a spare worth a
+// Refund (the store has not refused it since the line last gave one back)
+// with none under way.
+func (ln *line) spareToGive() bool {
+	return !ln.giving && len(ln.slots) > len(ln.waiters) && !ln.slots[len(ln.slots)-1].refused
+}
+
 // slot reports the instant of w's slot, and, when it has begun, takes w
 // (and its slot) out of line k.
 func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
@@ -199,49 +248,181 @@ func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
 	i := slices.Index(ln.waiters, w)
 	ln.waiters = slices.Delete(ln.waiters, i, i+1)
 	ln.slots = slices.Delete(ln.slots, i, i+1)
-	l.dropIfEmpty(k, ln)
+	l.settle(k, ln)
 	return w.r.due, true
 }
 
 // leave takes w out of line k, whose waiters after it move one slot
-// earlier each, and returns the slot freed: the line's last. The caller
-// gives that slot back once after (the give-back of the slot freed
-// before it; nil: none) is closed, then calls gaveBack(k, done).
-func (l *Limiter) leave(k lineKey, w *waiter) (freed reservation, after <-chan struct{}, done chan struct{}) {
+// earlier each: the last slot they held becomes spare. It reports whether
+// spares are to be given back (see giveBackSpare).
+func (l *Limiter) leave(k lineKey, w *waiter) (give bool) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
 	ln := l.lines[k]
 	i := slices.Index(ln.waiters, w)
 	ln.waiters = slices.Delete(ln.waiters, i, i+1)
-	last := len(ln.slots) - 1
-	freed = ln.slots[last]
-	ln.slots = ln.slots[:last]
 	ln.handOut(i)
-	if ln.givingBack != nil {
-		after = ln.givingBack
-	}
-	done = make(chan struct{})
-	ln.givingBack = done
-	return freed, after, done
+	ln.dropPassed(time.Now())
+	give = ln.spareToGive()
+	l.settle(k, ln)
+	return give
 }
 
-// gaveBack ends the give-back of line k that closes done.
-func (l *Limiter) gaveBack(k lineKey, done chan struct{}) {
+// takeSpare takes line k's latest slot, a spare, out of the line for a
+// Refund, with the charge to give it back with; ok false: none to give
+// (see spareToGive). For a waiter w (nil: one that gave up) it takes one
+// only while w is in the line and its own slot is more than two of the
+// line's Refunds away: the waiter is not to be late for it.
+func (l *Limiter) takeSpare(k lineKey, w *waiter) (r reservation, c charge, ok bool) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
-	close(done)
-	if ln := l.lines[k]; ln != nil && ln.givingBack == done {
-		ln.givingBack = nil
-		l.dropIfEmpty(k, ln)
+	ln := l.lines[k]
+	if ln == nil {
+		return reservation{}, charge{}, false
+	}
+	if w != nil && (!slices.Contains(ln.waiters, w) || time.Until(w.r.due) <= 2*ln.rtt+time.Millisecond) {
+		return reservation{}, charge{}, false
+	}
+	ln.dropPassed(time.Now())
+	if !ln.spareToGive() {
+		l.settle(k, ln)
+		return reservation{}, charge{}, false
+	}
+	r = ln.slots[len(ln.slots)-1]
+	ln.slots = ln.slots[:len(ln.slots)-1]
+	ln.giving = true
+	c = ln.ch
+	c.windows, c.epochs, c.lease = r.windows, r.epochs, r.lease
+	return r, c, true
+}
+
+// gaveBack ends the Refund of line k's spare r, which took rtt: kept
+// reports that the store gave nothing back (the slot stays reserved: the
+// line keeps it, as a spare or for a waiter that joined meanwhile with a
+// later slot); otherwise it is gone, and the spares the store refused
+// before may be its latest now. It reports whether spares are to be given
+// back, and asks the line's last waiter to (see wakeHelper).
+func (l *Limiter) gaveBack(k lineKey, r reservation, kept bool, rtt time.Duration) (give bool) {
+	l.linesMu.Lock()
+	defer l.linesMu.Unlock()
+	ln := l.lines[k]
+	ln.giving, ln.rtt = false, rtt
+	if kept && r.due.After(time.Now()) { // one that has begun meanwhile: nobody could be served at it
+		r.refused = true
+		i := len(ln.slots)
+		for i > 0 && ln.slots[i-1].slotMS > r.slotMS {
+			i--
+		}
+		ln.slots = slices.Insert(ln.slots, i, r)
+		ln.handOut(i)
+	} else {
+		for i := range ln.slots {
+			ln.slots[i].refused = false
+		}
+	}
+	ln.dropPassed(time.Now())
+	give = ln.spareToGive()
+	ln.wakeHelper()
+	l.settle(k, ln)
+	return give
+}
+
+// settle forgets line k, ln, once it has neither waiters, spares nor a
+// Refund under way, and arms its sweep while it has spares and no
+// waiters (the lock held).
+func (l *Limiter) settle(k lineKey, ln *line) {
+	if len(ln.waiters) > 0 || ln.giving {
+		return
+	}
+	if len(ln.slots) == 0 {
+		if ln.sweep != nil {
+			ln.sweep.Stop()
+		}
+		delete(l.lines, k)
+		return
+	}
+	if ln.sweep == nil {
+		ln.sweep = time.AfterFunc(time.Until(ln.slots[len(ln.slots)-1].due), func() {
+			l.linesMu.Lock()
+			defer l.linesMu.Unlock()
+			if l.lines[k] != ln {
+				return
+			}
+			ln.sweep = nil
+			ln.dropPassed(time.Now())
+			l.settle(k, ln)
+		})
 	}
 }
 
-// dropIfEmpty forgets line k, ln, once it has neither waiters nor a
-// give-back under way.
-func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
-	if len(ln.waiters) == 0 && ln.givingBack == nil {
-		delete(l.lines, k)
+// giveBackSpare gives line k's latest spare back in one Refund, on the
+// calling goroutine, for w (see takeSpare; nil: a waiter that gave up),
+// and reports whether more are to be given back. The line's Refunds go one
+// at a time, latest first (the store gives back only its latest
+// reservation): a caller that gave up while one is under way returns at
+// once, and the spares left after one are given back by the line's
+// waiters while they wait (helpGiveBack), or taken by the next to join.
+func (l *Limiter) giveBackSpare(ctx context.Context, k lineKey, w *waiter) bool {
+	r, c, ok := l.takeSpare(k, w)
+	if !ok {
+		return false
 	}
+	// The request's context may have ended: the refund has a context of
+	// its own (the store's timeout bounds it; package guard).
+	t0 := time.Now()
+	kept := l.refundSlot(context.WithoutCancel(ctx), &c)
+	return l.gaveBack(k, r, kept, time.Since(t0))
+}
+
+// helpGiveBack gives line k's spares back for waiter w, one Refund after
+// another, while w's slot is far enough away (see takeSpare), and closes
+// done.
+func (l *Limiter) helpGiveBack(ctx context.Context, k lineKey, w *waiter, done chan struct{}) {
+	defer close(done)
+	for l.giveBackSpare(ctx, k, w) {
+	}
+}
+
+// refundSlot gives back c, a reserved slot, and reports whether the store
+// answered that nothing came back: every quota's state unchanged and, for
+// a token bucket, its TAT still at or after the slot's end (a later
+// reservation holds it). Anything else (an error, a partial refund, an
+// answer that says nothing) counts as given back: a slot kept that the
+// store freed would be handed out twice; one given up that it kept only
+// passes unused.
+func (l *Limiter) refundSlot(ctx context.Context, c *charge) (kept bool) {
+	if c.lim == nil {
+		return false
+	}
+	sc := l.scratch.Get().(*scratch)
+	defer l.scratch.Put(sc)
+	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
+	if over {
+		return false
+	}
+	op.Refund, op.Block.Lease = true, c.lease
+	for i := range min(op.N, limitstore.MaxQuotas) {
+		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
+	}
+	ref := &l.store.primary
+	if c.local {
+		ref = &l.store.local
+	}
+	var res limitstore.Result
+	if err := l.store.take(ctx, ref, op, &res); err != nil {
+		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+		return false
+	}
+	if op.N < 1 || op.N > limitstore.MaxQuotas {
+		return false
+	}
+	for i := range op.N {
+		q, r := &op.Quotas[i], &res.Quotas[i]
+		if r.TTLMS > 0 || q.Algorithm == TokenBucket && r.Window < c.windows[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // await waits for the slot the store reserved for d (d.waitMS from the
@@ -256,10 +437,19 @@ func (l *Limiter) dropIfEmpty(k lineKey, ln *line) {
 // d.Waited is the time waited and the Observer hears of it.
 func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) {
 	start := time.Now()
-	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1)}
+	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1), help: make(chan struct{}, 1)}
 	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
 	w.deadline, _ = ctx.Deadline()
-	due := l.join(k, w)
+	due := l.join(k, w, &d.charge)
+	// helping is closed once w's give-backs for its line (see
+	// helpGiveBack) are done; nil: none under way. w returns after them
+	// (they stop in time for its slot: see takeSpare).
+	var helping chan struct{}
+	defer func() {
+		if helping != nil {
+			<-helping
+		}
+	}()
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 waiting:
@@ -271,6 +461,16 @@ waiting:
 		select {
 		case <-t.C:
 		case <-w.moved:
+		case <-w.help:
+			if helping != nil {
+				select {
+				case <-helping:
+				default:
+					continue // under way: it goes on with the spares
+				}
+			}
+			helping = make(chan struct{})
+			go l.helpGiveBack(ctx, k, w, helping)
 		case <-ctx.Done():
 			// At its deadline the slot it holds has begun (it begins
 			// no later: see mayTake), while the context was live: the
@@ -299,22 +499,18 @@ waiting:
 	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, true)
 }
 
-// giveUp ends w's wait, begun at start, unserved: w leaves line k, the
-// slot freed is given back in one Refund (it is still ahead, so all of its
-// cost comes back), after the line's give-backs under way, and d becomes
-// limited, with RetryAfter the time w's slot was still away.
+// giveUp ends w's wait, begun at start, unserved: w leaves line k, whose
+// last slot held becomes spare and is given back (see giveBackSpare: one
+// store call at most here), and d becomes limited, with RetryAfter the
+// time w's slot was still away.
 func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
 	d.Waited = time.Since(start)
-	freed, after, done := l.leave(k, w)
+	give := l.leave(k, w)
 	left := time.Until(w.r.due) // out of the line: w.r is its own again
-	freed.apply(d)              // the charge given back: the line's last slot
-	if after != nil {
-		<-after // the later slot freed before this one goes back first
+	w.r.apply(d)
+	if give {
+		l.giveBackSpare(ctx, k, nil)
 	}
-	// The request's context may have ended: the refund has a context of
-	// its own (the store's timeout bounds it; package guard).
-	l.giveBack(context.WithoutCancel(ctx), &d.charge, d.charge.cost)
-	l.gaveBack(k, done)
 	d.charge.lim = nil
 	d.Allowed, d.Outcome = false, OutcomeLimited
 	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)

@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -502,6 +503,211 @@ func TestMaxWaitSlotAtTheDeadlineIsServed(t *testing.T) {
 		d := <-w
 		if at := time.Since(start); !d.Allowed || at != 250*time.Millisecond || d.Waited != 200*time.Millisecond {
 			t.Fatalf("slot at the deadline: %+v at %v; want served at 250ms after a wait of 200ms", d, at)
+		}
+	})
+}
+
+// lagStore is a store whose every call takes lag there and back: half of
+// it on the way to next, half on the way back (a network round trip;
+// exact in a synctest bubble).
+type lagStore struct {
+	next limitstore.Store
+	lag  time.Duration
+}
+
+// Take is next's Take, lag/2 later, answered lag/2 after that.
+func (s *lagStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	time.Sleep(s.lag / 2)
+	res, err := s.next.Take(ctx, op)
+	time.Sleep(s.lag - s.lag/2)
+	return res, err
+}
+
+// admissions runs requests of l on goroutines and records, by name, when
+// each returned admitted (ms from start; -1: limited).
+type admissions struct {
+	l     *limit.Limiter
+	start time.Time
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	at    map[string]time.Duration
+}
+
+func newAdmissions(l *limit.Limiter) *admissions {
+	return &admissions{l: l, start: time.Now(), at: map[string]time.Duration{}}
+}
+
+// ask sends request name of cost n with ctx.
+func (a *admissions) ask(name string, n int64, ctx context.Context) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		d, _ := a.l.ConsumeN(ctx, "client", n)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.at[name] = -1
+		if d.Allowed {
+			a.at[name] = time.Since(a.start)
+		}
+	}()
+}
+
+// sleepTo sleeps until d after the start.
+func (a *admissions) sleepTo(d time.Duration) { time.Sleep(d - time.Since(a.start)) }
+
+// A give-back that reaches the store behind a reservation of the same
+// Limiter still on its way gives nothing back; the line keeps that slot,
+// and the request whose reservation was on its way takes it instead of
+// its own later one, which goes back. The cancellations after it, with
+// nothing on its way, come back whole: no slot passes unused.
+func TestMaxWaitSlotTheStoreKeptGoesToTheNextWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := limit.Policy{Name: "feed", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 1, MaxWait: 2 * time.Second}
+		l := mustNew(t, &lagStore{next: limittest.NewStore(time.Now), lag: 4 * time.Millisecond}, p)
+		a := newAdmissions(l)
+		a.ask("burst", 1, context.Background())
+		time.Sleep(2 * time.Millisecond)
+		cancels := map[string]context.CancelFunc{}
+		for _, n := range []string{"W1", "W2", "W3", "W4", "W5"} { // slots 100..500 ms
+			ctx, cancel := context.WithCancel(context.Background())
+			cancels[n] = cancel
+			a.ask(n, 1, ctx)
+			time.Sleep(2 * time.Millisecond)
+		}
+		a.sleepTo(20 * time.Millisecond)
+		a.ask("D", 1, context.Background()) // reserves 600 ms
+		a.sleepTo(21 * time.Millisecond)
+		cancels["W5"]() // its Refund reaches the store after D's reservation
+		for i, n := range []string{"W4", "W3", "W2"} {
+			a.sleepTo(time.Duration(30+10*i) * time.Millisecond)
+			cancels[n]()
+		}
+		a.sleepTo(60 * time.Millisecond)
+		a.ask("E", 1, context.Background())
+		a.wg.Wait()
+		want := map[string]time.Duration{"burst": 4, "W1": 104, "W2": -1, "W3": -1, "W4": -1, "W5": -1, "D": 204, "E": 304}
+		for n, ms := range want {
+			if ms > 0 {
+				ms *= time.Millisecond
+			}
+			if got := a.at[n]; got != ms {
+				t.Errorf("%s: admitted at %v, want %v (-1: limited); all: %v", n, got, ms, a.at)
+			}
+		}
+	})
+}
+
+// Waiters that give up at one instant return after one store call at
+// most, whatever the number; the slots the store could not take back yet
+// go to the next request, which waits only for the first of them.
+func TestMaxWaitCancelStormReturnsAtOnceAndServesTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lag = 5 * time.Millisecond
+		p := limit.Policy{Name: "feed", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 1, MaxWait: time.Minute}
+		l := mustNew(t, &lagStore{next: limittest.NewStore(time.Now), lag: lag}, p)
+		l.Consume(context.Background(), "client") // the burst
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var worst time.Duration
+		var at time.Time
+		for range 200 { // slots 100 ms .. 20 s
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if d, _ := l.Consume(ctx, "client"); d.Allowed {
+					t.Errorf("cancelled, admitted: %+v", d)
+				}
+				mu.Lock()
+				worst = max(worst, time.Since(at))
+				mu.Unlock()
+			}()
+		}
+		time.Sleep(50 * time.Millisecond)
+		at = time.Now()
+		cancel()
+		wg.Wait()
+		if worst > lag {
+			t.Errorf("a cancelled waiter returned %v after the cancel, want at most one store call (%v)", worst, lag)
+		}
+		time.Sleep(100 * time.Millisecond)
+		// Sent at 155 ms, answered at 160 ms: the slot at 200 ms is the
+		// first one kept that has not passed.
+		d, _ := l.Consume(context.Background(), "client")
+		if want := 40 * time.Millisecond; !d.Allowed || d.Waited != want {
+			t.Errorf("the next request: allowed %v after %v, want admitted after %v", d.Allowed, d.Waited, want)
+		}
+	})
+}
+
+// A waiter that gives up behind a reservation of another cost (another
+// line of the same Limiter) gives nothing back in the store; its slot
+// goes to the next request of its cost.
+func TestMaxWaitSlotKeptBehindAnotherCostGoesToTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := limit.Policy{Name: "feed", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 3, MaxWait: 2 * time.Second}
+		l := mustNew(t, limittest.NewStore(time.Now), p)
+		a := newAdmissions(l)
+		a.ask("burst", 3, context.Background())
+		synctest.Wait()
+		a.ask("A", 1, context.Background()) // 100 ms
+		synctest.Wait()
+		ctxB, cancelB := context.WithCancel(context.Background())
+		a.ask("B", 1, ctxB) // 200 ms
+		synctest.Wait()
+		a.ask("C", 2, context.Background()) // 400 ms
+		synctest.Wait()
+		a.sleepTo(50 * time.Millisecond)
+		cancelB()
+		synctest.Wait()
+		a.ask("E", 1, context.Background()) // reserves 500 ms, takes 200 ms
+		a.wg.Wait()
+		want := map[string]time.Duration{"burst": 0, "A": 100, "B": -1, "C": 400, "E": 200}
+		for n, ms := range want {
+			if ms > 0 {
+				ms *= time.Millisecond
+			}
+			if got := a.at[n]; got != ms {
+				t.Errorf("%s: admitted at %v, want %v (-1: limited); all: %v", n, got, ms, a.at)
+			}
+		}
+	})
+}
+
+// A slot kept behind another process's reservation goes to this
+// Limiter's next request, never to anyone else: the store's TAT is not
+// moved under the other process's slot, and every slot is used once.
+func TestMaxWaitSlotKeptBehindAnotherProcessIsUsedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := limit.Policy{Name: "feed", Algorithm: limit.TokenBucket, Limit: 10, Window: time.Second, Burst: 1, MaxWait: 2 * time.Second}
+		store := limittest.NewStore(time.Now)
+		a1, a2 := newAdmissions(mustNew(t, store, p)), newAdmissions(mustNew(t, store, p))
+		a1.ask("burst", 1, context.Background())
+		synctest.Wait()
+		ctxA, cancelA := context.WithCancel(context.Background())
+		a1.ask("A", 1, ctxA) // 100 ms
+		synctest.Wait()
+		a2.ask("B", 1, context.Background()) // 200 ms, the other process
+		synctest.Wait()
+		a1.sleepTo(50 * time.Millisecond)
+		cancelA() // behind B: nothing comes back, the slot stays this Limiter's
+		synctest.Wait()
+		a1.ask("C", 1, context.Background()) // reserves 300 ms, takes 100 ms, gives 300 ms back
+		synctest.Wait()
+		a2.ask("X", 1, context.Background()) // 300 ms again
+		a1.wg.Wait()
+		a2.wg.Wait()
+		got := map[string]time.Duration{}
+		maps.Copy(got, a1.at)
+		maps.Copy(got, a2.at)
+		want := map[string]time.Duration{"burst": 0, "A": -1, "C": 100, "B": 200, "X": 300}
+		for n, ms := range want {
+			if ms > 0 {
+				ms *= time.Millisecond
+			}
+			if got[n] != ms {
+				t.Errorf("%s: admitted at %v, want %v (-1: limited); all: %v", n, got[n], ms, got)
+			}
 		}
 	})
 }
