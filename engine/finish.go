@@ -141,11 +141,11 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 	}
 	if reason == "" {
 		if l.settles(&c.id) {
-			l.giveBack(ctx, c, 0) // counted: settled, nothing given back
+			l.giveBack(ctx, c, 0, nil) // counted: settled, nothing given back
 		}
 		return
 	}
-	if l.giveBack(ctx, c, c.cost) {
+	if l.giveBack(ctx, c, c.cost, nil) {
 		l.store.rep.observer.Refund(c.bucket.name, reason)
 	}
 }
@@ -155,9 +155,10 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 // and epochs of the charge make it exact), settling the charge when the
 // store keeps it unsettled (its lease period in Op.Block.Lease; cost 0
 // settles a counted charge and gives nothing back), and reports whether
-// the store took it back; a failure is reported as a store error and the
-// charge stays counted (and unsettled until its lease ends).
-func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64) bool {
+// the store took it back, its answer in *res (nil: not wanted); a failure
+// is reported as a store error and the charge stays counted (and
+// unsettled until its lease ends).
+func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64, res *limitstore.Result) bool {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
 	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, cost)
@@ -172,8 +173,10 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64) bool {
 	if c.local {
 		ref = &l.store.local
 	}
-	var res limitstore.Result
-	if err := l.store.take(ctx, ref, op, &res); err != nil {
+	if res == nil {
+		res = new(limitstore.Result)
+	}
+	if err := l.store.take(ctx, ref, op, res); err != nil {
 		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
 		return false
 	}

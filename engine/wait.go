@@ -391,34 +391,13 @@ func (l *Limiter) helpGiveBack(ctx context.Context, k lineKey, w *waiter, done c
 // store freed would be handed out twice; one given up that it kept only
 // passes unused.
 func (l *Limiter) refundSlot(ctx context.Context, c *charge) (kept bool) {
-	if c.lim == nil {
-		return false
-	}
-	sc := l.scratch.Get().(*scratch)
-	defer l.scratch.Put(sc)
-	op, over, _ := l.op(sc, &c.bucket, &c.id, c.set, c.cost)
-	if over {
-		return false
-	}
-	op.Refund, op.Block.Lease = true, c.lease
-	for i := range min(op.N, limitstore.MaxQuotas) {
-		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
-	}
-	ref := &l.store.primary
-	if c.local {
-		ref = &l.store.local
-	}
 	var res limitstore.Result
-	if err := l.store.take(ctx, ref, op, &res); err != nil {
-		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+	if c.lim == nil || c.set == nil || c.set.n < 1 || !l.giveBack(ctx, c, c.cost, &res) {
 		return false
 	}
-	if op.N < 1 || op.N > limitstore.MaxQuotas {
-		return false
-	}
-	for i := range op.N {
-		q, r := &op.Quotas[i], &res.Quotas[i]
-		if r.TTLMS > 0 || q.Algorithm == TokenBucket && r.Window < c.windows[i] {
+	for i := range min(c.set.n, limitstore.MaxQuotas) {
+		r := &res.Quotas[i]
+		if r.TTLMS > 0 || l.policy.Algorithm == TokenBucket && r.Window < c.windows[i] {
 			return false
 		}
 	}
