@@ -42,11 +42,12 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		}
 		ids[i], shards[i] = s.keyID(key), s.shardOf(hashTag(key))
 	}
+	early := s.early()
 	locked := slices.Compact(slices.Sorted(slices.Values(shards[:k])))
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
-	now := s.nowMS() // under the locks: see nowMS
+	now := s.at(early, locked)
 
 	var sts [limitstore.MaxQuotas]limitstore.State
 	var pos [m]int

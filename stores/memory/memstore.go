@@ -194,8 +194,10 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	id := s.keyID(q.Key)
 	i := s.shardOf(hashTag(q.Key))
 	sh := &s.shards[i]
+	early := s.early()
 	sh.mu.Lock()
-	now := s.nowMS() // under the lock: see nowMS
+	locked := [1]int{i}
+	now := s.at(early, locked[:])
 	var sts [limitstore.MaxQuotas]limitstore.State
 	p := sh.find(id)
 	live := p >= 0 && sh.ents[p].holds(q.Algorithm, now)
@@ -225,7 +227,6 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 		keep := [1]uint64{id}
 		sh.add(id, entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[0])}, now, keep[:])
 	}
-	locked := [1]int{i}
 	cross := s.sweep(i, locked[:], now)
 	sh.mu.Unlock()
 	if cross >= 0 {
@@ -255,8 +256,9 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 		}
 	}
 	var order [limitstore.MaxQuotas]int
+	early := s.early()
 	locked := s.lock(shards[:n], one, &order)
-	now := s.nowMS() // under the locks: see nowMS
+	now := s.at(early, locked)
 
 	// Read: an absent or expired entry, or one written by another
 	// algorithm, is a fresh State.
@@ -397,18 +399,49 @@ func hashTag(key []byte) []byte {
 	return key
 }
 
-// nowMS reads the store's clock in Unix ms. A decision reads it under the
-// locks of its keys' shards: read before them, a goroutine that waited for
-// a lock would decide at an instant older than the decision before it on
-// the same key, and a token bucket whose reservations reach MaxWait ahead
-// would read that TAT as a clock step back and clamp reservations away
-// (over-admission). Under the lock the instants of one key never go back
-// with the default clock, which is monotonic.
+// nowMS reads the store's clock in Unix ms.
 func (s *Store) nowMS() int64 {
 	if s.clock != nil {
 		return s.clock().UnixMilli()
 	}
 	return s.baseMS + int64(time.Since(s.base)/time.Millisecond)
+}
+
+// early reads the default clock for a decision before it takes its shards'
+// locks (0 with WithClock): see at.
+func (s *Store) early() int64 {
+	if s.clock != nil {
+		return 0
+	}
+	return s.nowMS()
+}
+
+// at returns the instant of a decision on the locked shards, whose locks
+// the caller holds, given early's reading from before it took them. The
+// instants of one shard's decisions never go back: a goroutine that waited
+// for a lock would otherwise decide at an instant older than the decision
+// before it on the same key, and a token bucket whose reservations reach
+// MaxWait ahead would read that TAT as a clock step back and clamp
+// reservations away (over-admission). With the default clock, read before
+// the locks so that they are held for less, that is the latest instant any
+// of the shards has decided at, when it is later than early (the clock is
+// monotonic: it is then at most the wait for the lock behind). A clock set
+// with WithClock is read under the locks, as it is: the instants of one key
+// then go back only when that clock does.
+func (s *Store) at(early int64, locked []int) int64 {
+	if s.clock != nil {
+		return s.clock().UnixMilli()
+	}
+	now := early
+	for _, i := range locked {
+		now = max(now, s.shards[i].last)
+	}
+	for _, i := range locked {
+		if sh := &s.shards[i]; sh.last < now { // written once per ms at most: see shardData
+			sh.last = now
+		}
+	}
+	return now
 }
 
 // Describe tells the engine that Store is "memory", the store label in

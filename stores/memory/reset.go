@@ -26,11 +26,12 @@ func (s *Store) Reset(_ context.Context, keys [][]byte) error {
 	for i, k := range keys {
 		shards[i] = s.shardOf(hashTag(k))
 	}
+	early := s.early()
 	locked := slices.Compact(slices.Sorted(slices.Values(shards)))
 	for _, i := range locked {
 		s.shards[i].mu.Lock()
 	}
-	now := s.nowMS() // under the locks: see nowMS
+	now := s.at(early, locked)
 	for i, k := range keys {
 		sh := &s.shards[shards[i]]
 		id := s.keyID(k)

@@ -141,12 +141,20 @@ type shard struct {
 const cacheLine = 64
 
 type shardData struct {
-	mu   sync.Mutex
-	ids  []uint64 // bucketSlots per bucket
-	ents []entry  // metas and states, parallel to ids
-	n    int      // entries held
-	max  int      // entries at most (MaxKeys' share)
-	full int      // buckets at the cap: the fewest that hold max
+	// The fields every decision writes, mu and ticks, come first and share
+	// a cache line (a shard's own: it starts at most 16 bytes into one, and
+	// the pad of the shard before fills the rest); the others are written
+	// only when an entry is added or removed, a sweep runs or the clock
+	// passes a millisecond, so that two cores deciding on one shard pass
+	// one line of its header between them, not two.
+	mu sync.Mutex
+	// ticks counts decisions, to schedule sweeps.
+	ticks uint32
+	ids   []uint64 // bucketSlots per bucket
+	ents  []entry  // metas and states, parallel to ids
+	n     int      // entries held
+	max   int      // entries at most (MaxKeys' share)
+	full  int      // buckets at the cap: the fewest that hold max
 	// sweep is the next slot the incremental sweep looks at.
 	sweep int
 	// due is at most the earliest expiry of an entry held (MaxInt64: none
@@ -158,8 +166,9 @@ type shardData struct {
 	// has then seen every entry, it becomes due.
 	due     atomic.Int64
 	passMin int64
-	// ticks counts decisions, to schedule sweeps.
-	ticks uint32
+	// last is the latest instant a decision on this shard was taken at
+	// with the default clock (see Store.at).
+	last int64
 	// reclaimed counts expired entries removed; evicted counts live entries
 	// removed to make room at the cap.
 	reclaimed, evicted uint64
@@ -202,7 +211,9 @@ func (sh *shardData) init(max int) {
 // wrote records that an entry expiring at exp was written or moved: it may
 // lower due, and the current pass's passMin.
 func (sh *shardData) wrote(exp int64) {
-	sh.passMin = min(sh.passMin, exp)
+	if exp < sh.passMin {
+		sh.passMin = exp
+	}
 	if exp < sh.due.Load() {
 		sh.due.Store(exp)
 	}
@@ -260,7 +271,10 @@ func (sh *shardData) find(id uint64) int {
 
 // set stores id and e in slot i.
 func (sh *shardData) set(i int, id uint64, e entry) {
-	sh.ids[i], sh.ents[i] = id, e
+	if sh.ids[i] != id { // written only when it changes: see shardData
+		sh.ids[i] = id
+	}
+	sh.ents[i] = e
 	sh.wrote(e.exp())
 }
 
