@@ -166,7 +166,9 @@ func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
 			t.Fatal("the table was reallocated at the cap")
 		}
 		// the victim's slot now holds the new key, or is free and the new
-		// key took a slot that was free in its buckets; nothing else moved
+		// key took a slot that was free in its buckets, or holds the entry
+		// that gave the new key its home slot (an entry away from its own
+		// home); nothing else moved
 		changed := 0
 		after := slotsOf(sh)
 		for i := range before {
@@ -175,14 +177,18 @@ func TestEvictionPicksTheEntryClosestToWhole(t *testing.T) {
 			}
 			changed++
 			b := i / bucketSlots
+			h := home(id, b)
+			gaveHome := (b == b1 || b == b2) && after[h].id == id && before[h].id != 0 && home(before[h].id, b) != h
 			switch {
 			case before[i] == want && (after[i].id == id || after[i].id == 0):
 			case before[i].id == 0 && after[i].id == id && (b == b1 || b == b2):
+			case i == h && gaveHome:
+			case (before[i] == want || before[i].id == 0) && gaveHome && after[i] == before[h]:
 			default:
 				t.Fatalf("slot %d: %x replaced by %x; the victim is %x, the new key %x", i, before[i].id, after[i].id, want.id, id)
 			}
 		}
-		if changed == 0 || changed > 2 || sh.find(id) < 0 || sh.find(want.id) >= 0 {
+		if changed == 0 || changed > 3 || sh.find(id) < 0 || sh.find(want.id) >= 0 {
 			t.Fatalf("%d slots changed by one insertion at the cap; new key found: %v, victim found: %v", changed, sh.find(id) >= 0, sh.find(want.id) >= 0)
 		}
 		now += rng.Int64N(3)
@@ -465,4 +471,29 @@ func slotsOf(sh *shardData) []slot {
 		ss[i] = slot{sh.ids[i], sh.ents[i]}
 	}
 	return ss
+}
+
+// Most entries sit in their home slot of their first bucket, where find
+// looks first: for them the entry's slot is known before the bucket's ids
+// are read.
+func TestMostEntriesSitInTheirHomeSlot(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	sh := newShard(1 << 20)
+	now := int64(1_000)
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		for sh.n < n {
+			sh.add(rng.Uint64()|1, entry{meta: packMeta(limit.FixedWindow, now+1_000_000, 1, 3)}, now, nil)
+		}
+		nb, atHome := len(sh.ids)/bucketSlots, 0
+		for i, id := range sh.ids {
+			if b1, _ := buckets(id, nb); id != 0 && i == home(id, b1) {
+				atHome++
+			}
+		}
+		load := float64(sh.n) / float64(len(sh.ids))
+		t.Logf("%d entries, load %.2f: %.1f%% at home", sh.n, load, 100*float64(atHome)/float64(sh.n))
+		if float64(atHome) < 0.5*float64(sh.n) {
+			t.Errorf("%d entries (load %.2f): %d at home, want at least half", sh.n, load, atHome)
+		}
+	}
 }
