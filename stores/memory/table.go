@@ -16,7 +16,7 @@ import (
 // 8-slot buckets, where an entry lives in one of two buckets chosen by its
 // id (the key's 64-bit keyed hash). A lookup reads at most those two
 // buckets, a removal clears one slot, and an insertion takes a free slot of
-// either bucket, else moves an entry of a full bucket to its other bucket
+// either bucket (its home slot there when it can), else moves an entry of a full bucket to its other bucket
 // (a cuckoo kick; a few at most at the load bounds below). At the cap the
 // new entry replaces the one evicted from its own two buckets: O(1), no
 // kick. The tables hold no pointers, so the garbage collector never scans
@@ -29,7 +29,8 @@ import (
 // The halves are separate arrays, each aligned to its size: a bucket's ids
 // are one cache line, which a lookup reads, and a decision then reads and
 // writes its entry, one more line (an array of 32-byte entries never
-// splits one across two). Eviction and sweeping read the metas of the
+// splits one across two); for an entry in its home slot (see home) both
+// lines are fetched at once. Eviction and sweeping read the metas of the
 // slots they look at. A bucket index is fastrange(x, buckets), the high
 // bits of x*buckets, so any number of buckets works and the table at the
 // cap is exactly what MaxKeys needs at the maximum load.
