@@ -1,9 +1,14 @@
 package memstore
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
+
+	limit "github.com/quotagate/quotagate/engine"
+	"github.com/quotagate/quotagate/engine/limitstore"
 )
 
 func TestDecisionsOfAShardNeverGoBack(t *testing.T) {
@@ -53,5 +58,29 @@ func TestWhatEveryDecisionWritesSharesOneLine(t *testing.T) {
 	}
 	if sz := unsafe.Sizeof(s.shards[0]); sz%cacheLine != 0 {
 		t.Fatalf("a shard is %d bytes: not whole cache lines", sz)
+	}
+}
+
+// A store whose every key is live pays no sweep: after 20 000 new keys of
+// a one-hour window, every shard's due is still ahead, so no decision's
+// sweep step looks at a slot.
+func TestAStoreOfLiveKeysDoesNotSweep(t *testing.T) {
+	now := time.UnixMilli(1_767_225_600_000)
+	s, err := New(WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 3_600_000}}}
+	for i := range 20_000 {
+		op.Quotas[0].Key = []byte("k:" + strconv.Itoa(i))
+		if _, err := s.Take(context.Background(), &op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		if due := sh.due.Load(); due <= now.UnixMilli() || sh.sweep != 0 {
+			t.Fatalf("shard %d: due %d, now %d, cursor %d: the sweep ran over live entries", i, due, now.UnixMilli(), sh.sweep)
+		}
 	}
 }

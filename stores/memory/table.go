@@ -309,7 +309,10 @@ func (sh *shardData) putFree(b int, id uint64, e *entry) bool {
 		return false
 	}
 	if h := home(id, b); free != h {
-		if x := sh.ids[h]; home(x, b) != h {
+		switch x := sh.ids[h]; {
+		case x == 0: // free itself
+			free = h
+		case home(x, b) != h: // taken by an entry away from its home: it moves
 			sh.set(free, x, sh.ents[h])
 			free = h
 		}
@@ -334,6 +337,7 @@ func (sh *shardData) place(id *uint64, e *entry) bool {
 		i := b*bucketSlots + int(rand.Uint32()%bucketSlots)
 		sh.ids[i], *id = *id, sh.ids[i]
 		sh.ents[i], *e = *e, sh.ents[i]
+		sh.wrote(sh.ents[i].exp())
 		if c1, c2 := buckets(*id, nb); c1 == b {
 			b = c2
 		} else {

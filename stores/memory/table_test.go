@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -45,7 +46,11 @@ func check(t *testing.T, sh *shardData) {
 		t.Fatalf("%d buckets, the cap needs %d", nb, sh.full)
 	}
 	seen := make(map[uint64]bool, sh.n)
+	due := sh.due.Load()
 	for i, id := range sh.ids {
+		if id != 0 && sh.ents[i].exp() < due {
+			t.Fatalf("slot %d expires at %d, before due %d: the sweep would skip it", i, sh.ents[i].exp(), due)
+		}
 		if id == 0 {
 			if sh.ents[i] != (entry{}) {
 				t.Fatalf("free slot %d holds entry %v", i, sh.ents[i])
@@ -94,7 +99,7 @@ func TestTableMatchesModel(t *testing.T) {
 				exp := now + 1 + rng.Int64N(2_000)
 				meta := packMeta(limit.FixedWindow, exp, rng.Int64N(4), 3)
 				if i := sh.find(id); i >= 0 {
-					sh.ents[i].meta = meta
+					sh.set(i, id, entry{meta, sh.ents[i].w})
 				} else {
 					sh.add(id, entry{meta, words{int64(id >> 1)}}, now, nil)
 					added++
@@ -339,6 +344,39 @@ func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
 	}
 	if want := uint64(1500); sh.reclaimed < want {
 		t.Fatalf("%d reclaimed, want at least %d", sh.reclaimed, want)
+	}
+}
+
+// Placing an entry, in its home slot, by moving another out of it or by
+// a kick, lowers due to the entry's expiry and no further: filled to
+// nearly its load bound with live entries, a shard's due is exactly the
+// earliest expiry it holds after every insertion, and a sweep step looks
+// at nothing. (A free home slot "moved" to the first free one once counted
+// as an entry expiring at 0, which made every later decision sweep; an
+// entry placed by a kick once left due above its expiry.)
+func TestPlacingEntriesKeepsDueAtTheEarliestExpiry(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	sh := newShard(4096)
+	now := int64(1_000)
+	least := int64(math.MaxInt64)
+	for i := range 4096 {
+		// Each of the last entries, placed at the highest loads (where
+		// kicks place them), expires before every entry held.
+		exp := now + 100_000 + rng.Int64N(100_000)
+		if i >= 3900 {
+			exp = now + 100_000 - int64(i)
+		}
+		least = min(least, exp)
+		id := rng.Uint64() | 1
+		sh.add(id, entry{packMeta(limit.FixedWindow, exp, 1, 3), words{int64(id >> 1)}}, now, nil)
+		if got := sh.due.Load(); got != least {
+			t.Fatalf("entry %d: due %d, the earliest expiry held is %d", i, got, least)
+		}
+	}
+	check(t, sh)
+	sh.sweepSome(now, sweepSlots)
+	if sh.sweep != 0 {
+		t.Fatalf("cursor at %d: a sweep step looked at slots while every entry was live", sh.sweep)
 	}
 }
 
