@@ -350,10 +350,8 @@ func TestSweepSkipsUntilAnEntryMayHaveExpired(t *testing.T) {
 // Placing an entry, in its home slot, by moving another out of it or by
 // a kick, lowers due to the entry's expiry and no further: filled to
 // nearly its load bound with live entries, a shard's due is exactly the
-// earliest expiry it holds after every insertion, and a sweep step looks
-// at nothing. (A free home slot "moved" to the first free one once counted
-// as an entry expiring at 0, which made every later decision sweep; an
-// entry placed by a kick once left due above its expiry.)
+// earliest expiry it holds after every insertion (a free home slot taken
+// records no expiry of its own), and a sweep step looks at nothing.
 func TestPlacingEntriesKeepsDueAtTheEarliestExpiry(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	sh := newShard(4096)
