@@ -264,7 +264,7 @@ func (l *Limiter) check(ctx context.Context, r *Request, resp *response, sc *scr
 	if !resp.Decision.Allowed && l.policy.Shadow {
 		l.shadow(&resp.Decision, r.Route)
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: bucket.name, Handler: r.Route, Outcome: resp.Decision.Outcome, KeySource: id.src, Plan: resp.Decision.Plan, Blocked: resp.Decision.Blocked})
+	l.cfg.rep.decision(bucket.name, r.Route, id.src, &resp.Decision)
 	l.resp.fill(resp)
 	if resp.Decision.Allowed {
 		return
@@ -383,7 +383,7 @@ func (l *Limiter) ConsumeN(ctx context.Context, identity string, n int64) (Decis
 	if !d.Allowed && l.policy.Shadow {
 		l.shadow(&d, "")
 	}
-	l.cfg.rep.decision(DecisionEvent{Bucket: l.shared.name, Outcome: d.Outcome, KeySource: id.src, Plan: d.Plan, Blocked: d.Blocked})
+	l.cfg.rep.decision(l.shared.name, "", id.src, &d)
 	if !d.Allowed && l.policy.OnLimited != nil {
 		l.onLimited(ctx, &r, &d)
 	}

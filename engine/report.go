@@ -38,10 +38,12 @@ func newReporter(c *config) *reporter {
 	return &reporter{observer: c.observer, observing: !nop, logger: c.logger}
 }
 
-// decision emits the event of one decided request (never of a skipped one).
-func (r *reporter) decision(e DecisionEvent) {
+// decision emits the event of one decided request (never of a skipped one):
+// bucket, the handler label, the key source and d's outcome. The event is
+// built only when there is an Observer to receive it.
+func (r *reporter) decision(bucket, handler string, src KeySource, d *Decision) {
 	if r.observing {
-		r.observer.Decision(e)
+		r.observer.Decision(DecisionEvent{Bucket: bucket, Handler: handler, Outcome: d.Outcome, KeySource: src, Plan: d.Plan, Blocked: d.Blocked})
 	}
 }
 
