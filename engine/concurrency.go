@@ -282,9 +282,9 @@ func (l *Limiter) releaseLost(s limitstore.Leaser, op *limitstore.LeaseOp) {
 // acquire makes one Acquire on s with a recovered panic (a store failure),
 // timed when an Observer is set.
 func (l *Limiter) acquire(ctx context.Context, s limitstore.Leaser, op *limitstore.LeaseOp) (res limitstore.LeaseResult, err error) {
-	var start time.Time
+	var start time.Duration
 	if l.store.observing {
-		start = time.Now()
+		start = l.store.start()
 		defer func() { l.store.timed(l.store.primary.name, "acquire", start, err) }()
 	}
 	defer func() {
@@ -319,9 +319,9 @@ func (l *Limiter) releaseSlot(ctx context.Context, d *Decision) {
 				err = fmt.Errorf("limit: store panicked: %v", p)
 			}
 		}()
-		var start time.Time
+		var start time.Duration
 		if l.store.observing {
-			start = time.Now()
+			start = l.store.start()
 		}
 		_, err = sl.store.Release(ctx, &sl.op)
 		if l.store.observing {

@@ -60,7 +60,7 @@ func (l *Limiter) Peek(ctx context.Context, identity string) (Decision, error) {
 	defer l.scratch.Put(sc)
 	op, _, _ := l.op(sc, &l.shared, &id, set, 1)
 	op.Peek = true
-	start := time.Now()
+	start := l.store.start()
 	var res limitstore.Result
 	err = call(ctx, &l.store.primary, op, &res) // primary.Store is the Resetter
 	l.store.timed(l.store.primary.name, "peek", start, err)
@@ -122,11 +122,11 @@ func (l *Limiter) Reset(ctx context.Context, identity string) error {
 		}
 	}
 	keys = l.blockKey(keys, &id)
-	start := time.Now()
+	start := l.store.start()
 	err = reset(ctx, rs, keys)
 	l.store.timed(l.store.primary.name, "reset", start, err)
 	if local, ok := l.store.local.Store.(limitstore.Resetter); ok {
-		start = time.Now()
+		start = l.store.start()
 		lerr := reset(ctx, local, keys)
 		l.store.timed(l.store.local.name, "reset", start, lerr)
 		if lerr != nil {

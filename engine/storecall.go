@@ -41,6 +41,10 @@ type storeCall struct {
 	mode      FailureMode
 	observing bool // an Observer is set: time the calls
 	rep       *reporter
+	// base is the start of the calls' clock (start): a monotonic reading
+	// taken once, so that timing a call reads the clock twice, where
+	// time.Now and time.Since would read it three times (the wall clock too).
+	base time.Time
 }
 
 // newStoreCall builds the store call of a policy with FailureMode mode on
@@ -53,7 +57,7 @@ func newStoreCall(s limitstore.Store, cfg *config, mode FailureMode) storeCall {
 			cfg.local = newStoreRef(cfg.localStore)
 		}
 	}
-	return storeCall{primary: cfg.primary, local: cfg.local, mode: mode, observing: cfg.rep.observing, rep: cfg.rep}
+	return storeCall{primary: cfg.primary, local: cfg.local, mode: mode, observing: cfg.rep.observing, rep: cfg.rep, base: time.Now()}
 }
 
 // failureModeName is the Go name of m, for error messages.
@@ -149,18 +153,22 @@ func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op, re
 	if !c.observing {
 		return call(ctx, s, op, res)
 	}
-	start := time.Now()
+	start := c.start()
 	err := call(ctx, s, op, res)
 	c.timed(s.name, "take", start, err)
 	return err
 }
 
+// start is the instant a store call starts, for timed: the monotonic time
+// since c.base.
+func (c *storeCall) start() time.Duration { return time.Since(c.base) }
+
 // timed reports the duration of one store call of operation op that
-// started at start, unless the store's open breaker refused it (err wraps
-// limitstore.ErrCircuitOpen).
-func (c *storeCall) timed(store, op string, start time.Time, err error) {
+// started at start (c.start), unless the store's open breaker refused it
+// (err wraps limitstore.ErrCircuitOpen).
+func (c *storeCall) timed(store, op string, start time.Duration, err error) {
 	if c.observing && (err == nil || !errors.Is(err, limitstore.ErrCircuitOpen)) {
-		c.rep.storeDuration(store, op, time.Since(start))
+		c.rep.storeDuration(store, op, c.start()-start)
 	}
 }
 

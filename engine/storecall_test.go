@@ -3,7 +3,9 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -209,6 +211,36 @@ func TestCallerDeadlineNeverAdmitsPastTheLimit(t *testing.T) {
 		defer cancel()
 		if d, err := l.Consume(ctx, "k"); !d.Allowed || d.Outcome != limit.OutcomeDegraded || err == nil {
 			t.Errorf("the store's own timeout: %+v, %v; want FailOpen's degraded admission", d.Outcome, err)
+		}
+	})
+}
+
+// durationObserver records the durations of the store calls it is told of.
+type durationObserver struct {
+	limittest.Recorder
+	mu sync.Mutex
+	ds []time.Duration
+}
+
+func (o *durationObserver) StoreDuration(_, _ string, d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ds = append(o.ds, d)
+}
+
+// A timed store call reports how long the store took to answer, whatever
+// the Limiter's age: exactly, on a synctest bubble's clock.
+func TestStoreDurationIsTheCallsLength(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		obs := &durationObserver{}
+		store := &lagStore{next: limittest.NewStore(time.Now), lag: 30 * time.Millisecond}
+		l := mustNew(t, store, limit.Policy{Limit: 10}, limit.WithObserver(obs))
+		time.Sleep(time.Hour)
+		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		store.lag = 7 * time.Millisecond
+		check(l, context.Background(), req("192.0.2.1:1", "/"))
+		if want := []time.Duration{30 * time.Millisecond, 7 * time.Millisecond}; !slices.Equal(obs.ds, want) {
+			t.Fatalf("store durations %v, want %v", obs.ds, want)
 		}
 	})
 }
