@@ -74,7 +74,7 @@ func peekResetDifferential(t *testing.T, alg limit.Algorithm, newStore NewStoreF
 			op.Refund = true
 		}
 		want := ref.take(&op, now)
-		got, err := store.Take(ctx, &op)
+		got, err := limittest.Take(ctx, store, &op)
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}

@@ -69,12 +69,17 @@ type askedStore struct {
 	asked chan struct{}
 }
 
-func (s *askedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *askedStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *askedStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	select {
 	case s.asked <- struct{}{}:
 	default:
 	}
-	return s.Store.Take(ctx, op)
+	return limittest.Take(ctx, s.Store, op)
 }
 
 // returnStore records when each call returned.
@@ -83,8 +88,13 @@ type returnStore struct {
 	returned chan time.Time
 }
 
-func (s *returnStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	res, err := s.Store.Take(ctx, op)
+func (s *returnStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *returnStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := limittest.Take(ctx, s.Store, op)
 	select {
 	case s.returned <- time.Now():
 	default:

@@ -50,7 +50,7 @@ func reserveDifferential(t *testing.T, newStore NewStoreFunc) {
 		}
 		now := clock.Now().UnixMilli()
 		want := ref.take(&op, now)
-		got, err := store.Take(context.Background(), &op)
+		got, err := limittest.Take(context.Background(), store, &op)
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}
@@ -95,7 +95,7 @@ func reserveCancelExact(t *testing.T, newStore NewStoreFunc) {
 	const n = 200
 	res := make([]limitstore.Result, n)
 	for i := range res {
-		r, err := store.Take(context.Background(), &op)
+		r, err := limittest.Take(context.Background(), store, &op)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func reserveCancelExact(t *testing.T, newStore NewStoreFunc) {
 		c := op
 		c.Refund, c.WaitMS = true, 0
 		c.Quotas[0].Window = res[i].Quotas[0].Window
-		if _, err := store.Take(context.Background(), &c); err != nil {
+		if _, err := limittest.Take(context.Background(), store, &c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -121,7 +121,7 @@ func reserveCancelExact(t *testing.T, newStore NewStoreFunc) {
 	probe.Cost, probe.WaitMS = 1, 0
 	ask := func() limitstore.Result {
 		t.Helper()
-		got, err := store.Take(context.Background(), &probe)
+		got, err := limittest.Take(context.Background(), store, &probe)
 		if err != nil {
 			t.Fatal(err)
 		}

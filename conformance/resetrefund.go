@@ -57,7 +57,7 @@ func resetThenRefund(t *testing.T, newStore NewStoreFunc) {
 				step++
 				now := clock.Now().UnixMilli()
 				want := ref.take(&op, now)
-				got, err := store.Take(ctx, &op)
+				got, err := limittest.Take(ctx, store, &op)
 				if err != nil {
 					t.Fatalf("step %d: %v", step, err)
 				}

@@ -188,7 +188,7 @@ func differential(t *testing.T, alg limit.Algorithm, newStore NewStoreFunc) {
 		}
 		now := clock.Now().UnixMilli()
 		want := ref.take(&op, now)
-		got, err := store.Take(context.Background(), &op)
+		got, err := limittest.Take(context.Background(), store, &op)
 		if err != nil {
 			t.Fatalf("step %d: Take: %v", step, err)
 		}
@@ -240,7 +240,7 @@ func admittedAtOnce(t *testing.T, store limitstore.Store, op limitstore.Op, n in
 				o.Quotas[j].Key = slices.Clone(op.Quotas[j].Key)
 			}
 			<-start
-			res, err := store.Take(context.Background(), &o)
+			res, err := limittest.Take(context.Background(), store, &o)
 			if err != nil {
 				t.Errorf("Take: %v", err)
 				return
@@ -261,11 +261,11 @@ func independence(t *testing.T, newStore NewStoreFunc) {
 	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 1000}
 	a, b := oneQuota("conformance:{a}:b:f:r:a", q), oneQuota("conformance:{b}:b:f:r:b", q)
 	for _, op := range []*limitstore.Op{&a, &b} {
-		if res, err := store.Take(context.Background(), op); err != nil || !res.Allowed {
+		if res, err := limittest.Take(context.Background(), store, op); err != nil || !res.Allowed {
 			t.Fatalf("first call on %s: %+v %v", op.Quotas[0].Key, res, err)
 		}
 	}
-	if res, _ := store.Take(context.Background(), &a); res.Allowed {
+	if res, _ := limittest.Take(context.Background(), store, &a); res.Allowed {
 		t.Fatal("second call on a full key admitted")
 	}
 }

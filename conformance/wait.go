@@ -329,8 +329,13 @@ type signalStore struct {
 	took chan struct{}
 }
 
-func (s *signalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	res, err := s.Store.Take(ctx, op)
+func (s *signalStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *signalStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := limittest.Take(ctx, s.Store, op)
 	select {
 	case s.took <- struct{}{}:
 	default:
@@ -348,7 +353,12 @@ type arrivalStore struct {
 	stamps sync.Map // goroutine ID -> *storeStamps
 }
 
-func (s *arrivalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *arrivalStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *arrivalStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	at := time.Now()
 	var st *storeStamps
 	if !op.Refund {
@@ -360,7 +370,7 @@ func (s *arrivalStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.
 			}
 		}
 	}
-	res, err := s.Store.Take(ctx, op)
+	res, err := limittest.Take(ctx, s.Store, op)
 	if st != nil {
 		st.back = time.Now()
 		if st.seen.IsZero() && err == nil {

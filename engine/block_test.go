@@ -67,8 +67,13 @@ func failures(status int) bool { return status >= 400 }
 // ignoringStore is a store that says nothing of blocks (no Describe).
 type ignoringStore struct{ s *limittest.Store }
 
-func (i ignoringStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	return i.s.Take(ctx, op)
+func (i ignoringStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = i.take(ctx, op)
+	return err
+}
+
+func (i ignoringStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	return limittest.Take(ctx, i.s, op)
 }
 
 // TestBlockLastsBlockForThenDoubles: the request that finds the quota

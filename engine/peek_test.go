@@ -317,6 +317,11 @@ func TestPeekUnderMaxWaitSaysTheRequestWouldWait(t *testing.T) {
 // takeOnly hides every method of its store but Take.
 type takeOnly struct{ s *clockStore }
 
-func (t takeOnly) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	return t.s.Take(ctx, op)
+func (t takeOnly) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = t.take(ctx, op)
+	return err
+}
+
+func (t takeOnly) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	return limittest.Take(ctx, t.s, op)
 }

@@ -88,7 +88,12 @@ type mapStore struct {
 
 func (s *mapStore) Describe() limitstore.Info { return limitstore.Info{Name: "map"} }
 
-func (s *mapStore) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *mapStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *mapStore) take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var sts [limitstore.MaxQuotas]limitstore.State

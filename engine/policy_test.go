@@ -84,8 +84,13 @@ type ttlRecorder struct {
 	maxTTL, minTTL int64
 }
 
-func (s *ttlRecorder) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	res, err := s.clockStore.Take(ctx, op)
+func (s *ttlRecorder) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *ttlRecorder) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := limittest.Take(ctx, s.clockStore, op)
 	if res.Allowed {
 		for _, q := range res.Quotas[:res.N] {
 			s.maxTTL, s.minTTL = max(s.maxTTL, q.TTLMS), min(s.minTTL, q.TTLMS)

@@ -258,7 +258,12 @@ type propStore struct {
 	st  limitstore.State
 }
 
-func (s *propStore) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *propStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *propStore) take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.op = *op
 	s.op.Quotas[0].Key = nil
 	s.st = s.gen(&op.Quotas[0], s.now)

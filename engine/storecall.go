@@ -147,8 +147,7 @@ func (c *storeCall) decide(ctx context.Context, op *limitstore.Op, bucket string
 // when an Observer is set: exactly one duration event per call made, a
 // failed or panicking one included; none for a call the store's
 // protections did not make (a cached denial, an open breaker: the store
-// reports those itself). The Result (a few hundred bytes) is copied once,
-// from the store's return into *res, instead of once per call level.
+// reports those itself). The store writes its Result straight into *res.
 func (c *storeCall) take(ctx context.Context, s *storeRef, op *limitstore.Op, res *limitstore.Result) error {
 	if !c.observing {
 		return call(ctx, s, op, res)
@@ -181,6 +180,5 @@ func call(ctx context.Context, s *storeRef, op *limitstore.Op, res *limitstore.R
 			err = fmt.Errorf("limit: store panicked: %v", p)
 		}
 	}()
-	*res, err = s.Take(ctx, op)
-	return err
+	return s.Take(ctx, op, res)
 }

@@ -148,7 +148,12 @@ type gatedStore struct {
 // hold is what one Take waits for: before closes, then after closes.
 type hold struct{ before, after chan struct{} }
 
-func (s *gatedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *gatedStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *gatedStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.mu.Lock()
 	var h hold
 	if len(s.holds) > 0 {
@@ -158,7 +163,7 @@ func (s *gatedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	if h.before != nil {
 		<-h.before
 	}
-	res, err := s.Store.Take(ctx, op)
+	res, err := limittest.Take(ctx, s.Store, op)
 	if h.after != nil {
 		<-h.after
 	}
@@ -404,13 +409,18 @@ type refundCounter struct {
 	refunds int
 }
 
-func (s *refundCounter) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *refundCounter) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *refundCounter) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if op.Refund {
 		s.mu.Lock()
 		s.refunds++
 		s.mu.Unlock()
 	}
-	return s.Store.Take(ctx, op)
+	return limittest.Take(ctx, s.Store, op)
 }
 
 func (s *refundCounter) count() int {
@@ -516,9 +526,14 @@ type lagStore struct {
 }
 
 // Take is next's Take, lag/2 later, answered lag/2 after that.
-func (s *lagStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *lagStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *lagStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	time.Sleep(s.lag / 2)
-	res, err := s.next.Take(ctx, op)
+	res, err := limittest.Take(ctx, s.next, op)
 	time.Sleep(s.lag - s.lag/2)
 	return res, err
 }

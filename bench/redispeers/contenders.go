@@ -147,7 +147,7 @@ func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefi
 			}
 		}
 		return func(ctx context.Context, i int) (bool, error) {
-			res, err := store.Take(ctx, &ops[i%len(ops)])
+			res, err := limittest.Take(ctx, store, &ops[i%len(ops)])
 			return res.Allowed, err
 		}, nil
 	}
@@ -156,7 +156,12 @@ func takeContender(alg limit.Algorithm, callerClock bool) func(c *clients, prefi
 // recorder is a store that keeps the last Op and admits it.
 type recorder struct{ op limitstore.Op }
 
-func (r *recorder) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (r *recorder) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = r.take(ctx, op)
+	return err
+}
+
+func (r *recorder) take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	r.op = *op
 	return limitstore.Result{Allowed: true, N: op.N}, nil
 }

@@ -67,11 +67,16 @@ func BenchmarkGuardedConsume(b *testing.B) {
 // network client does when it waits for a reply.
 type askDone struct{ limitstore.Store }
 
-func (s askDone) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s askDone) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s askDone) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	select {
 	case <-ctx.Done():
 		return limitstore.Result{}, ctx.Err()
 	default:
 	}
-	return s.Store.Take(ctx, op)
+	return limittest.Take(ctx, s.Store, op)
 }

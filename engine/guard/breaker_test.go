@@ -298,11 +298,16 @@ type panicky struct {
 	on bool
 }
 
-func (p *panicky) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (p *panicky) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = p.take(ctx, op)
+	return err
+}
+
+func (p *panicky) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if p.on {
 		panic("store bug")
 	}
-	return p.Store.Take(ctx, op)
+	return limittest.Take(ctx, p.Store, op)
 }
 
 // A store that panics opens the breaker like one that fails: the "opened"

@@ -75,7 +75,12 @@ type ctxStore struct {
 	f func(context.Context)
 }
 
-func (s *ctxStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *ctxStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *ctxStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.f(ctx)
 	return limitstore.Result{Allowed: true, N: op.N}, nil
 }

@@ -197,10 +197,15 @@ type latencyStore struct {
 	calls *atomic.Int64
 }
 
-func (s *latencyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *latencyStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *latencyStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.calls.Add(1)
 	time.Sleep(time.Duration(s.lat.there.Load()))
-	res, err := s.Store.Take(ctx, op)
+	res, err := limittest.Take(ctx, s.Store, op)
 	time.Sleep(time.Duration(s.lat.back.Load()))
 	return res, err
 }

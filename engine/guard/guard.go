@@ -236,7 +236,13 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // cached (it is a look at the store's own numbers), and fails with an error
 // wrapping errors.ErrUnsupported when the wrapped store is not a
 // limitstore.Resetter.
-func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+// take is Take, returning the Result.
+func (s *Store) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	now := s.now()
 	switch {
 	case op.Peek:
@@ -400,7 +406,8 @@ func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verd
 		done = true
 		return limitstore.Result{}, err
 	}
-	res, err := s.next.Take(ctx, op)
+	var res limitstore.Result
+	err := s.next.Take(ctx, op, &res)
 	done = true
 	return res, err
 }

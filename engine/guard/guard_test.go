@@ -110,7 +110,7 @@ func TestPeekAndResetThroughTheGuard(t *testing.T) {
 	if err := bare.Reset(ctx, [][]byte{[]byte("k")}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Reset through a guard on a Take-only store: %v", err)
 	}
-	if _, err := bare.Take(ctx, &limitstore.Op{Peek: true, N: 1, Cost: 1}); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := limittest.Take(ctx, bare, &limitstore.Op{Peek: true, N: 1, Cost: 1}); !errors.Is(err, errors.ErrUnsupported) {
 		t.Fatalf("Peek through a guard on a Take-only store: %v", err)
 	}
 }
@@ -118,8 +118,13 @@ func TestPeekAndResetThroughTheGuard(t *testing.T) {
 // takeOnly hides every method of its store but Take.
 type takeOnly struct{ s limitstore.Store }
 
-func (o takeOnly) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	return o.s.Take(ctx, op)
+func (o takeOnly) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = o.take(ctx, op)
+	return err
+}
+
+func (o takeOnly) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	return limittest.Take(ctx, o.s, op)
 }
 
 // A caller whose context is cancelled while the store is asked is released
@@ -203,8 +208,13 @@ type lateReplyStore struct {
 	delay time.Duration
 }
 
-func (s *lateReplyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
-	res, err := s.Store.Take(ctx, op)
+func (s *lateReplyStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *lateReplyStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+	res, err := limittest.Take(ctx, s.Store, op)
 	select {
 	case <-time.After(s.delay):
 		return res, err

@@ -75,13 +75,18 @@ type scriptedStore struct {
 
 func (s *scriptedStore) Describe() limitstore.Info { return limitstore.Info{Name: "scripted"} }
 
-func (s *scriptedStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *scriptedStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *scriptedStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	s.calls.Add(1)
 	d := s.delay(op)
 	if d < 0 {
 		d = 0 // SlowStore's "never"
 	}
-	return limittest.SlowStore{Store: s.Store, Delay: d}.Take(ctx, op)
+	return limittest.Take(ctx, limittest.SlowStore{Store: s.Store, Delay: d}, op)
 }
 
 // guarded wraps s with guard.New.

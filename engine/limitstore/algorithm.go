@@ -249,15 +249,22 @@ type Result struct {
 // charge was made before a Reset of the key) and otherwise answers as any
 // Refund.
 func (op *Op) Apply(states *[MaxQuotas]State, now int64) (res Result) {
+	op.ApplyTo(&res, states, now)
+	return res
+}
+
+// ApplyTo is Apply writing its Result into *res, every field of it: what a
+// Store's Take uses to answer into the caller's Result without a copy.
+func (op *Op) ApplyTo(res *Result, states *[MaxQuotas]State, now int64) {
+	*res = Result{}
 	var epochs [MaxQuotas]int64
 	for i := range min(max(op.N, 0), MaxQuotas) {
 		epochs[i] = states[i].Epoch
 	}
-	op.apply(&res, states, now)
+	op.apply(res, states, now)
 	for i := range min(max(op.N, 0), MaxQuotas) {
 		states[i].Epoch, res.Quotas[i].Epoch = epochs[i], epochs[i]
 	}
-	return res
 }
 
 // apply is Apply into *res, a zero Result, with the States' epochs left

@@ -17,15 +17,18 @@ var ErrCircuitOpen = errors.New("limitstore: store not called, its circuit break
 //
 // Take reads the States stored under the keys of op.Quotas[:op.N] (the zero
 // State when absent or expired), applies op.Apply at the store's own clock
-// reading, and writes back, all as one atomic step:
+// reading (op.ApplyTo, into *res), and writes back, all as one atomic step:
 //   - an admitted Op: every State, each with a time to live of its
 //     QuotaResult.TTLMS;
 //   - a denied Op: nothing (a denied request takes nothing from any quota);
 //   - a Refund: each State whose QuotaResult.TTLMS > 0 that exists under its
 //     key, keeping the key's existing expiry; a Refund never creates a key.
 //
-// A non-nil error means the backend failed (unreachable, timed out, broken
-// reply), never "denied"; the engine then applies the policy's FailureMode.
+// Take writes its answer into *res, every field of it (the engine passes a
+// Result it reuses, so that a few hundred bytes are not copied per
+// decision). A non-nil error means the backend failed (unreachable, timed
+// out, broken reply), never "denied"; the engine then applies the policy's
+// FailureMode and ignores *res.
 // Take must honour ctx's deadline and be safe for concurrent use. The
 // engine passes the caller's context as it is: a store that waits on I/O
 // wraps itself with guard.New for a timeout, a circuit breaker and a deny
@@ -35,7 +38,7 @@ var ErrCircuitOpen = errors.New("limitstore: store not called, its circuit break
 // unkeyed hash would let them aim collisions). It may describe itself to
 // the engine with a method Describe() Info (see Info).
 type Store interface {
-	Take(ctx context.Context, op *Op) (Result, error)
+	Take(ctx context.Context, op *Op, res *Result) error
 }
 
 // Resetter is a Store that can also look without writing and forget: it

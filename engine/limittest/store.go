@@ -54,8 +54,22 @@ func NewStore(now func() time.Time) *Store {
 	return &Store{now: now, m: map[string]*entry{}}
 }
 
+// Take is s.Take into a fresh Result, returned with the error: the
+// two-value form of a store call, for tests and wrappers that look at the
+// Result or pass it on.
+func Take(ctx context.Context, s limitstore.Store, op *limitstore.Op) (limitstore.Result, error) {
+	var res limitstore.Result
+	err := s.Take(ctx, op, &res)
+	return res, err
+}
+
 // Take implements limitstore.Store.
-func (s *Store) Take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s *Store) take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	now := s.now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,7 +171,12 @@ type FailingStore struct {
 }
 
 // Take implements limitstore.Store.
-func (f FailingStore) Take(context.Context, *limitstore.Op) (limitstore.Result, error) {
+func (f FailingStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = f.take(ctx, op)
+	return err
+}
+
+func (f FailingStore) take(context.Context, *limitstore.Op) (limitstore.Result, error) {
 	if f.Panic {
 		panic("limittest: store bug")
 	}
@@ -169,7 +188,7 @@ func (f FailingStore) Take(context.Context, *limitstore.Op) (limitstore.Result, 
 
 // Reset implements limitstore.Resetter: it fails (or panics) as Take does.
 func (f FailingStore) Reset(ctx context.Context, _ [][]byte) error {
-	_, err := f.Take(ctx, nil)
+	_, err := Take(ctx, f, nil)
 	return err
 }
 
@@ -190,7 +209,12 @@ type SlowStore struct {
 }
 
 // Take implements limitstore.Store.
-func (s SlowStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s SlowStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = s.take(ctx, op)
+	return err
+}
+
+func (s SlowStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return limitstore.Result{}, err
 	}
@@ -205,7 +229,7 @@ func (s SlowStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Resu
 		return limitstore.Result{}, ctx.Err()
 	case <-wait:
 	}
-	return s.Store.Take(ctx, op)
+	return Take(ctx, s.Store, op)
 }
 
 // Reset implements limitstore.Resetter: Store's Reset, after Delay, as
@@ -260,7 +284,12 @@ func (f *FlakyStore) Hang() { f.mode.Store(hanging) }
 func (f *FlakyStore) Heal() { f.mode.Store(healthy) }
 
 // Take implements limitstore.Store.
-func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = f.take(ctx, op)
+	return err
+}
+
+func (f *FlakyStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	f.calls.Add(1)
 	switch f.mode.Load() {
 	case failing:
@@ -271,7 +300,7 @@ func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 		<-ctx.Done()
 		return limitstore.Result{}, ctx.Err()
 	}
-	return f.Store.Take(ctx, op)
+	return Take(ctx, f.Store, op)
 }
 
 // Reset implements limitstore.Resetter: Store's Reset, failing or hanging

@@ -124,7 +124,7 @@ func BenchmarkTake(b *testing.B) {
 					key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
 					op.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
 				}
-				if res, _ := s.Take(context.Background(), &op); !res.Allowed {
+				if res, _ := limittest.Take(context.Background(), s, &op); !res.Allowed {
 					b.Fatal("denied")
 				}
 			}

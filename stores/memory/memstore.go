@@ -181,14 +181,17 @@ func New(opts ...Option) (*Store, error) {
 // order). It never fails and never blocks on I/O.
 //
 // An Op of one quota, every Op the engine sends today, takes the steps of
-// takeN without its loops over quotas and shards, here (a Result is a few
-// hundred bytes: a call in between would copy it once more).
-func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Result, err error) {
+// takeN without its loops over quotas and shards, here, and the Result is
+// written in place (limitstore.Op.ApplyTo): a Result is a few hundred
+// bytes, each copy a few dozen instructions.
+func (s *Store) Take(_ context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	if op.Block.ForMS > 0 && (!op.Refund || op.Block.LeaseMS > 0) {
-		return s.takeBlocked(op), nil // block.go
+		*res = s.takeBlocked(op) // block.go
+		return nil
 	}
 	if op.N != 1 {
-		return s.takeN(op), nil
+		s.takeN(op, res)
+		return nil
 	}
 	q := &op.Quotas[0]
 	id := s.keyID(q.Key)
@@ -205,7 +208,7 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 		unpack(&sts[0], q.Algorithm, &sh.ents[p].w)
 		sts[0].Epoch = sh.epochOf(id)
 	}
-	res = op.Apply(&sts, now)
+	op.ApplyTo(res, &sts, now)
 	r := &res.Quotas[0]
 	switch {
 	case r.TTLMS <= 0:
@@ -232,11 +235,11 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op) (res limitstore.Resul
 	if cross >= 0 {
 		s.shards[cross].trySweep(now)
 	}
-	return res, nil
+	return nil
 }
 
-// takeN is Take for any number of quotas.
-func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
+// takeN is Take for any number of quotas, its Result written into *res.
+func (s *Store) takeN(op *limitstore.Op, res *limitstore.Result) {
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	var ids [limitstore.MaxQuotas]uint64
 	var shards [limitstore.MaxQuotas]int
@@ -273,7 +276,7 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 			pos[i] = -1 // nothing to refund, and a refund never creates a key
 		}
 	}
-	res := op.Apply(&sts, now)
+	op.ApplyTo(res, &sts, now)
 
 	// Write: what Apply says (TTLMS > 0), entries present first, since
 	// adding one may move the others.
@@ -316,7 +319,6 @@ func (s *Store) takeN(op *limitstore.Op) limitstore.Result {
 	if cross >= 0 {
 		s.shards[cross].trySweep(now)
 	}
-	return res
 }
 
 // sweep sweeps a step of shard i and, every crossEvery-th decision, a

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"strconv"
 	"testing"
 	"time"
@@ -73,7 +74,7 @@ func TestAStoreOfLiveKeysDoesNotSweep(t *testing.T) {
 	op := limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{{Algorithm: limit.SlidingWindow, Limit: 100, WindowMS: 3_600_000}}}
 	for i := range 20_000 {
 		op.Quotas[0].Key = []byte("k:" + strconv.Itoa(i))
-		if _, err := s.Take(context.Background(), &op); err != nil {
+		if _, err := limittest.Take(context.Background(), s, &op); err != nil {
 			t.Fatal(err)
 		}
 	}

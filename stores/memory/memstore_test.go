@@ -196,12 +196,12 @@ func TestKeysOfOneShardKeepApart(t *testing.T) {
 	a, b := fixedOp("qg:{x}:b:f:r:a"), fixedOp("qg:{x}:b:f:r:b")
 	ctx := context.Background()
 	for _, op := range []*limitstore.Op{&a, &b} {
-		if res, _ := s.Take(ctx, op); !res.Allowed {
+		if res, _ := limittest.Take(ctx, s, op); !res.Allowed {
 			t.Fatalf("first call for %s denied: the other key's state leaked", op.Quotas[0].Key)
 		}
 	}
 	for _, op := range []*limitstore.Op{&a, &b} {
-		if res, _ := s.Take(ctx, op); res.Allowed {
+		if res, _ := limittest.Take(ctx, s, op); res.Allowed {
 			t.Fatalf("second call for %s admitted", op.Quotas[0].Key)
 		}
 	}
@@ -234,7 +234,7 @@ func TestKeysOfOneShardStayBounded(t *testing.T) {
 	ctx := context.Background()
 	for i := 0; i < 5000; i++ {
 		op := fixedOp(fmt.Sprintf("qg:{x}:b:f:r:id%d", i))
-		if res, _ := s.Take(ctx, &op); !res.Allowed {
+		if res, _ := limittest.Take(ctx, s, &op); !res.Allowed {
 			t.Fatalf("key %d: a fresh key was denied", i)
 		}
 	}
@@ -255,7 +255,7 @@ func op(q limitstore.Quota, keys ...string) limitstore.Op {
 
 func take(t *testing.T, s *memstore.Store, o limitstore.Op) limitstore.Result {
 	t.Helper()
-	res, err := s.Take(context.Background(), &o)
+	res, err := limittest.Take(context.Background(), s, &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func viaStore(s *memstore.Store, alg limit.Algorithm) decider {
 	return func(t *testing.T, id []byte) bool {
 		key = append(append(append(key[:0], "qg:{"...), id...), "}:3p3600:r:k"...)
 		op.Quotas[0].Key = key
-		res, err := s.Take(context.Background(), &op)
+		res, err := limittest.Take(context.Background(), s, &op)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -536,7 +536,7 @@ func fill(t testing.TB, maxKeys, n int) *memstore.Store {
 	for i := range n {
 		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
 		o.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
-		if _, err := s.Take(context.Background(), &o); err != nil {
+		if _, err := limittest.Take(context.Background(), s, &o); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -710,7 +710,7 @@ func TestConcurrentWaitersNeverOverReserve(t *testing.T) {
 		wg.Go(func() {
 			op := limitstore.Op{Cost: 1, N: 1, WaitMS: q.MaxWaitMS, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
 			for range takes {
-				if res, _ := s.Take(context.Background(), &op); res.Allowed {
+				if res, _ := limittest.Take(context.Background(), s, &op); res.Allowed {
 					admitted.Add(1)
 				}
 			}

@@ -33,7 +33,7 @@ func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 	peek := func(id string) limitstore.Result {
 		o := op(id)
 		o.Peek = true
-		res, err := s.Take(ctx, o)
+		res, err := limittest.Take(ctx, s, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 		t.Fatalf("Peek of a fresh identity: %+v, %d entries", res, s.Len())
 	}
 	for _, id := range []string{"a", "a", "b"} {
-		if _, err := s.Take(ctx, op(id)); err != nil {
+		if _, err := limittest.Take(ctx, s, op(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -65,11 +65,11 @@ func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 			t.Fatalf("after Reset %d: %+v, %d entries, want a whole quota of epoch %d and 4 entries", epoch+1, res, s.Len(), epoch+1)
 		}
 	}
-	charge, err := s.Take(ctx, op("a"))
+	charge, err := limittest.Take(ctx, s, op("a"))
 	if err != nil || !charge.Allowed || charge.Quotas[0].Remaining != 1 || charge.Quotas[0].Epoch != 2 {
 		t.Fatalf("a after Reset: %+v, %v, want a whole quota", charge, err)
 	}
-	if res, _ := s.Take(ctx, op("b")); !res.Allowed || res.Quotas[0].Remaining != 0 || res.Quotas[0].Epoch != 0 {
+	if res, _ := limittest.Take(ctx, s, op("b")); !res.Allowed || res.Quotas[0].Remaining != 0 || res.Quotas[0].Epoch != 0 {
 		t.Fatalf("b after a's Reset: %+v, want its count kept", res)
 	}
 	// A refund of a charge of an earlier epoch gives nothing back; one of
@@ -80,7 +80,7 @@ func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 		for i := range o.N {
 			o.Quotas[i].Window, o.Quotas[i].Epoch = charge.Quotas[i].Window, epoch
 		}
-		res, err := s.Take(ctx, o)
+		res, err := limittest.Take(ctx, s, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestResetMovesLiveKeysToTheNextEpoch(t *testing.T) {
 	if s.Len() != 2 {
 		t.Fatalf("%d entries after a Reset of expired entries, want b's 2", s.Len())
 	}
-	if res, _ := s.Take(ctx, op("a")); res.Quotas[0].Epoch != 0 {
+	if res, _ := limittest.Take(ctx, s, op("a")); res.Quotas[0].Epoch != 0 {
 		t.Fatalf("a after its entries expired: %+v, want epoch 0", res)
 	}
 }

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -221,7 +222,7 @@ func TestFullStoreStaysFlat(t *testing.T) {
 		clock += 250 // µs
 		key = strconv.AppendInt(append(key[:0], "qg:{"...), int64(i), 16)
 		op.Quotas[0].Key = append(key, "}:100p60:s:r:k=client"...)
-		if res, _ := s.Take(context.Background(), &op); !res.Allowed {
+		if res, _ := limittest.Take(context.Background(), s, &op); !res.Allowed {
 			t.Fatalf("decision %d: a new identity was denied", i)
 		}
 		if i == 2*DefaultMaxKeys {
@@ -411,13 +412,13 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 		if c.block {
 			op.Block = limitstore.Block{Key: []byte("t:" + tag + ":b"), ForMS: 60_000}
 		}
-		if _, err := s.Take(ctx, op); err != nil {
+		if _, err := limittest.Take(ctx, s, op); err != nil {
 			t.Fatal(err)
 		}
 		before := meta(op.Quotas[0].Key)
 		peek := *op
 		peek.Peek = true
-		if _, err := s.Take(ctx, &peek); err != nil {
+		if _, err := limittest.Take(ctx, s, &peek); err != nil {
 			t.Fatal(err)
 		}
 		if after := meta(op.Quotas[0].Key); after != before {
@@ -449,7 +450,7 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 		return n
 	}
 	for i := range 8 {
-		if _, err := s.Take(ctx, op(i)); err != nil {
+		if _, err := limittest.Take(ctx, s, op(i)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Reset(ctx, [][]byte{op(i).Quotas[0].Key}); err != nil {
@@ -459,11 +460,11 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 	if n := held(); n != 8 {
 		t.Fatalf("%d epochs held after 8 Resets of live entries, want 8", n)
 	}
-	if res, _ := s.Take(ctx, op(0)); res.Quotas[0].Epoch != 1 {
+	if res, _ := limittest.Take(ctx, s, op(0)); res.Quotas[0].Epoch != 1 {
 		t.Fatalf("a Take after the Reset: %+v, want epoch 1", res.Quotas[0])
 	}
 	now = now.Add(2 * time.Minute) // every entry expired
-	if res, _ := s.Take(ctx, op(1)); res.Quotas[0].Epoch != 0 {
+	if res, _ := limittest.Take(ctx, s, op(1)); res.Quotas[0].Epoch != 0 {
 		t.Fatalf("a Take on an expired reset entry: %+v, want epoch 0", res.Quotas[0])
 	}
 	for i := range s.shards {
@@ -477,7 +478,7 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 	// At the cap: the reset entries are evicted (a whole quota ranks
 	// first), and their epochs with them.
 	for i := range 8 {
-		if _, err := s.Take(ctx, op(i)); err != nil {
+		if _, err := limittest.Take(ctx, s, op(i)); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Reset(ctx, [][]byte{op(i).Quotas[0].Key}); err != nil {
@@ -485,7 +486,7 @@ func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 		}
 	}
 	for i := 8; i < 20_000; i++ {
-		if _, err := s.Take(ctx, op(i)); err != nil {
+		if _, err := limittest.Take(ctx, s, op(i)); err != nil {
 			t.Fatal(err)
 		}
 	}

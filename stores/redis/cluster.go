@@ -319,7 +319,13 @@ func (b *nodeBackend) Describe() limitstore.Info {
 // Take sends op to the node; a MOVED or ASK answer (the slot moved: the
 // script did not run) sends it again through the cluster client, which
 // follows the redirection, and asks for a new reading of the slots.
-func (b *nodeBackend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (b *nodeBackend) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = b.take(ctx, op)
+	return err
+}
+
+// take is Take, returning the Result.
+func (b *nodeBackend) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if blocked(op) {
 		return b.blockNode(ctx, op) // block.go
 	}

@@ -289,7 +289,13 @@ func (b *backend) Describe() limitstore.Info {
 	return limitstore.Info{Name: "redis", Shared: true, Blocks: true}
 }
 
-func (b *backend) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+// Take implements limitstore.Store for the Store's guard: take.
+func (b *backend) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = b.take(ctx, op)
+	return err
+}
+
+func (b *backend) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	if blocked(op) {
 		return checked((*Store)(b).blockTake(ctx, op, nil)) // block.go
 	}
@@ -323,9 +329,10 @@ func (s *Store) Client() rueidis.Client {
 // sentinels (ErrClosed, ErrNotConnected, ErrBadReply, ErrReconnectBackoff),
 // context.DeadlineExceeded and, for a call the open breaker did not make,
 // limitstore.ErrCircuitOpen (wrapping the failure that opened it).
-func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
 	if s.guard == nil {
-		return checked((*backend)(s).Take(ctx, op))
+		*res, err = checked((*backend)(s).take(ctx, op))
+		return err
 	}
 	g := s.guard
 	if cr := s.cluster.Load(); cr != nil {
@@ -333,11 +340,10 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result,
 			g = n.guard
 		}
 	}
-	res, err := g.Take(ctx, op)
-	if err != nil {
-		return res, prefixed(err) // the guard's own: a timeout, an open breaker
+	if err := g.Take(ctx, op, res); err != nil {
+		return prefixed(err) // the guard's own: a timeout, an open breaker
 	}
-	return res, nil
+	return nil
 }
 
 // script is Take without the protections: one script call; an answer that

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"reflect"
 	"strings"
 	"testing"
@@ -132,7 +133,7 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 	// Load the scripts before gating (the first EVALSHA of each answers
 	// NOSCRIPT and is followed by an EVAL).
 	warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
-	if _, err := alone.Take(ctx, &warm); err != nil {
+	if _, err := limittest.Take(ctx, alone, &warm); err != nil {
 		t.Fatal(err)
 	}
 	opsA, opsB := batchOps(pa, now), batchOps(pb, now)
@@ -164,7 +165,7 @@ func testBatchDecidesAsOneByOne(t *testing.T, be *backend, callerClock bool) {
 
 	var wrongs, denied, refunds int
 	for i := range opsB {
-		res, err := alone.Take(ctx, &opsB[i])
+		res, err := limittest.Take(ctx, alone, &opsB[i])
 		a := got[i]
 		if (err == nil) != (a.err == nil) {
 			t.Fatalf("Op %d: batched error %v, one by one %v", i, a.err, err)

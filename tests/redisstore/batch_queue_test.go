@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +33,7 @@ func TestQueuedCallerGivesUpUncharged(t *testing.T) {
 		}
 		r.releaseAll()
 		neverSent(t, client, &op)
-		res, err := s.Take(ctxT(t), &op)
+		res, err := limittest.Take(ctxT(t), s, &op)
 		if err != nil || res.Quotas[0].Remaining != 9 {
 			t.Fatalf("next Take: %+v, %v; want Remaining 9 (the one that gave up charged nothing)", res, err)
 		}
@@ -85,7 +86,7 @@ func TestRegressionGaveUpWhileQueuedNeverCharged(t *testing.T) {
 				ctx := &lateCtx{Context: parent, asked: make(chan struct{}), hold: make(chan struct{})}
 				ch := make(chan outcome, 1)
 				go func() {
-					res, err := s.Take(ctx, &op)
+					res, err := limittest.Take(ctx, s, &op)
 					ch <- outcome{res, err}
 				}()
 				var o outcome
@@ -170,7 +171,7 @@ func TestCancelledMemberDoesNotFailItsFlight(t *testing.T) {
 				t.Fatalf("filler: %v", o.err)
 			}
 		}
-		res, err := s.Take(ctxT(t), &ops[1])
+		res, err := limittest.Take(ctxT(t), s, &ops[1])
 		if err != nil || res.Quotas[0].Remaining != 8 {
 			t.Fatalf("the cancelled member's key: %+v, %v; want Remaining 8 (its flight reached Redis)", res, err)
 		}
@@ -221,7 +222,7 @@ func TestRegressionFlushNotDeferredBySlotsGivenBack(t *testing.T) {
 	prefix, _, s, g := countingStore(t, be)
 	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}
 	warm := oneQuota(prefix+":{warm}:f", q, 1)
-	if _, err := s.Take(ctxT(t), &warm); err != nil {
+	if _, err := limittest.Take(ctxT(t), s, &warm); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // the warm call's return is long past

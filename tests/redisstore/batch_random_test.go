@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -186,7 +187,7 @@ func (r *randomFlights) run(shapes []rfShape) {
 	// The scripts are loaded before any call is held (a first EVALSHA
 	// answers NOSCRIPT).
 	warm := oneQuota(r.prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
-	if _, err := r.alone.Take(ctxT(t), &warm); err != nil {
+	if _, err := limittest.Take(ctxT(t), r.alone, &warm); err != nil {
 		t.Fatal(err)
 	}
 	for _, kind := range []string{"hash", "list", "short", "dead"} {
@@ -698,7 +699,7 @@ func (r *randomFlights) flight(shape rfShape) {
 	for i := range ops {
 		o := &ops[i]
 		r.now.Store(o.now)
-		res, err := r.alone.Take(ctx, &o.b)
+		res, err := limittest.Take(ctx, r.alone, &o.b)
 		if msg := r.differ(o, got[i], outcome{res, err}); msg != "" {
 			t.Errorf("flight %d (%s), Op %d of %d %s: %s", r.flights, shape, i, len(ops), describeOp(&o.a, r.pa), msg)
 		}

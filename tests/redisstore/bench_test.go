@@ -58,7 +58,7 @@ func BenchmarkRedis(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("store-take/g=%d", g), func(b *testing.B) {
 			parallel(b, g, func(i int) error {
-				_, err := s.Take(ctx, &ops[i%nkeys])
+				_, err := limittest.Take(ctx, s, &ops[i%nkeys])
 				return err
 			})
 		})
@@ -265,7 +265,7 @@ func TestOneCallPerDecision(t *testing.T) {
 					seen[string(q.Key)], absentReads = true, absentReads+1
 				}
 			}
-			res, err := s.Take(ctx, &op)
+			res, err := limittest.Take(ctx, s, &op)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +279,7 @@ func TestOneCallPerDecision(t *testing.T) {
 					for j := range op.N {
 						op.Quotas[j].Window = res.Quotas[j].Window
 					}
-					rr, err := s.Take(ctx, &op)
+					rr, err := limittest.Take(ctx, s, &op)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -89,7 +89,7 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 					op := oneQuota(keys[id], quota, 1)
 					r := decisionRecord{start: time.Now(), id: id}
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					res, err := s.Take(ctx, &op)
+					res, err := limittest.Take(ctx, s, &op)
 					cancel()
 					r.end, r.err, r.allowed, r.window = time.Now(), err, res.Allowed, res.Quotas[0].Window
 					mine = append(mine, r)
@@ -115,7 +115,7 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 			}
 			if id := i % ids; owner[id] != 0 {
 				op := oneQuota(keys[id], quota, 1)
-				quiet.Take(context.Background(), &op)
+				limittest.Take(context.Background(), quiet, &op)
 				time.Sleep(10 * time.Millisecond) // a trickle
 			}
 		}
@@ -146,7 +146,7 @@ func TestClusterMasterKillIsolatesItsSlots(t *testing.T) {
 			continue
 		}
 		op := oneQuota(keys[id], quota, 1)
-		if _, err := quiet.Take(context.Background(), &op); err != nil {
+		if _, err := limittest.Take(context.Background(), quiet, &op); err != nil {
 			quietFailed++
 			t.Errorf("identity %d, no traffic from this Store since before the kill: %v", id, err)
 		}

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"testing"
 	"time"
 
@@ -68,13 +69,13 @@ func TestRegressionTinyDeadlinesDoNotCloseTheGate(t *testing.T) {
 						ctx, cancel = context.WithTimeout(context.Background(), time.Millisecond)
 					}
 					op := ops[i%len(ops)]
-					s.Take(ctx, &op) // may fail: its own deadline
+					limittest.Take(ctx, s, &op) // may fail: its own deadline
 					cancel()
 				}
 				for i := range 16 {
 					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 					op := ops[i%len(ops)]
-					_, err := s.Take(ctx, &op)
+					_, err := limittest.Take(ctx, s, &op)
 					cancel()
 					if err != nil {
 						t.Fatalf("round %d: Take %d with a 2 s deadline after Takes with 1 ms ones: %v (refused: %v)",

@@ -80,13 +80,13 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		op := ttlOps(testPrefix(t), "x")[0]
 		ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 		defer cancel()
-		_, err := s.Take(ctx, &op)
+		_, err := limittest.Take(ctx, s, &op)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Take with an expired context: %v, want context.DeadlineExceeded", err)
 		}
 		prefixOnce(t, "expired context", err)
 		mr.Lpush(string(op.Quotas[0].Key), "a list") // WRONGTYPE for the script
-		_, err = s.Take(context.Background(), &op)
+		_, err = limittest.Take(context.Background(), s, &op)
 		if err == nil {
 			t.Fatal("Take on a key holding a list: no error")
 		}
@@ -96,7 +96,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		s := newStore(t, miniBackend(t))
 		s.Close()
 		op := ttlOps(testPrefix(t), "x")[0]
-		_, err := s.Take(context.Background(), &op)
+		_, err := limittest.Take(context.Background(), s, &op)
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("Take after Close: %v, want ErrClosed", err)
 		}
@@ -115,7 +115,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 		op := ttlOps(testPrefix(t), "x")[0]
 		deadline := time.Now().Add(5 * time.Second)
 		for {
-			_, err = s.Take(context.Background(), &op)
+			_, err = limittest.Take(context.Background(), s, &op)
 			prefixOnce(t, "Take before connecting", err)
 			if errors.Is(err, ErrReconnectBackoff) {
 				break
@@ -185,7 +185,7 @@ func TestRegressionErrorPrefixOnce(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 					defer cancel()
 					op := ops[i%len(ops)]
-					if _, err := s.Take(ctx, &op); err != nil {
+					if _, err := limittest.Take(ctx, s, &op); err != nil {
 						mu.Lock()
 						errs = append(errs, err)
 						mu.Unlock()

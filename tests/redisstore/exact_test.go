@@ -165,7 +165,7 @@ func TestServerTimeIsTheServers(t *testing.T) {
 	mr.SetTime(at)
 	s := newStore(t, miniBackendOf(mr))
 	op := ttlOps(testPrefix(t), "x")[0]
-	res, err := s.Take(context.Background(), &op)
+	res, err := limittest.Take(context.Background(), s, &op)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,13 +290,13 @@ func TestBackwardServerClockStep(t *testing.T) {
 				now := int64(1_767_225_630_000)
 				set(now)
 				for i := range 10 {
-					if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+					if res, err := limittest.Take(ctx, s, &op); err != nil || !res.Allowed {
 						t.Fatalf("request %d: %+v, %v", i, res, err)
 					}
 				}
 				now -= 3_600_000
 				set(now)
-				res, err := s.Take(ctx, &op)
+				res, err := limittest.Take(ctx, s, &op)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -305,11 +305,11 @@ func TestBackwardServerClockStep(t *testing.T) {
 					t.Fatalf("after the step: %+v, want a denial with 0 < RetryAfter <= %d ms", res, maxWait(&q)+1000)
 				}
 				set(now + retry - 1)
-				if res, _ := s.Take(ctx, &op); res.Allowed {
+				if res, _ := limittest.Take(ctx, s, &op); res.Allowed {
 					t.Fatalf("admitted 1 ms before RetryAfter %d", retry)
 				}
 				set(now + retry)
-				if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+				if res, err := limittest.Take(ctx, s, &op); err != nil || !res.Allowed {
 					t.Fatalf("at RetryAfter %d: %+v, %v", retry, res, err)
 				}
 			}
@@ -382,7 +382,7 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 					<-start
 					for a := range attempts {
 						o := op
-						res, err := s.Take(ctx, &o)
+						res, err := limittest.Take(ctx, s, &o)
 						if err != nil {
 							firstErr.CompareAndSwap(nil, err)
 							return
@@ -396,7 +396,7 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 							for j := range o.N {
 								o.Quotas[j].Window = res.Quotas[j].Window
 							}
-							if _, err := s.Take(ctx, &o); err != nil {
+							if _, err := limittest.Take(ctx, s, &o); err != nil {
 								firstErr.CompareAndSwap(nil, err)
 								return
 							}
@@ -420,7 +420,7 @@ func TestExactSeveralQuotasAndRefunds(t *testing.T) {
 		// refund credited twice or past its charge.
 		probe := op
 		probe.Cost = 0
-		res, err := ss[0].Take(ctx, &probe)
+		res, err := limittest.Take(ctx, ss[0], &probe)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,7 +439,7 @@ func TestRefundNeverCreatesAKey(t *testing.T) {
 		t.Cleanup(func() { deleteKeys(t, s.Client(), prefix) })
 		for _, op := range ttlOps(prefix, "ghost") {
 			op.Refund, op.Quotas[0].Window = true, 123
-			res, err := s.Take(context.Background(), &op)
+			res, err := limittest.Take(context.Background(), s, &op)
 			if err != nil || !res.Allowed || res.Quotas[0].TTLMS != 0 {
 				t.Fatalf("%v: %+v, %v", op.Quotas[0].Algorithm, res, err)
 			}

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"os"
 	"strconv"
 	"strings"
@@ -55,7 +56,7 @@ func TestFreshStoreDecidesFirstRequestByRedis(t *testing.T) {
 				op := oneQuota(opKey(prefix, "5p60", limit.SlidingWindow, "fresh"+strconv.Itoa(i)),
 					limitstore.Quota{Algorithm: limit.SlidingWindow, Limit: 5, WindowMS: 60_000}, 1)
 				start := time.Now()
-				res, err := s.Take(context.Background(), &op)
+				res, err := limittest.Take(context.Background(), s, &op)
 				slowest = max(slowest, time.Since(start))
 				if err != nil || !res.Allowed {
 					failed++

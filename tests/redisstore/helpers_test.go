@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"os"
 	"slices"
 	"strconv"
@@ -385,7 +386,7 @@ func taggedKey(prefix, tag, bucket string, alg limit.Algorithm, id string) strin
 func takeOne(s limitstore.Store, op *limitstore.Op) (limitstore.Result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return s.Take(ctx, op)
+	return limittest.Take(ctx, s, op)
 }
 
 // ctxT is a context bounded by a generous deadline for test plumbing.
@@ -534,7 +535,7 @@ func startGatedWith(t *testing.T, s *Store, g *gatedClient, filler func(i int) l
 	}
 }
 
-// start runs s.Take(ctx, op) in a goroutine and waits until it either
+// start runs limittest.Take(ctx, s, op) in a goroutine and waits until it either
 // reaches the client (a plain call, held by the gate) or waits in the
 // queue; queued reports which.
 func (r *gatedRun) start(ctx context.Context, op *limitstore.Op) (ch chan outcome, queued bool) {
@@ -542,7 +543,7 @@ func (r *gatedRun) start(ctx context.Context, op *limitstore.Op) (ch chan outcom
 	wc := newWatchCtx(ctx)
 	ch = make(chan outcome, 1)
 	go func() {
-		res, err := r.s.Take(wc, op)
+		res, err := limittest.Take(wc, r.s, op)
 		ch <- outcome{res, err}
 	}()
 	select {
@@ -564,7 +565,7 @@ func (r *gatedRun) startOrFail(op *limitstore.Op) chan outcome {
 	wc := newWatchCtx(context.Background())
 	ch, done := make(chan outcome, 1), make(chan struct{})
 	go func() {
-		res, err := r.s.Take(wc, op)
+		res, err := limittest.Take(wc, r.s, op)
 		ch <- outcome{res, err}
 		close(done)
 	}()

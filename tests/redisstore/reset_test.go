@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"encoding/binary"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"testing"
 	"time"
 
@@ -57,7 +58,7 @@ func TestResetMovesValuesOfBothLayoutsToTheNextEpoch(t *testing.T) {
 				}
 				take := func(o limitstore.Op) limitstore.Result {
 					t.Helper()
-					res, err := s.Take(ctx, &o)
+					res, err := limittest.Take(ctx, s, &o)
 					if err != nil {
 						t.Fatal(err)
 					}

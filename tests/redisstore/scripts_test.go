@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"reflect"
 	"testing"
 
@@ -67,7 +68,7 @@ func TestRegressionPlainLuaCodecReadsNegativeIntegers(t *testing.T) {
 					sts[0].Window, sts[0].Count, sts[0].Prev = tc.state[0], tc.state[1], tc.state[2]
 				}
 				want := op.Apply(&sts, now)
-				res, err := s.Take(ctx, &op)
+				res, err := limittest.Take(ctx, s, &op)
 				if err != nil {
 					t.Errorf("%s: %v; want %+v", name, err, want)
 					continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"math"
 	"reflect"
 	"strconv"
@@ -136,14 +137,14 @@ func TestOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Take(ctx, &op); err != nil {
+	if _, err := limittest.Take(ctx, s, &op); err != nil {
 		t.Fatal(err)
 	}
 	if info := s.Describe(); info.Name != "redis" || s.Client() == nil {
 		t.Errorf("Describe %+v Client %v", info, s.Client())
 	}
 	s.Close()
-	if _, err := s.Take(ctx, &op); !errors.Is(err, ErrClosed) {
+	if _, err := limittest.Take(ctx, s, &op); !errors.Is(err, ErrClosed) {
 		t.Errorf("Take after Close: %v, want ErrClosed", err)
 	}
 }
@@ -160,7 +161,7 @@ func TestConnectsLater(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	op := ttlOps(testPrefix(t), "x")[0]
-	if _, err := s.Take(ctx, &op); !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "refused") {
+	if _, err := limittest.Take(ctx, s, &op); !errors.Is(err, ErrNotConnected) || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("Take before Redis exists: %v, want ErrNotConnected with the dial error", err)
 	}
 	if s.Client() != nil {
@@ -178,7 +179,7 @@ func TestConnectsLater(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // polling the background connect
 	}
-	if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+	if res, err := limittest.Take(ctx, s, &op); err != nil || !res.Allowed {
 		t.Fatalf("Take after connecting: %+v, %v", res, err)
 	}
 }
@@ -202,7 +203,7 @@ func TestTakeHonoursDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), -time.Second)
 	defer cancel()
 	op := ttlOps(testPrefix(t), "x")[0]
-	if _, err := s.Take(ctx, &op); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := limittest.Take(ctx, s, &op); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Take with an expired context: %v, want context.DeadlineExceeded", err)
 	}
 }
@@ -250,12 +251,12 @@ func TestTakeAllocs(t *testing.T) {
 	ops["refund"] = refund
 	for name, op := range ops {
 		for range 500 { // warm up: script loaded, every pooled connection dialled
-			if _, err := s.Take(ctx, &op); err != nil {
+			if _, err := limittest.Take(ctx, s, &op); err != nil {
 				t.Fatal(err)
 			}
 		}
 		n := testing.AllocsPerRun(200, func() {
-			if _, err := s.Take(ctx, &op); err != nil {
+			if _, err := limittest.Take(ctx, s, &op); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -287,7 +288,7 @@ func TestNewFromURLCluster(t *testing.T) {
 	ctx := ctxT(t)
 	for i := range 30 { // 30 identities: every node gets some
 		for _, op := range ttlOps(prefix, "c"+strconv.Itoa(i)) {
-			if res, err := s.Take(ctx, &op); err != nil || !res.Allowed {
+			if res, err := limittest.Take(ctx, s, &op); err != nil || !res.Allowed {
 				t.Fatalf("%s: %+v, %v", op.Quotas[0].Key, res, err)
 			}
 		}
@@ -319,7 +320,7 @@ func TestRegressionSeveralQuotasOnAKeyOfAnotherType(t *testing.T) {
 			if first {
 				op.Quotas[0], op.Quotas[1] = op.Quotas[1], op.Quotas[0]
 			}
-			if _, err := s.Take(ctx, &op); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			if _, err := limittest.Take(ctx, s, &op); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Fatalf("hash as quota %v: Take error %v, want WRONGTYPE", map[bool]int{true: 1, false: 2}[first], err)
 			}
 		}
@@ -350,7 +351,7 @@ func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.Take(ctxT(t), op)
+		res, err := limittest.Take(ctxT(t), s, op)
 		if err == nil || !strings.Contains(err.Error(), "at or before the Unix epoch") || res.Allowed {
 			t.Errorf("clock at %v: %+v, %v; want an error about the epoch", at, res, err)
 		}
@@ -362,7 +363,7 @@ func TestWithClockAtOrBeforeTheEpochFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Take(ctxT(t), op); err != nil || !res.Allowed || res.NowMS != 1 {
+	if res, err := limittest.Take(ctxT(t), s, op); err != nil || !res.Allowed || res.NowMS != 1 {
 		t.Errorf("clock at 1 ms: %+v, %v; want admitted at 1", res, err)
 	}
 }
@@ -403,7 +404,7 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 		t.Fatal(err)
 	}
 	warm := oneQuota(prefix+":{warm}:f", limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}, 1)
-	if _, err := alone.Take(ctxT(t), &warm); err != nil {
+	if _, err := limittest.Take(ctxT(t), alone, &warm); err != nil {
 		t.Fatal(err)
 	}
 	// Two Ops per algorithm on one key of limit 1 (the second denied). The
@@ -435,7 +436,7 @@ func testClockBeyondExactTimes(t *testing.T, be *backend, at int64) {
 	beyond := at > 1<<52
 	for i := range opsA {
 		a := r.wait(chs[i])
-		res, err := alone.Take(ctxT(t), &opsB[i])
+		res, err := limittest.Take(ctxT(t), alone, &opsB[i])
 		if beyond {
 			for _, e := range []error{a.err, err} {
 				if e == nil || !strings.Contains(e.Error(), "WithClock's clock read") {

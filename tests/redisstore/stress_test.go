@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,7 @@ func TestBatchedRepliesReachTheirCallers(t *testing.T) {
 		var ww sync.WaitGroup
 		for i := range 512 {
 			ww.Go(func() {
-				if _, err := stores[i%len(stores)].Take(ctxT(t), &warm); err != nil {
+				if _, err := limittest.Take(ctxT(t), stores[i%len(stores)], &warm); err != nil {
 					t.Error(err)
 				}
 			})
@@ -80,7 +81,7 @@ func TestBatchedRepliesReachTheirCallers(t *testing.T) {
 						cancel()
 						ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(2000))*time.Microsecond)
 					}
-					res, err := s.Take(ctx, &ops[k])
+					res, err := limittest.Take(ctx, s, &ops[k])
 					cancel()
 					mu.Lock()
 					switch {
@@ -144,7 +145,7 @@ func TestBatchedUnderScriptFlushAndClose(t *testing.T) {
 					return
 				default:
 				}
-				res, err := s.Take(context.Background(), &op)
+				res, err := limittest.Take(context.Background(), s, &op)
 				switch {
 				case errors.Is(err, ErrClosed):
 					closedErrs.Add(1)

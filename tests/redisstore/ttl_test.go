@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +38,7 @@ func takeRetry(t *testing.T, s *Store, op *limitstore.Op) limitstore.Result {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		res, err := s.Take(ctx, op)
+		res, err := limittest.Take(ctx, s, op)
 		cancel()
 		if err == nil {
 			return res
@@ -131,7 +132,7 @@ func TestForeignValuesGetADeadline(t *testing.T) {
 				if p := pttl(t, client, k); p != -1 {
 					t.Fatalf("seeded %s has PTTL %d, want -1 (no TTL)", k, p)
 				}
-				res, err := s.Take(ctx, &op)
+				res, err := limittest.Take(ctx, s, &op)
 				if err != nil {
 					t.Fatalf("%s %v: %v", tc.name, op.Quotas[0].Algorithm, err)
 				}
@@ -169,7 +170,7 @@ func TestKeyDeadlineWithinStateLifePlusGrace(t *testing.T) {
 			op := oneQuota(opKey(prefix, "5p60", alg, "grace"), q, 1)
 			k := string(op.Quotas[0].Key)
 			for i := range 2 {
-				res, err := s.Take(ctxT(t), &op)
+				res, err := limittest.Take(ctxT(t), s, &op)
 				if err != nil || !res.Allowed {
 					t.Fatalf("%v #%d: %+v %v", alg, i+1, res, err)
 				}
@@ -219,12 +220,12 @@ func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
 				q.PhaseMS = 0
 			}
 			one := oneQuota(opKey(prefix, "100p60", alg, "one"), q, 1)
-			res, err := s.Take(ctx, &one)
+			res, err := limittest.Take(ctx, s, &one)
 			if err != nil || !res.Allowed {
 				t.Fatalf("%v: %+v %v", alg, res, err)
 			}
 			persist(string(one.Quotas[0].Key))
-			if res, err = s.Take(ctx, &one); err != nil || !res.Allowed {
+			if res, err = limittest.Take(ctx, s, &one); err != nil || !res.Allowed {
 				t.Fatalf("%v: %+v %v", alg, res, err)
 			}
 			check("one quota", &one.Quotas[0])
@@ -233,7 +234,7 @@ func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
 			two.N = 2
 			two.Quotas[1] = q
 			two.Quotas[1].Key = []byte(taggedKey(prefix, hashTag("100p60\x00one"), "100p60b", alg, "one"))
-			if res, err = s.Take(ctx, &two); err != nil || !res.Allowed {
+			if res, err = limittest.Take(ctx, s, &two); err != nil || !res.Allowed {
 				t.Fatalf("%v two quotas: %+v %v", alg, res, err)
 			}
 			persist(string(two.Quotas[0].Key))
@@ -242,7 +243,7 @@ func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
 			for j := range two.N {
 				charged.Quotas[j].Window = res.Quotas[j].Window
 			}
-			if res, err = s.Take(ctx, &two); err != nil || !res.Allowed {
+			if res, err = limittest.Take(ctx, s, &two); err != nil || !res.Allowed {
 				t.Fatalf("%v two quotas: %+v %v", alg, res, err)
 			}
 			check("two quotas", &two.Quotas[0])
@@ -250,7 +251,7 @@ func TestWriteRepairsKeyWithoutDeadline(t *testing.T) {
 
 			persist(string(two.Quotas[0].Key))
 			charged.Refund = true
-			if res, err = s.Take(ctx, &charged); err != nil || !res.Allowed {
+			if res, err = limittest.Take(ctx, s, &charged); err != nil || !res.Allowed {
 				t.Fatalf("%v refund: %+v %v", alg, res, err)
 			}
 			check("refund", &two.Quotas[0])
@@ -273,7 +274,7 @@ func TestFlightRepairsKeyWithoutDeadline(t *testing.T) {
 					ops := make([]limitstore.Op, size)
 					for i := range ops {
 						ops[i] = oneQuota(opKey(prefix, "100p60", alg, strconv.Itoa(i)), q, 1)
-						if res, err := s.Take(ctx, &ops[i]); err != nil || !res.Allowed {
+						if res, err := limittest.Take(ctx, s, &ops[i]); err != nil || !res.Allowed {
 							t.Fatalf("%+v %v", res, err)
 						}
 					}

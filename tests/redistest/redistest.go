@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"github.com/quotagate/quotagate/engine/limittest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -131,7 +132,12 @@ type namespaced struct {
 	ns string
 }
 
-func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (n *namespaced) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
+	*res, err = n.take(ctx, op)
+	return err
+}
+
+func (n *namespaced) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
 	o := *op
 	for i := range o.N {
 		o.Quotas[i].Key = append([]byte(n.ns), op.Quotas[i].Key...)
@@ -139,7 +145,7 @@ func (n *namespaced) Take(ctx context.Context, op *limitstore.Op) (limitstore.Re
 	if op.Block.Key != nil {
 		o.Block.Key = append([]byte(n.ns), op.Block.Key...)
 	}
-	return n.Store.Take(ctx, &o)
+	return limittest.Take(ctx, n.Store, &o)
 }
 
 func (n *namespaced) Acquire(ctx context.Context, op *limitstore.LeaseOp) (limitstore.LeaseResult, error) {
