@@ -84,7 +84,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
 		switch p := pos[i]; {
 		case p < 0:
-			add[i] = r.TTLMS > 0 && !op.Refund && !slices.Contains(ids[:i], ids[i])
+			add[i] = r.TTLMS > 0 && !op.Refund && !writtenLater(ids[:n], i, &res)
 		case r.TTLMS <= 0:
 			if !op.Peek && sh.ents[p].holds(q.Algorithm, now) { // a Peek writes nothing
 				sh.ents[p].setScore(r.Remaining, capacityOf(q))

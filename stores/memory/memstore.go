@@ -100,8 +100,12 @@ const DefaultMaxKeys = 1 << 18
 // shardCount is a power of two so that the top bits of a hash pick the shard.
 const shardCount = 64
 
-// minMaxKeys is the smallest MaxKeys: every quota of one Op fits its shard.
-const minMaxKeys = shardCount * limitstore.MaxQuotas
+// opKeys is the most keys one Op names: its quotas, and with a block rule
+// the block record and the unsettled charges (limitstore.Block).
+const opKeys = limitstore.MaxQuotas + 2
+
+// minMaxKeys is the smallest MaxKeys: every key of one Op fits its shard.
+const minMaxKeys = shardCount * opKeys
 
 // Store is an in-process limitstore.Store. It is safe for concurrent use. The zero
 // value is not usable: call New.
@@ -126,13 +130,15 @@ var (
 type Option func(*Store, *int) error
 
 // WithMaxKeys bounds the number of entries kept (default DefaultMaxKeys;
-// an entry is one quota of one identity). n must be >= 256, so that each of
-// the 64 shards holds every quota of one Op (limitstore.MaxQuotas); the bound is
-// exact: the shards hold n/64 or n/64+1 entries each, n in all.
+// an entry is one quota of one identity, or one record of a block rule).
+// n must be >= 384, so that each of the 64 shards holds every key of one
+// Op (limitstore.MaxQuotas quotas, a block record and the unsettled
+// charges); the bound is exact: the shards hold n/64 or n/64+1 entries
+// each, n in all.
 func WithMaxKeys(n int) Option {
 	return func(_ *Store, max *int) error {
 		if n < minMaxKeys {
-			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard, one per quota of an Op)", n, minMaxKeys, limitstore.MaxQuotas)
+			return fmt.Errorf("memstore: WithMaxKeys(%d): must be >= %d (%d entries per shard: every key of one Op)", n, minMaxKeys, opKeys)
 		}
 		*max = n
 		return nil
@@ -238,6 +244,18 @@ func (s *Store) Take(_ context.Context, op *limitstore.Op, res *limitstore.Resul
 	return nil
 }
 
+// writtenLater reports whether a quota after i names the key of quota i
+// and is written too (TTLMS > 0): a key named twice in one Op keeps the
+// last State written to it, as when it is held already.
+func writtenLater(ids []uint64, i int, res *limitstore.Result) bool {
+	for j := i + 1; j < len(ids); j++ {
+		if ids[j] == ids[i] && res.Quotas[j].TTLMS > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // takeN is Take for any number of quotas, its Result written into *res.
 func (s *Store) takeN(op *limitstore.Op, res *limitstore.Result) {
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
@@ -305,7 +323,7 @@ func (s *Store) takeN(op *limitstore.Op, res *limitstore.Result) {
 	}
 	for i := 0; added && i < n; i++ {
 		q, r := &op.Quotas[i], &res.Quotas[i]
-		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || slices.Contains(ids[:i], ids[i]) {
+		if pos[i] >= 0 || r.TTLMS <= 0 || op.Refund || writtenLater(ids[:n], i, res) {
 			continue
 		}
 		e := entry{packMeta(q.Algorithm, now+r.TTLMS, r.Remaining, capacityOf(q)), pack(q.Algorithm, &sts[i])}

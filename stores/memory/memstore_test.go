@@ -213,7 +213,7 @@ func TestKeysOfOneShardKeepApart(t *testing.T) {
 // MaxKeys is an exact bound, also when it is not a multiple of the shard
 // count (found by trying to break the store: it used to round up per shard).
 func TestMaxKeysIsExact(t *testing.T) {
-	for _, max := range []int{256, 300, 1000} {
+	for _, max := range []int{384, 400, 1000} {
 		s, _ := newStore(t, memstore.WithMaxKeys(max))
 		l := limittest.MustNew(s, limit.Policy{Limit: 5, Window: time.Minute})
 		for i := 0; i < 20_000; i++ {
@@ -223,14 +223,14 @@ func TestMaxKeysIsExact(t *testing.T) {
 			t.Errorf("WithMaxKeys(%d): %d entries held", max, n)
 		}
 	}
-	if _, err := memstore.New(memstore.WithMaxKeys(255)); err == nil {
-		t.Error("WithMaxKeys(255): want an error (fewer than 4 entries per shard)")
+	if _, err := memstore.New(memstore.WithMaxKeys(383)); err == nil {
+		t.Error("WithMaxKeys(383): want an error (fewer than 6 entries per shard)")
 	}
 }
 
 // Keys that share one shard (one hash tag) still count against MaxKeys.
 func TestKeysOfOneShardStayBounded(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxKeys(256)) // 4 per shard
+	s, _ := newStore(t, memstore.WithMaxKeys(384)) // 6 per shard
 	ctx := context.Background()
 	for i := 0; i < 5000; i++ {
 		op := fixedOp(fmt.Sprintf("qg:{x}:b:f:r:id%d", i))
@@ -238,8 +238,8 @@ func TestKeysOfOneShardStayBounded(t *testing.T) {
 			t.Fatalf("key %d: a fresh key was denied", i)
 		}
 	}
-	if n := s.Len(); n != 4 {
-		t.Errorf("WithMaxKeys(256): %d entries held after 5000 keys of one shard, want its share, 4", n)
+	if n := s.Len(); n != 6 {
+		t.Errorf("WithMaxKeys(384): %d entries held after 5000 keys of one shard, want its share, 6", n)
 	}
 }
 
@@ -335,13 +335,14 @@ func TestRefundNeverCreatesOrExtends(t *testing.T) {
 }
 
 // At the cap, making room for a new quota never evicts another quota of the
-// same Op: with 4 entries per shard (MaxKeys 256) and Ops of 4 quotas on one
-// hash tag, each Op's 4 entries replace the previous Op's 4.
+// same Op: with 6 entries per shard (MaxKeys 384) and Ops of 4 quotas on one
+// hash tag, each Op's 4 entries take the places of earlier Ops' entries,
+// never of each other.
 func TestEvictionSparesTheOpsOtherQuotas(t *testing.T) {
-	s, _ := newStore(t, memstore.WithMaxKeys(256))
+	s, _ := newStore(t, memstore.WithMaxKeys(384))
 	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
 	for i := range 50 {
-		id := string(rune('a' + i%26))
+		id := fmt.Sprint(i) // a fresh identity per Op
 		four := op(q, "qg:{t}:1:"+id, "qg:{t}:2:"+id, "qg:{t}:3:"+id, "qg:{t}:4:"+id)
 		four.Cost = 0 // keep every quota whole: nothing ranks the new ones worse
 		if !take(t, s, four).Allowed {
@@ -725,4 +726,102 @@ func TestConcurrentWaitersNeverOverReserve(t *testing.T) {
 		t.Fatalf("%d admitted over %d ms of 50 per second with 100 ms of reservations, want at most %d", n, last, bound)
 	}
 	t.Logf("%d admitted over %d ms (bound %d)", admitted.Load(), last, bound)
+}
+
+// A key that was Reset, expired and came back is a fresh State: epoch 0,
+// on the Take that brings it back and on the next one, and a Refund of
+// epoch 0 gives its charge back, whichever way the expired entry left the
+// table (here the table's growth).
+func TestAResetKeyBackAfterExpiryIsOfEpochZero(t *testing.T) {
+	ctx := context.Background()
+	s, clock := newStore(t)
+	op := func(name string, windowMS int64) *limitstore.Op {
+		o := &limitstore.Op{Cost: 1, N: 1}
+		o.Quotas[0] = limitstore.Quota{Key: []byte("qg:{same}:b:f:r:" + name), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: windowMS}
+		return o
+	}
+	take := func(o *limitstore.Op) limitstore.Result {
+		t.Helper()
+		res, err := limittest.Take(ctx, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	take(op("victim", 1000))
+	if err := s.Reset(ctx, [][]byte{op("victim", 1000).Quotas[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 { // keys of the same shard that outlive the victim: the table grows
+		take(op(fmt.Sprintf("other%d", i), 3_600_000))
+		if i == 5 {
+			clock.Advance(5 * time.Second) // the victim has expired
+		}
+	}
+	first := take(op("victim", 1000))
+	if q := first.Quotas[0]; !first.Allowed || q.Remaining != 4 || q.Epoch != 0 {
+		t.Fatalf("the victim back: %+v, want a fresh quota of epoch 0", q)
+	}
+	if q := take(op("victim", 1000)).Quotas[0]; q.Epoch != 0 {
+		t.Fatalf("the next Take, no Reset since: epoch %d, want 0", q.Epoch)
+	}
+	refund := op("victim", 1000)
+	refund.Refund = true
+	refund.Quotas[0].Window, refund.Quotas[0].Epoch = first.Quotas[0].Window, first.Quotas[0].Epoch
+	if q := take(refund).Quotas[0]; q.Remaining != 4 {
+		t.Errorf("a Refund of epoch 0: remaining %d, want 4 (one of the two charges given back)", q.Remaining)
+	}
+}
+
+// An Op that names one key twice (two quotas of one key) keeps the last
+// State written to it, whether the key is new or held already: what the
+// reference store does, Take after Take.
+func TestAKeyNamedTwiceInOneOpKeepsItsLastState(t *testing.T) {
+	o := limitstore.Op{Cost: 1, N: 2}
+	o.Quotas[0] = limitstore.Quota{Key: []byte("qg:{a}:k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1_000}
+	o.Quotas[1] = limitstore.Quota{Key: []byte("qg:{a}:k"), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 60_000}
+	blocking := o
+	blocking.Block = limitstore.Block{Key: []byte("qg:{a}:blk"), ForMS: 60_000}
+	for name, o := range map[string]limitstore.Op{"plain": o, "block rule": blocking} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s, clock := newStore(t)
+			ref := limittest.NewStore(clock.Now)
+			for i := range 4 {
+				a, b := o, o
+				got, err := limittest.Take(ctx, s, &a)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := limittest.Take(ctx, ref, &b)
+				if got != want {
+					t.Fatalf("Take %d:\n got  %+v\n want %+v", i, got, want)
+				}
+				clock.Advance(300 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// MaxKeys bounds a store of Ops with a block rule too, whose every key
+// (four quotas, the block record and the unsettled charges) sits in one
+// shard: at the smallest cap, each shard holds exactly one such Op's keys,
+// and every Op of a fresh identity is admitted.
+func TestMaxKeysHoldsForOpsWithABlockRule(t *testing.T) {
+	ctx := context.Background()
+	const maxKeys = 384
+	s, _ := newStore(t, memstore.WithMaxKeys(maxKeys))
+	for id := range 2000 {
+		o := limitstore.Op{Cost: 1, N: 4}
+		for i := range 4 {
+			o.Quotas[i] = limitstore.Quota{Key: []byte(fmt.Sprintf("qg:{id%d}:b:q%d", id, i)), Algorithm: limit.FixedWindow, Limit: 10, WindowMS: 3_600_000}
+		}
+		o.Block = limitstore.Block{Key: []byte(fmt.Sprintf("qg:{id%d}:blk", id)), ForMS: 60_000, LeaseMS: 60_000, PendingKey: []byte(fmt.Sprintf("qg:{id%d}:pend", id))}
+		if res, err := limittest.Take(ctx, s, &o); err != nil || !res.Allowed {
+			t.Fatalf("identity %d: %+v %v", id, res, err)
+		}
+		if n := s.Len(); n > maxKeys {
+			t.Fatalf("after identity %d: %d entries held, WithMaxKeys(%d)", id, n, maxKeys)
+		}
+	}
 }

@@ -356,7 +356,10 @@ func (sh *shardData) place(id *uint64, e *entry) bool {
 func (sh *shardData) add(id uint64, e entry, now int64, keep []uint64) {
 	switch {
 	case sh.n >= sh.max:
-		sh.evict(id, now, keep)
+		if !sh.evict(id, now, keep) {
+			sh.evicted++ // every entry in keep: see settle
+			return
+		}
 	case sh.n+1 > capacity(len(sh.ids)/bucketSlots):
 		sh.resize(sh.sizeFor(sh.n+1), now)
 	}
@@ -371,11 +374,10 @@ func (sh *shardData) settle(id uint64, e entry, now int64, keep []uint64) {
 		if nb := len(sh.ids) / bucketSlots; nb < sh.full {
 			sh.resize(sh.grown(nb), now)
 		} else if !sh.evict(id, now, keep) {
-			// Every entry is in keep: an Op of more keys than its shard
-			// holds, which only a blocking Op can be (its quotas, the
-			// block record and the unsettled charges: MaxQuotas+2 keys,
-			// while WithMaxKeys guarantees MaxQuotas per shard). The
-			// entry is dropped and counted as evicted.
+			// Every entry is in keep, which a shard of at least opKeys
+			// entries (WithMaxKeys) never meets: should it, the entry is
+			// dropped and counted as evicted, and the bound holds.
+			sh.forget(id)
 			sh.evicted++
 			sh.n--
 			return
@@ -420,6 +422,7 @@ func (sh *shardData) resize(nb int, now int64) {
 		switch e := &ents[i]; {
 		case id == 0:
 		case e.exp() <= now:
+			sh.forget(id)
 			sh.reclaimed++
 		default:
 			sh.settle(id, *e, now, nil)

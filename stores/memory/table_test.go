@@ -75,6 +75,11 @@ func check(t *testing.T, sh *shardData) {
 	if len(seen) != sh.n || sh.n > sh.max {
 		t.Fatalf("%d entries held, n = %d, max %d", len(seen), sh.n, sh.max)
 	}
+	for id := range sh.epochs {
+		if !seen[id] {
+			t.Fatalf("epoch kept for id %x, which no entry holds", id)
+		}
+	}
 }
 
 // The table against a model under random insertions, updates, lookups,
@@ -434,7 +439,7 @@ func TestPeekLeavesTheEvictionScore(t *testing.T) {
 func TestEpochsLeaveWithTheirEntries(t *testing.T) {
 	ctx := context.Background()
 	now := time.UnixMilli(1_767_225_600_000)
-	s, err := New(WithClock(func() time.Time { return now }), WithMaxKeys(256))
+	s, err := New(WithClock(func() time.Time { return now }), WithMaxKeys(384))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,5 +537,50 @@ func TestMostEntriesSitInTheirHomeSlot(t *testing.T) {
 		if float64(atHome) < 0.5*float64(sh.n) {
 			t.Errorf("%d entries (load %.2f): %d at home, want at least half", sh.n, load, atHome)
 		}
+	}
+}
+
+// A resize drops the expired entries it meets, and their epochs with them:
+// an entry reset, expired and then dropped by the table's growth leaves no
+// epoch behind, so its key comes back of epoch 0.
+func TestEpochsLeaveWithTheEntriesAResizeDrops(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1_767_225_600_000)
+	s, err := New(WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := func(name string, windowMS int64) *limitstore.Op {
+		o := &limitstore.Op{Cost: 1, N: 1}
+		o.Quotas[0] = limitstore.Quota{Key: []byte("t:{one}:b:f:r:" + name), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: windowMS}
+		return o
+	}
+	take := func(o *limitstore.Op) limitstore.Result {
+		t.Helper()
+		res, err := limittest.Take(ctx, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	sh := &s.shards[s.shardOf([]byte("one"))].shardData
+	take(op("reset", 1000))
+	if err := s.Reset(ctx, [][]byte{op("reset", 1000).Quotas[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; sh.n < capacity(len(sh.ids)/bucketSlots); i++ { // the table full, of live entries but one
+		take(op("live"+strconv.Itoa(i), 3_600_000))
+	}
+	size := len(sh.ids)
+	now = now.Add(5 * time.Second) // the reset entry has expired
+	take(op("grow", 3_600_000))
+	if len(sh.ids) == size {
+		t.Fatalf("the table kept its %d slots: no resize", size)
+	}
+	if len(sh.epochs) != 0 {
+		t.Errorf("%d epochs kept after the resize dropped the one reset entry, want none", len(sh.epochs))
+	}
+	if got := take(op("reset", 1000)).Quotas[0].Epoch; got != 0 {
+		t.Errorf("the reset key back after its entry expired: epoch %d, want 0", got)
 	}
 }

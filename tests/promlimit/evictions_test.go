@@ -15,13 +15,13 @@ import (
 	memstore "github.com/quotagate/quotagate/stores/memory"
 )
 
-// The memory store's evictions, as counters: a store of 256 entries flooded
-// by 2 000 one-off clients (every shard meets its cap of 4) evicts 1 744 live
+// The memory store's evictions, as counters: a store of 384 entries flooded
+// by 2 000 one-off clients (every shard meets its cap of 6) evicts 1 616 live
 // entries; once every window has passed, further traffic reclaims the other
-// 256 as expired.
+// 384 as expired.
 func TestEvictionsCollectorCountsTheMemoryStore(t *testing.T) {
 	clock := limittest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	store, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxKeys(256))
+	store, err := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxKeys(384))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestEvictionsCollectorCountsTheMemoryStore(t *testing.T) {
 quotagate_store_evictions_total{reason="expired",store="memory"} ` + strconv.Itoa(expired) + `
 quotagate_store_evictions_total{reason="live",store="memory"} ` + strconv.Itoa(live) + "\n"
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0, 1744)), promlimit.StoreEvictionsTotal); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(0, 1616)), promlimit.StoreEvictionsTotal); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(3 * time.Minute)
@@ -53,7 +53,7 @@ quotagate_store_evictions_total{reason="live",store="memory"} ` + strconv.Itoa(l
 			t.Fatal(err)
 		}
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(256, 1744)), promlimit.StoreEvictionsTotal); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want(384, 1616)), promlimit.StoreEvictionsTotal); err != nil {
 		t.Fatal(err)
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
