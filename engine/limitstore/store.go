@@ -29,14 +29,15 @@ var ErrCircuitOpen = errors.New("limitstore: store not called, its circuit break
 // decision). A non-nil error means the backend failed (unreachable, timed
 // out, broken reply), never "denied"; the engine then applies the policy's
 // FailureMode and ignores *res.
+//
 // Take must honour ctx's deadline and be safe for concurrent use. The
 // engine passes the caller's context as it is: a store that waits on I/O
 // wraps itself with guard.New for a timeout, a circuit breaker and a deny
-// cache that every Limiter on it shares. It must not
-// keep op or any Key after it returns. A store that needs a placement hash
-// computes its own keyed hash of the keys (clients choose identities, so an
-// unkeyed hash would let them aim collisions). It may describe itself to
-// the engine with a method Describe() Info (see Info).
+// cache that every Limiter on it shares. It must not keep op, res or any
+// Key after it returns (the engine reuses them). A store that needs a
+// placement hash computes its own keyed hash of the keys (clients choose
+// identities, so an unkeyed hash would let them aim collisions). It may
+// describe itself to the engine with a method Describe() Info (see Info).
 type Store interface {
 	Take(ctx context.Context, op *Op, res *Result) error
 }
