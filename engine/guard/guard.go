@@ -236,28 +236,23 @@ func monoNow() int64 { return int64(time.Since(monoStart)) }
 // cached (it is a look at the store's own numbers), and fails with an error
 // wrapping errors.ErrUnsupported when the wrapped store is not a
 // limitstore.Resetter.
-func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
-	*res, err = s.take(ctx, op)
-	return err
-}
-
-// take is Take, returning the Result.
-func (s *Store) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	now := s.now()
 	switch {
 	case op.Peek:
 		if _, ok := s.next.(limitstore.Resetter); !ok {
-			return limitstore.Result{}, errNoResetter
+			return errNoResetter
 		}
 	case op.Refund:
 		s.deny.drop(op)
 	default:
-		if res, ok := s.deny.lookup(op, now); ok {
+		if cached, ok := s.deny.lookup(op, now); ok {
 			s.obs.StoreEvent(s.name, "deny-cache")
-			return res, nil
+			*res = cached
+			return nil
 		}
 	}
-	return s.guarded(ctx, op, nil, now)
+	return s.guarded(ctx, op, nil, now, res)
 }
 
 // Reset implements limitstore.Resetter: it drops the deny cache's denials of
@@ -273,7 +268,7 @@ func (s *Store) Reset(ctx context.Context, keys [][]byte) error {
 		return nil
 	}
 	s.deny.dropKeys(keys)
-	_, err := s.guarded(ctx, nil, keys, s.now())
+	err := s.guarded(ctx, nil, keys, s.now(), nil)
 	s.deny.dropKeys(keys) // a denial of a Take that raced the Reset
 	return err
 }
@@ -289,30 +284,30 @@ func (s *Store) DropDenials(keys [][]byte) { s.deny.dropKeys(keys) }
 // store cannot do them.
 var errNoResetter = fmt.Errorf("guard: the wrapped store does not implement limitstore.Resetter (Peek and Reset): %w", errors.ErrUnsupported)
 
-// guarded makes one call of the wrapped store, started at now: Take(op),
-// or, when op is nil, Reset(keys); behind the breaker, under the shared
-// deadline (or the caller's, when it comes sooner).
-func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, now int64) (limitstore.Result, error) {
+// guarded makes one call of the wrapped store, started at now: Take(op)
+// into *res, or, when op is nil, Reset(keys); behind the breaker, under the
+// shared deadline (or the caller's, when it comes sooner).
+func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, now int64, res *limitstore.Result) error {
 	by, hasBy := ctx.Deadline()
 	short := hasBy && time.Until(by) < s.timeout
 	verdict := s.breaker.allow(now, !short)
 	if verdict == skipStore {
 		s.obs.StoreEvent(s.name, "breaker-open")
-		return limitstore.Result{}, s.breaker.skipError()
+		return s.breaker.skipError()
 	}
 	if short {
-		return s.takeBy(ctx, op, keys, by)
+		return s.takeBy(ctx, op, keys, by, res)
 	}
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
 	sc.begin(ctx, dl, !s.unwatched)
-	res, err := s.call(sc, op, keys, verdict)
+	err := s.call(sc, op, keys, verdict, res)
 	gone := err != nil && sc.released()
 	if sc.end() {
 		s.ctxs.Put(sc)
 	}
 	if gone {
-		return limitstore.Result{}, errCallerGone
+		return errCallerGone
 	}
 	end := s.now()
 	if err == nil {
@@ -320,15 +315,15 @@ func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, n
 			s.transitionClosed(end)
 		}
 		if op != nil && !op.Peek {
-			s.deny.store(op, &res, now, end)
+			s.deny.store(op, res, now, end)
 		}
-		return res, nil
+		return nil
 	}
 	silent := dl.why.Load() == whyStoreSilent
 	if s.breaker.failed(end, silent, verdict == callProbe, err) {
 		s.transitionOpened(silent, err)
 	}
-	return res, err
+	return err
 }
 
 // transitionOpened reports that the breaker opened: an event and a log
@@ -358,9 +353,9 @@ func (s *Store) transitionClosed(end int64) {
 // (such a caller is never the probe: see breaker.allow). This path
 // allocates a context per call; a request without such a deadline takes
 // the shared one.
-func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by time.Time) (limitstore.Result, error) {
+func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by time.Time, res *limitstore.Result) error {
 	if !time.Now().Before(by) {
-		return limitstore.Result{}, context.DeadlineExceeded
+		return context.DeadlineExceeded
 	}
 	start := s.now()
 	parent := ctx
@@ -368,12 +363,12 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by
 		parent = context.WithoutCancel(ctx)
 	}
 	cctx, cancel := context.WithDeadline(parent, by)
-	res, err := s.call(cctx, op, keys, callStore)
+	err := s.call(cctx, op, keys, callStore, res)
 	cut := cctx.Err() != nil
 	gone := err != nil && cctx.Err() == context.Canceled
 	cancel()
 	if gone {
-		return limitstore.Result{}, errCallerGone
+		return errCallerGone
 	}
 	end := s.now()
 	if err == nil {
@@ -381,20 +376,21 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by
 			s.transitionClosed(end)
 		}
 		if op != nil && !op.Peek {
-			s.deny.store(op, &res, start, end)
+			s.deny.store(op, res, start, end)
 		}
-		return res, nil
+		return nil
 	}
 	if !cut && s.breaker.failed(end, false, false, err) {
 		s.transitionOpened(false, err)
 	}
-	return res, err
+	return err
 }
 
-// call runs the wrapped Take (Reset when op is nil). A panic counts as a failed call for the
-// breaker (a probe that panics must not leave the breaker probing for
-// ever) and is then re-raised for the engine to recover and report.
-func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verdict breakerVerdict) (limitstore.Result, error) {
+// call runs the wrapped Take into *res (Reset when op is nil). A panic
+// counts as a failed call for the breaker (a probe that panics must not
+// leave the breaker probing for ever) and is then re-raised for the engine
+// to recover and report.
+func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verdict breakerVerdict, res *limitstore.Result) error {
 	done := false
 	defer func() {
 		if !done && s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked) {
@@ -404,12 +400,11 @@ func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verd
 	if op == nil {
 		err := s.next.(limitstore.Resetter).Reset(ctx, keys)
 		done = true
-		return limitstore.Result{}, err
+		return err
 	}
-	var res limitstore.Result
-	err := s.next.Take(ctx, op, &res)
+	err := s.next.Take(ctx, op, res)
 	done = true
-	return res, err
+	return err
 }
 
 // errCallerGone is what Take returns for a caller whose context was
