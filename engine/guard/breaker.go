@@ -130,6 +130,17 @@ func (b *breaker) failed(now int64, silent, probe bool, err error) bool {
 	return true
 }
 
+// abandoned records that a call's caller went away before the store
+// answered, probe reporting that the call was the probe: nothing was
+// learned about the store, so a probe's breaker is open again and the next
+// decision may probe at once (else it would stay probing, and skip every
+// call, for good).
+func (b *breaker) abandoned(now int64, probe bool) {
+	if probe && b.state.CompareAndSwap(breakerProbing, breakerOpen) {
+		b.retryAt.Store(now)
+	}
+}
+
 // skipError is the error of a decision that did not call the store:
 // ErrCircuitOpen wrapping the failure that opened the breaker.
 func (b *breaker) skipError() error {

@@ -337,3 +337,49 @@ func TestPanickingStoreOpensTheBreakerAloud(t *testing.T) {
 		}
 	})
 }
+
+// A probe whose caller goes away before the hung store answers (cancelled,
+// or its own deadline passing) learns nothing about the store: the breaker
+// is open again, and once the store is back a later decision probes it and
+// closes the breaker.
+func TestAProbeWhoseCallerLeavesLetsALaterCallProbe(t *testing.T) {
+	leave := map[string]func(context.Context) (context.Context, context.CancelFunc){
+		"cancelled": func(ctx context.Context) (context.Context, context.CancelFunc) {
+			pctx, cancel := context.WithCancel(ctx)
+			time.AfterFunc(20*time.Millisecond, cancel)
+			return pctx, cancel
+		},
+		"deadline after the timeout": func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, guard.DefaultTimeout+3*time.Millisecond)
+		},
+	}
+	for name, leave := range leave {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				flaky := &limittest.FlakyStore{Store: ioStore(nil)}
+				obs := &limittest.Recorder{}
+				l := mustNew(t, guarded(t, flaky, guard.WithObserver(obs)), limit.Policy{Limit: 1_000_000})
+				ctx := context.Background()
+				flaky.Hang()
+				if _, err := l.Consume(ctx, "u"); !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("hung store: %v, want a timeout", err)
+				}
+				time.Sleep(300 * time.Millisecond) // the cool-down is over: the next call probes
+				pctx, cancel := leave(ctx)
+				_, err := l.Consume(pctx, "probe")
+				cancel()
+				if err == nil || !errors.Is(err, pctx.Err()) {
+					t.Fatalf("the probe whose caller left: %v, want its context's error %v", err, pctx.Err())
+				}
+				flaky.Heal()
+				time.Sleep(250 * time.Millisecond)
+				if _, err := l.Consume(ctx, "after"); err != nil {
+					t.Fatalf("a call after the store healed: %v, want the breaker closed by a new probe", err)
+				}
+				if got := obs.Breaker(); len(got) != 2 || !got[0] || got[1] {
+					t.Fatalf("breaker transitions %v, want opened then closed", got)
+				}
+			})
+		})
+	}
+}

@@ -307,6 +307,10 @@ func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, n
 		s.ctxs.Put(sc)
 	}
 	if gone {
+		s.breaker.abandoned(s.now(), verdict == callProbe)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return errCallerDeadline
+		}
 		return errCallerGone
 	}
 	end := s.now()
@@ -411,6 +415,11 @@ func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verd
 // cancelled while the store call waited: the caller is released, the call
 // may have been counted by the store.
 var errCallerGone = fmt.Errorf("guard: the caller went away while the store was asked (its context was cancelled); the call may have been counted: %w", context.Canceled)
+
+// errCallerDeadline is what Take returns for a caller whose own deadline
+// passed while the store call waited (a deadline later than the guard's
+// timeout, as the shared deadline rounds up to its tick).
+var errCallerDeadline = fmt.Errorf("guard: the caller's deadline passed while the store was asked; the call may have been counted: %w", context.DeadlineExceeded)
 
 // errPanicked is what the breaker records for a store call that panicked.
 var errPanicked = fmt.Errorf("guard: the store panicked")
