@@ -37,6 +37,10 @@ const denySlots = 4096
 type denyCache struct {
 	seed  maphash.Seed
 	slots [denySlots]atomic.Pointer[denyEntry]
+	// drops counts the calls of drop and dropKeys: a denial whose call
+	// began before one (see epoch) may predate a Refund or a Reset that
+	// has taken effect since, and is not recorded.
+	drops atomic.Uint64
 }
 
 type denyEntry struct {
@@ -130,11 +134,23 @@ func (c *denyCache) lookup(op *limitstore.Op, now int64) (res limitstore.Result,
 	return res, true
 }
 
+// epoch is what a store call reads before it begins and passes to store:
+// the drops so far.
+func (c *denyCache) epoch() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.drops.Load()
+}
+
 // store records the store's denial of op: start is the monotonic instant
-// read before the call, receipt the one after it. Admissions, refunds and
-// denials without a RetryAfter are not recorded.
-func (c *denyCache) store(op *limitstore.Op, res *limitstore.Result, start, receipt int64) {
-	if c == nil || op.Refund || res.Allowed || op.N < 1 {
+// read before the call, receipt the one after it, epoch the cache's epoch
+// before the call. Admissions, refunds, denials without a RetryAfter, and
+// denials of a call that a drop (a Refund or a Reset through this cache)
+// overlapped are not recorded: the store may have decided before the
+// Refund or the Reset took effect, and its denial may no longer hold.
+func (c *denyCache) store(op *limitstore.Op, res *limitstore.Result, start, receipt int64, epoch uint64) {
+	if c == nil || op.Refund || res.Allowed || op.N < 1 || c.drops.Load() != epoch {
 		return
 	}
 	var retry int64
@@ -161,6 +177,7 @@ func (c *denyCache) drop(op *limitstore.Op) {
 	if c == nil {
 		return
 	}
+	c.drops.Add(1)
 	for i := range min(max(op.N, 0), limitstore.MaxQuotas) {
 		h := maphash.Bytes(c.seed, op.Quotas[i].Key)
 		s := c.slot(h)
@@ -176,6 +193,7 @@ func (c *denyCache) dropKeys(keys [][]byte) {
 	if c == nil {
 		return
 	}
+	c.drops.Add(1)
 	for _, k := range keys {
 		h := maphash.Bytes(c.seed, k)
 		s := c.slot(h)

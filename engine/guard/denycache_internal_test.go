@@ -19,7 +19,7 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 	res := &limitstore.Result{N: 2}
 	res.Quotas[0] = limitstore.QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
 	res.Quotas[1] = limitstore.QuotaResult{Allowed: true, Remaining: 3, ResetAfterMS: 100_000}
-	c.store(op, res, 0, int64(time.Millisecond))
+	c.store(op, res, 0, int64(time.Millisecond), c.epoch())
 	if got, ok := c.lookup(op, int64(time.Second)); !ok || got.Quotas[0].RetryAfterMS != 30_000-999 {
 		t.Fatalf("lookup 1 s later: %v %+v; want the denial with 999 ms counted off (from the answer's arrival)", ok, got.Quotas[0])
 	}
@@ -34,7 +34,7 @@ func TestDenyCacheRefundDrops(t *testing.T) {
 	if _, ok := c.lookup(op, int64(time.Second)); ok {
 		t.Fatal("a denial survived a refund of its keys")
 	}
-	c.store(op, res, 0, 0)
+	c.store(op, res, 0, 0, c.epoch())
 	if _, ok := c.lookup(op, int64(30*time.Second)); ok {
 		t.Fatal("an entry answered at its T")
 	}
@@ -52,7 +52,7 @@ func TestDenyCacheNeverAnswersARequestThatCouldWait(t *testing.T) {
 	op := &limitstore.Op{Cost: 1, N: 1, Quotas: [limitstore.MaxQuotas]limitstore.Quota{q}}
 	res := &limitstore.Result{N: 1}
 	res.Quotas[0] = limitstore.QuotaResult{RetryAfterMS: 2_200, ResetAfterMS: 2_400}
-	c.store(op, res, 0, 0) // a denial: the next slot begins in 2.2 s, past MaxWait
+	c.store(op, res, 0, 0, c.epoch()) // a denial: the next slot begins in 2.2 s, past MaxWait
 	if _, ok := c.lookup(op, 0); !ok {
 		t.Fatal("a request that may not wait was not answered from the cache")
 	}
@@ -73,5 +73,33 @@ func TestDenyCacheNeverAnswersARequestThatCouldWait(t *testing.T) {
 		if _, ok := c.lookup(&w, tc.at*int64(time.Millisecond)); ok != tc.cached {
 			t.Errorf("wait %d ms, %d ms after the denial: answered from the cache %v, want %v", tc.wait, tc.at, ok, tc.cached)
 		}
+	}
+}
+
+// A denial whose call began before a Refund or a Reset through the cache
+// (drop, dropKeys) is not recorded: the store may have decided before the
+// quota was given back.
+func TestDenyCacheSkipsADenialThatADropOverlapped(t *testing.T) {
+	for name, dropped := range map[string]func(c *denyCache, op *limitstore.Op){
+		"refund": func(c *denyCache, op *limitstore.Op) { r := *op; r.Refund = true; c.drop(&r) },
+		"reset":  func(c *denyCache, op *limitstore.Op) { c.dropKeys([][]byte{op.Quotas[0].Key}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newDenyCache()
+			op := &limitstore.Op{Cost: 1, N: 1}
+			op.Quotas[0] = limitstore.Quota{Key: []byte("p:{t}:a"), Algorithm: limit.FixedWindow, Limit: 1, WindowMS: 60_000}
+			res := &limitstore.Result{N: 1}
+			res.Quotas[0] = limitstore.QuotaResult{RetryAfterMS: 30_000, ResetAfterMS: 30_000}
+			epoch := c.epoch() // the call begins
+			dropped(c, op)     // a Refund or a Reset while it waits
+			c.store(op, res, 0, 0, epoch)
+			if _, ok := c.lookup(op, 0); ok {
+				t.Fatal("a denial whose call a drop overlapped was recorded")
+			}
+			c.store(op, res, 0, 0, c.epoch()) // a call that began after it
+			if _, ok := c.lookup(op, 0); !ok {
+				t.Fatal("a denial after the drop was not recorded")
+			}
+		})
 	}
 }

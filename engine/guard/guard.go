@@ -244,7 +244,12 @@ func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Res
 			return errNoResetter
 		}
 	case op.Refund:
+		// Before the call and after it: a denial whose call overlaps the
+		// Refund is then neither kept nor recorded (denyCache.store).
 		s.deny.drop(op)
+		err := s.guarded(ctx, op, nil, now, res)
+		s.deny.drop(op)
+		return err
 	default:
 		if cached, ok := s.deny.lookup(op, now); ok {
 			s.obs.StoreEvent(s.name, "deny-cache")
@@ -298,6 +303,7 @@ func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, n
 	if short {
 		return s.takeBy(ctx, op, keys, by, res)
 	}
+	epoch := s.deny.epoch()
 	dl := s.ticks.get(now)
 	sc := s.ctxs.Get().(*storeCtx)
 	sc.begin(ctx, dl, !s.unwatched)
@@ -319,7 +325,7 @@ func (s *Store) guarded(ctx context.Context, op *limitstore.Op, keys [][]byte, n
 			s.transitionClosed(end)
 		}
 		if op != nil && !op.Peek {
-			s.deny.store(op, res, now, end)
+			s.deny.store(op, res, now, end, epoch)
 		}
 		return nil
 	}
@@ -361,7 +367,7 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by
 	if !time.Now().Before(by) {
 		return context.DeadlineExceeded
 	}
-	start := s.now()
+	start, epoch := s.now(), s.deny.epoch()
 	parent := ctx
 	if ctx.Err() != nil { // done before the call: the store's decision all the same
 		parent = context.WithoutCancel(ctx)
@@ -380,7 +386,7 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by
 			s.transitionClosed(end)
 		}
 		if op != nil && !op.Peek {
-			s.deny.store(op, res, start, end)
+			s.deny.store(op, res, start, end, epoch)
 		}
 		return nil
 	}
