@@ -403,7 +403,13 @@ func (s *Store) takeBy(ctx context.Context, op *limitstore.Op, keys [][]byte, by
 func (s *Store) call(ctx context.Context, op *limitstore.Op, keys [][]byte, verdict breakerVerdict, res *limitstore.Result) error {
 	done := false
 	defer func() {
-		if !done && s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked) {
+		if done {
+			return
+		}
+		if sc, ok := ctx.(*storeCtx); ok {
+			sc.end() // over too: its caller is no longer watched (and sc is not pooled)
+		}
+		if s.breaker.failed(s.now(), false, verdict == callProbe, errPanicked) {
 			s.transitionOpened(false, errPanicked)
 		}
 	}()
