@@ -77,9 +77,12 @@ func failureModeName(m FailureMode) string {
 // the caller's own context: cancelled, or past its deadline (a deadline
 // that has passed counts even before its context's timer has fired: a
 // guarded store refuses such a call at once). A store's own timeout, under
-// a caller whose context goes on, is not.
+// a caller whose context goes on, is not; nor is a call an open circuit
+// breaker did not make (limitstore.ErrCircuitOpen), whatever the failure
+// that opened it: the caller's context had no part in it, and the decision
+// is the FailureMode's, as for every caller while the breaker is open.
 func callerEnded(ctx context.Context, err error) bool {
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limitstore.ErrCircuitOpen) {
 		return false
 	}
 	if ctx.Err() != nil {

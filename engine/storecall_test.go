@@ -244,3 +244,38 @@ func TestStoreDurationIsTheCallsLength(t *testing.T) {
 		}
 	})
 }
+
+// While a store's circuit breaker is open, a caller whose context is done
+// gets the FailureMode's decision, as one that stays, whether the breaker
+// opened on timeouts or on errors: the store was not called, and the
+// caller's context had no part in it.
+func TestAnOpenBreakerDecidesAnEndedCallerByTheFailureMode(t *testing.T) {
+	for name, fail := range map[string]func(*limittest.FlakyStore){
+		"opened on timeouts": (*limittest.FlakyStore).Hang,
+		"opened on errors":   (*limittest.FlakyStore).Fail,
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				flaky := &limittest.FlakyStore{Store: limittest.NewStore(nil)}
+				g, err := guard.New(flaky)
+				if err != nil {
+					t.Fatal(err)
+				}
+				l := mustNew(t, g, limit.Policy{Limit: 100})
+				fail(flaky)
+				for range 6 { // the breaker opens
+					l.Consume(context.Background(), "a")
+				}
+				ended, cancel := context.WithCancel(context.Background())
+				cancel()
+				d, err := l.Consume(ended, "b")
+				if !errors.Is(err, limitstore.ErrCircuitOpen) {
+					t.Fatalf("a call behind the open breaker: %v, want ErrCircuitOpen", err)
+				}
+				if !d.Allowed || d.Outcome != limit.OutcomeDegraded {
+					t.Fatalf("an ended caller behind the open breaker: %s, want FailOpen's degraded admission", d.Outcome)
+				}
+			})
+		})
+	}
+}

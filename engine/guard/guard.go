@@ -29,8 +29,9 @@
 // The call's context keeps the caller's values and its deadline, when that
 // comes before the timeout would, but not its cancellation as such: the
 // store's answer still counts, and a caller whose context was done before
-// the call (a client that half-closed its connection) gets the same
-// decision as one that stays. A caller whose context is cancelled while
+// the call (a client that half-closed its connection) gets the store's
+// decision, as one that stays (should the store fail, the engine admits
+// no caller that ended: see limit.Limiter.ConsumeN). A caller whose context is cancelled while
 // the call waits is released: at once, or 10 ms after the call began when
 // it left sooner, Take returns an error wrapping context.Canceled (the
 // engine then admits nothing, whatever the failure mode, so cancelling
