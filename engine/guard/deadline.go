@@ -246,7 +246,12 @@ func (d *deadline) stop() { d.timer.Stop() }
 // connection (context.WithCancelCause, whose watcher reads Done later). So
 // the deadline is an atomic pointer, and once the call is over (cleared, d
 // nil) the context reads as done: Done is closed, Err is
-// context.DeadlineExceeded. Value must not be called after Take returned
+// context.DeadlineExceeded; until a later call takes the storeCtx from the
+// pool, after which such a watcher reads that call's context instead: it
+// then waits as that call would (on a shared deadline, or the later call's
+// own channel) and cancels nothing of it, since the Take it watched is
+// over. Not pooling would cost an allocation per call. Value must not be
+// called after Take returned
 // (it reads the caller's context, which the next decision replaces); no
 // client does.
 type storeCtx struct {
