@@ -171,25 +171,19 @@ type FailingStore struct {
 }
 
 // Take implements limitstore.Store.
-func (f FailingStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
-	*res, err = f.take(ctx, op)
-	return err
-}
-
-func (f FailingStore) take(context.Context, *limitstore.Op) (limitstore.Result, error) {
+func (f FailingStore) Take(context.Context, *limitstore.Op, *limitstore.Result) error {
 	if f.Panic {
 		panic("limittest: store bug")
 	}
 	if f.Err != nil {
-		return limitstore.Result{}, f.Err
+		return f.Err
 	}
-	return limitstore.Result{}, ErrDown
+	return ErrDown
 }
 
 // Reset implements limitstore.Resetter: it fails (or panics) as Take does.
 func (f FailingStore) Reset(ctx context.Context, _ [][]byte) error {
-	_, err := Take(ctx, f, nil)
-	return err
+	return f.Take(ctx, nil, nil)
 }
 
 // errNoReset is the error of a wrapper's Reset whose Store is not a
@@ -209,14 +203,9 @@ type SlowStore struct {
 }
 
 // Take implements limitstore.Store.
-func (s SlowStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
-	*res, err = s.take(ctx, op)
-	return err
-}
-
-func (s SlowStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s SlowStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	if err := ctx.Err(); err != nil {
-		return limitstore.Result{}, err
+		return err
 	}
 	var wait <-chan time.Time
 	if s.Delay > 0 {
@@ -226,10 +215,10 @@ func (s SlowStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Resu
 	}
 	select {
 	case <-ctx.Done():
-		return limitstore.Result{}, ctx.Err()
+		return ctx.Err()
 	case <-wait:
 	}
-	return Take(ctx, s.Store, op)
+	return s.Store.Take(ctx, op, res)
 }
 
 // Reset implements limitstore.Resetter: Store's Reset, after Delay, as
@@ -284,23 +273,18 @@ func (f *FlakyStore) Hang() { f.mode.Store(hanging) }
 func (f *FlakyStore) Heal() { f.mode.Store(healthy) }
 
 // Take implements limitstore.Store.
-func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
-	*res, err = f.take(ctx, op)
-	return err
-}
-
-func (f *FlakyStore) take(ctx context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (f *FlakyStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	f.calls.Add(1)
 	switch f.mode.Load() {
 	case failing:
 		f.fails.Add(1)
-		return limitstore.Result{}, ErrDown
+		return ErrDown
 	case hanging:
 		f.fails.Add(1)
 		<-ctx.Done()
-		return limitstore.Result{}, ctx.Err()
+		return ctx.Err()
 	}
-	return Take(ctx, f.Store, op)
+	return f.Store.Take(ctx, op, res)
 }
 
 // Reset implements limitstore.Resetter: Store's Reset, failing or hanging
