@@ -26,8 +26,12 @@ func parsePeer(s string) (netip.Addr, bool) {
 // in canonical form (no leading zeros): it returns "a.b.c.d", which is
 // exactly what parsePeer + AppendTo would produce, without parsing into a
 // netip.Addr. Anything else (IPv6, zones, odd forms, 0.0.0.0) returns false
-// and takes the general path.
+// and takes the general path, as does anything over maxAddrText bytes,
+// which parsePeer refuses.
 func canonicalIPv4(s string) (string, bool) {
+	if len(s) > maxAddrText {
+		return "", false
+	}
 	i, zero := 0, true
 	for octet := 0; octet < 4; octet++ {
 		if octet > 0 {

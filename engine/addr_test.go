@@ -116,3 +116,24 @@ func FuzzParseAddr(f *testing.F) {
 		}
 	})
 }
+
+// The fast path for a plain IPv4 peer accepts only what the general parser
+// accepts, and gives the same text: a peer of any length, any spelling.
+func FuzzCanonicalIPv4AgreesWithParsePeer(f *testing.F) {
+	for _, s := range []string{
+		"192.0.2.1:40001", "0.0.0.0:1", "001.2.3.4:5", "1.2.3.4", "1.2.3.4:0", "255.255.255.255:65535",
+		"1.2.3.4:065535", "9.9.9.9:99999", "256.1.1.1:1", "1.2.3:4", "1.2.3.4:", "[1.2.3.4]:5",
+		"192.0.2.1:" + strings.Repeat("0", 200) + "80", // longer than any peer parsePeer reads
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		host, ok := canonicalIPv4(s)
+		if !ok {
+			return
+		}
+		if a, ok := parsePeer(s); !ok || !a.Is4() || a.String() != host {
+			t.Fatalf("canonicalIPv4(%q) = %q; parsePeer: %v %v", s, host, a, ok)
+		}
+	})
+}

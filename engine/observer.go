@@ -16,8 +16,8 @@ import "time"
 //   - "route-unknown": a PerRoute policy saw no matched route template and
 //     fell back to the Shared bucket;
 //   - "key-func-panic": Policy.KeyFunc panicked; identity fell through;
-//   - "hook-panic": Policy.Skip, OnLimited, OnStoreError or CountStatus
-//     panicked and the request went on as each field's doc says;
+//   - "hook-panic": Policy.Skip, CostFunc, OnLimited, OnStoreError or
+//     CountStatus panicked and the request went on as each field's doc says;
 //   - "limited-response-fallback": Policy.LimitedResponse panicked, returned
 //     nil or a Status outside 400-599; the default response was sent;
 //   - "native-mismatch": a typed KeyFunc, CostFunc or Plan (KeyFuncOf,

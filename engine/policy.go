@@ -241,7 +241,8 @@ type Policy struct {
 	// capacity: Limit, or Burst for TokenBucket). CostFunc overrides it.
 	Cost int64
 	// CostFunc, when set, prices each request (e.g. 3 for an expensive
-	// query). A result <= 0 means Cost; a panic is recovered and means Cost.
+	// query). A result <= 0 means Cost; a panic is recovered, means Cost and
+	// is reported as Issue "hook-panic".
 	// A cost above the capacity is denied without consuming anything.
 	CostFunc func(r Request) int64
 	// CountStatus, when set, makes the policy count only the requests whose

@@ -73,8 +73,9 @@ func (l *Limiter) cost(r *Request) (n int64) {
 		return l.res.cost
 	}
 	defer func() {
-		if recover() != nil {
+		if p := recover(); p != nil {
 			n = l.res.cost
+			l.cfg.rep.policyFuncFailed(l.shared.name, issueHookPanic, "CostFunc panicked; the request costs the policy's Cost", p)
 		}
 	}()
 	if n = l.policy.CostFunc(*r); n <= 0 {

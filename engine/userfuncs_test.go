@@ -96,6 +96,27 @@ func TestSkipPanicLimitsAsUsual(t *testing.T) {
 	}
 }
 
+// A panicking CostFunc prices the request at the policy's Cost, and is
+// reported as Issue "hook-panic" (logged once) like the other hooks.
+func TestCostFuncPanicCostsThePolicysCost(t *testing.T) {
+	store := storeAt(epochMS)
+	obs := &limittest.Recorder{}
+	var logs limittest.Log
+	l := mustNew(t, store, limit.Policy{Limit: 10, Cost: 2, CostFunc: func(limit.Request) int64 { panic("cost bug") }},
+		limit.WithObserver(obs), limit.WithLogger(logs.Logger()))
+	for i := 0; i < 3; i++ {
+		if d := check(l, context.Background(), req("192.0.2.1:1", "/")).Decision; !d.Allowed || d.Cost != 2 {
+			t.Fatalf("request %d: allowed %v at cost %d, want admitted at the policy's Cost 2", i, d.Allowed, d.Cost)
+		}
+	}
+	if n := obs.Issues(limit.Issue("hook-panic")); n != 3 {
+		t.Fatalf("hook-panic (CostFunc) reported %d times, want 3", n)
+	}
+	if n := logs.Count("CostFunc panicked"); n != 1 || !strings.Contains(logs.String(), "cost bug") {
+		t.Fatalf("logged %d times, want once with the panic value:\n%s", n, logs.String())
+	}
+}
+
 func TestOnLimited(t *testing.T) {
 	store := storeAt(epochMS)
 	var calls []limit.Decision
