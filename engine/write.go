@@ -379,7 +379,10 @@ func newBlock(n, size int) (slots []string, text []byte) {
 //     -Remaining/-Reset (Legacy) hold one value each: a limiter replaces the
 //     three values already present only when it is closer to exhaustion
 //     (lower Remaining, or equal Remaining and a later Reset), as the drafts
-//     up to -06 ask ("the quota that is closer to reach its limit");
+//     up to -06 ask ("the quota that is closer to reach its limit"), and
+//     always on the response it limits, which is its own: they then agree
+//     with its Retry-After (an earlier mount's charge is given back, so its
+//     numbers would be stale);
 //   - Retry-After, Cache-Control and Content-Type are set;
 //   - LimitedResponse.Header fields, if any, are set last.
 //
@@ -392,7 +395,7 @@ func (r *response) writeFields(h *fieldSink, t *text) {
 		case nRateLimitLimit, nXRateLimitLimit:
 			if i+2 < len(fs) {
 				rem, reset := &fs[i+1], &fs[i+2]
-				if closerToExhaustion(h, rem.header(), reset.header(), r.number(rem.kind), r.number(reset.kind)) {
+				if r.status != 0 || closerToExhaustion(h, rem.header(), reset.header(), r.number(rem.kind), r.number(reset.kind)) {
 					h.Set(f.header(), t.value(r, f))
 					h.Set(rem.header(), t.value(r, rem))
 					h.Set(reset.header(), t.value(r, reset))

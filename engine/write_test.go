@@ -214,3 +214,39 @@ func TestCheckHTTPFieldValuesDoNotAlias(t *testing.T) {
 		}
 	}
 }
+
+// Two stacked mounts, the later one limiting: the 429's single-value
+// fields (Triplet and Legacy) are the limiting mount's, so that they agree
+// with its Retry-After, not the earlier mount's, whose charge is given back.
+func TestALimitedResponseCarriesTheLimitingMountsTriplet(t *testing.T) {
+	s := storeAt(epochMS)
+	pol := func(name string, n int64, w time.Duration) limit.Policy {
+		return limit.Policy{Name: name, Algorithm: limit.FixedWindow, AlignWindows: true, Limit: n, Window: w,
+			Disclosure: limit.DiscloseAlways, HeaderStyle: limit.HeadersTriplet | limit.HeadersLegacy}
+	}
+	global := mustNew(t, s, pol("global", 2, 100*time.Second))
+	route, err := global.With(pol("route", 1, 20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := global.HTTPHandler(route.HTTPHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), nil, nil), nil, nil)
+	do := func() http.Header {
+		r := httptest.NewRequest("GET", "/x", nil)
+		r.RemoteAddr = "192.0.2.1:1"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK && w.Code != http.StatusTooManyRequests {
+			t.Fatalf("status %d", w.Code)
+		}
+		return w.Header()
+	}
+	do()
+	got := do() // the global admits (0 left), the route limits
+	if got.Get("Retry-After") == "" || got.Get("Ratelimit-Reset") != got.Get("Retry-After") || got.Get("Ratelimit-Limit") != "1" {
+		t.Fatalf("429: Retry-After %q, RateLimit-Limit %q, RateLimit-Reset %q: want the route's limit and a reset equal to Retry-After",
+			got.Get("Retry-After"), got.Get("Ratelimit-Limit"), got.Get("Ratelimit-Reset"))
+	}
+	if got.Get("X-Ratelimit-Limit") != "1" {
+		t.Fatalf("429: X-RateLimit-Limit %q, want the route's 1", got.Get("X-Ratelimit-Limit"))
+	}
+}
