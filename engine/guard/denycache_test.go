@@ -252,71 +252,50 @@ func (s *holdStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore
 	return err
 }
 
-// A denial the store made before a Reset, whose reply reaches the guard
-// after the Reset returned, is not cached: the next decision asks the
-// store, which admits (the Reset forgot the usage).
-func TestADenialInFlightOverAResetIsNotCached(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		hs := &holdStore{Store: ioStore(nil), evaluated: make(chan struct{}), hold: make(chan struct{})}
-		g := guarded(t, hs, guard.WithTimeout(time.Second))
-		l := mustNew(t, g, limit.Policy{Name: "p", Limit: 1, Window: time.Minute})
-		ctx := context.Background()
-		if d, _ := l.Consume(ctx, "u"); !d.Allowed {
-			t.Fatal("first denied")
-		}
-		hs.armed.Store(true)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if d, _ := l.Consume(ctx, "u"); d.Allowed {
-				t.Error("second admitted")
-			}
+// A denial the store made before a Reset or a Refund through the same
+// guard, whose reply reaches the guard after it, is not cached: the next
+// decision asks the store, which admits (the Reset forgot the usage, the
+// Refund gave the quota back).
+func TestADenialInFlightOverAResetOrRefundIsNotCached(t *testing.T) {
+	overlaps := map[string]func(l *limit.Limiter, first *limit.Decision) error{
+		"reset": func(l *limit.Limiter, _ *limit.Decision) error { return l.Reset(context.Background(), "u") },
+		"refund": func(l *limit.Limiter, first *limit.Decision) error {
+			l.Finish(context.Background(), first, 503) // not counted: given back through the guard
+			return nil
+		},
+	}
+	for name, overlap := range overlaps {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				hs := &holdStore{Store: ioStore(nil), evaluated: make(chan struct{}), hold: make(chan struct{})}
+				g := guarded(t, hs, guard.WithTimeout(time.Second))
+				l := mustNew(t, g, limit.Policy{Name: "p", Limit: 1, Window: time.Minute, Algorithm: limit.FixedWindow,
+					CountStatus: func(status int) bool { return status < 500 }})
+				ctx := context.Background()
+				first, _ := l.Consume(ctx, "u")
+				if !first.Allowed {
+					t.Fatal("first denied")
+				}
+				hs.armed.Store(true)
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					if d, _ := l.Consume(ctx, "u"); d.Allowed {
+						t.Error("second admitted")
+					}
+				})
+				<-hs.evaluated // the store denied it, before the overlap
+				if err := overlap(l, &first); err != nil {
+					t.Fatal(err)
+				}
+				close(hs.hold) // the denial's reply arrives after it
+				wg.Wait()
+				calls := hs.Calls()
+				d, err := l.Consume(ctx, "u")
+				if err != nil || !d.Allowed {
+					t.Fatalf("after the %s: %s (store called %d times), %v; the store would admit, the deny cache denies for %v",
+						name, d.Outcome, hs.Calls()-calls, err, d.RetryAfter)
+				}
+			})
 		})
-		<-hs.evaluated // the store denied it (before the Reset)
-		if err := l.Reset(ctx, "u"); err != nil {
-			t.Fatal(err)
-		}
-		close(hs.hold) // the denial's reply arrives after the Reset
-		wg.Wait()
-		time.Sleep(time.Second)
-		calls := hs.Calls()
-		d, err := l.Consume(ctx, "u")
-		if err != nil || !d.Allowed {
-			t.Fatalf("1 s after the Reset: %+v (store called %d times), %v; the store would admit "+
-				"(Reset forgot the usage) but the deny cache denies for %v more", d, hs.Calls()-calls, err, d.RetryAfter)
-		}
-	})
-}
-
-// A denial the store made before a Refund through the same guard, whose
-// reply reaches the guard after the Refund, is not cached: the next
-// decision asks the store, which admits (the Refund gave the quota back).
-func TestADenialInFlightOverARefundIsNotCached(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		hs := &holdStore{Store: ioStore(nil), evaluated: make(chan struct{}), hold: make(chan struct{})}
-		g := guarded(t, hs, guard.WithTimeout(time.Second))
-		l := mustNew(t, g, limit.Policy{Name: "p", Limit: 1, Window: time.Minute, Algorithm: limit.FixedWindow,
-			CountStatus: func(status int) bool { return status < 500 }})
-		ctx := context.Background()
-		a, _ := l.Consume(ctx, "u")
-		if !a.Allowed {
-			t.Fatal("first denied")
-		}
-		hs.armed.Store(true)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if d, _ := l.Consume(ctx, "u"); d.Allowed {
-				t.Error("second admitted")
-			}
-		})
-		<-hs.evaluated         // the store denied it (before the refund)
-		l.Finish(ctx, &a, 503) // not counted: refunded through the guard
-		close(hs.hold)
-		wg.Wait()
-		calls := hs.Calls()
-		d, err := l.Consume(ctx, "u")
-		if err != nil || !d.Allowed {
-			t.Fatalf("after the refund: %+v (store called %d times), %v; the store would admit, the deny cache denies for %v",
-				d.Outcome, hs.Calls()-calls, err, d.RetryAfter)
-		}
-	})
+	}
 }

@@ -733,42 +733,32 @@ func TestConcurrentWaitersNeverOverReserve(t *testing.T) {
 // epoch 0 gives its charge back, whichever way the expired entry left the
 // table (here the table's growth).
 func TestAResetKeyBackAfterExpiryIsOfEpochZero(t *testing.T) {
-	ctx := context.Background()
 	s, clock := newStore(t)
-	op := func(name string, windowMS int64) *limitstore.Op {
-		o := &limitstore.Op{Cost: 1, N: 1}
-		o.Quotas[0] = limitstore.Quota{Key: []byte("qg:{same}:b:f:r:" + name), Algorithm: limit.FixedWindow, Limit: 5, WindowMS: windowMS}
-		return o
-	}
-	take := func(o *limitstore.Op) limitstore.Result {
-		t.Helper()
-		res, err := limittest.Take(ctx, s, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	take(op("victim", 1000))
-	if err := s.Reset(ctx, [][]byte{op("victim", 1000).Quotas[0].Key}); err != nil {
+	q := limitstore.Quota{Algorithm: limit.FixedWindow, Limit: 5, WindowMS: 1000}
+	long := q
+	long.WindowMS = 3_600_000
+	victim := op(q, "qg:{same}:b:f:r:victim")
+	take(t, s, victim)
+	if err := s.Reset(context.Background(), [][]byte{victim.Quotas[0].Key}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 200 { // keys of the same shard that outlive the victim: the table grows
-		take(op(fmt.Sprintf("other%d", i), 3_600_000))
+		take(t, s, op(long, fmt.Sprintf("qg:{same}:b:f:r:other%d", i)))
 		if i == 5 {
 			clock.Advance(5 * time.Second) // the victim has expired
 		}
 	}
-	first := take(op("victim", 1000))
+	first := take(t, s, victim)
 	if q := first.Quotas[0]; !first.Allowed || q.Remaining != 4 || q.Epoch != 0 {
 		t.Fatalf("the victim back: %+v, want a fresh quota of epoch 0", q)
 	}
-	if q := take(op("victim", 1000)).Quotas[0]; q.Epoch != 0 {
+	if q := take(t, s, victim).Quotas[0]; q.Epoch != 0 {
 		t.Fatalf("the next Take, no Reset since: epoch %d, want 0", q.Epoch)
 	}
-	refund := op("victim", 1000)
+	refund := victim
 	refund.Refund = true
 	refund.Quotas[0].Window, refund.Quotas[0].Epoch = first.Quotas[0].Window, first.Quotas[0].Epoch
-	if q := take(refund).Quotas[0]; q.Remaining != 4 {
+	if q := take(t, s, refund).Quotas[0]; q.Remaining != 4 {
 		t.Errorf("a Refund of epoch 0: remaining %d, want 4 (one of the two charges given back)", q.Remaining)
 	}
 }
