@@ -31,15 +31,18 @@
 // store's answer still counts, and a caller whose context was done before
 // the call (a client that half-closed its connection) gets the store's
 // decision, as one that stays (should the store fail, the engine admits
-// no caller that ended: see limit.Limiter.ConsumeN). A caller whose context is cancelled while
-// the call waits is released: at once, or 10 ms after the call began when
-// it left sooner, Take returns an error wrapping context.Canceled (the
-// engine then admits nothing, whatever the failure mode, so cancelling
-// cannot make a FailOpen policy admit a client), provided the store waits
-// on its context's Done channel, as the Redis store and every network
-// client do; what the call did in the store stays done (a charge is not
-// refunded), and the breaker learns nothing from it. A call that returns
-// within those 10 ms pays nothing for this; no goroutine is started.
+// no caller that ended: see limit.Limiter.ConsumeN). A caller whose
+// context is cancelled while the call waits is released: at once, or 10 ms
+// after the call began when it left sooner, Take returns an error wrapping
+// context.Canceled (context.DeadlineExceeded when the caller's own
+// deadline passed; the engine then admits nothing, whatever the failure
+// mode, so cancelling cannot make a FailOpen policy admit a client),
+// provided the store waits on its context's Done channel, as the Redis
+// store and every network client do; what the call did in the store stays
+// done (a charge is not refunded), and the breaker learns nothing from it
+// (a probe's caller leaving lets the next decision probe). A call that
+// returns within those 10 ms pays nothing for this; no goroutine is
+// started.
 package guard
 
 import (
