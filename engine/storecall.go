@@ -82,7 +82,7 @@ func failureModeName(m FailureMode) string {
 // that opened it: the caller's context had no part in it, and the decision
 // is the FailureMode's, as for every caller while the breaker is open.
 func callerEnded(ctx context.Context, err error) bool {
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, limitstore.ErrCircuitOpen) {
+	if (!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)) || errors.Is(err, limitstore.ErrCircuitOpen) {
 		return false
 	}
 	if ctx.Err() != nil {
