@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -92,6 +93,9 @@ func WaitFleet(t *testing.T, newStore func(t testing.TB) limitstore.Store, opts 
 					d, err := l.Consume(ctx, "one")
 					arrived := st.at
 					if err != nil || d.StoreFailed {
+						if errors.Is(err, context.DeadlineExceeded) && !time.Now().Before(end) {
+							return // asked as the run ended: a guarded store refuses a call past its deadline
+						}
 						t.Errorf("store failed: %v", err)
 						return
 					}

@@ -317,6 +317,9 @@ func (l *Limiter) decide(ctx context.Context, bucket *bucketRef, id *who, pl *pl
 		}
 	}
 	d.Limit = set.q[d.quota].limit
+	if l.maxWaitMS > 0 && d.Allowed && d.waitMS == 0 && d.charge.lim != nil && pastDeadline(ctx) {
+		l.giveUpLate(ctx, d)
+	}
 	var line lineKey
 	if wait.ticket != 0 && d.waitMS > 0 && d.Allowed {
 		line = lineKey{keys: string(sc.key), local: d.charge.local, cost: cost}

@@ -190,7 +190,8 @@ type Policy struct {
 	// of that cost takes it instead of its own later slot; one nobody
 	// takes before it begins passes unused rather than being given out
 	// twice. A request whose slot begins after its context's deadline
-	// (its store call came back that late) gives up so, at once. A context
+	// (its store call came back that late, a slot at once included)
+	// gives up so, at once, and gives its slot back. A context
 	// that reaches its deadline once the slot has begun ends no wait: the
 	// request is admitted, however late its goroutine hears of either. Waiting
 	// requests are served one emission interval (Window/Limit) per cost

@@ -495,3 +495,22 @@ func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey,
 	d.RetryAfter = max(left, time.Millisecond).Truncate(time.Millisecond)
 	l.cfg.rep.observer.Wait(d.Bucket, d.Waited, false)
 }
+
+// pastDeadline reports whether ctx's deadline has passed: a slot that
+// begins now begins after it (one at the deadline is served: see await).
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Now().After(dl)
+}
+
+// giveUpLate ends d, admitted at once (no wait) by a store call that came
+// back after its context's deadline: its slot began then, on this
+// process's clock, and it gives up as a waiter whose slot begins after
+// its deadline does (see giveUp): its charge goes back and d is limited,
+// to come back at once.
+func (l *Limiter) giveUpLate(ctx context.Context, d *Decision) {
+	l.giveBack(context.WithoutCancel(ctx), &d.charge, d.charge.cost, nil)
+	d.charge.lim = nil
+	d.Allowed, d.Outcome = false, OutcomeLimited
+	d.RetryAfter = time.Millisecond
+}

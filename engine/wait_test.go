@@ -461,6 +461,51 @@ func TestMaxWaitSlotPastTheDeadlineIsGivenBackAtOnce(t *testing.T) {
 	})
 }
 
+// An admission at once whose answer comes back after the request's
+// deadline began after it too: it is given back and the request limited,
+// as a waiter's slot past its deadline is, so that no request of a
+// MaxWait policy goes on past its deadline and the slot it held is not
+// lost. One at the deadline is served, as a waiter's is.
+func TestMaxWaitAdmissionAtOncePastTheDeadlineIsGivenBack(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		back    time.Duration // when the store's answer comes back, from the start
+		allowed bool
+	}{
+		{"after the deadline", 100 * time.Millisecond, false},
+		{"at the deadline", 50 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				refunds := &refundCounter{Store: limittest.NewStore(time.Now)}
+				store := &gatedStore{Store: refunds}
+				l := mustNew(t, store, feedPolicy())
+				after := make(chan struct{})
+				store.holds = []hold{{after: after}}
+				ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+				defer cancel()
+				late := waitFor(ctx, l) // admitted at once (the burst); its answer held
+				synctest.Wait()
+				time.Sleep(tc.back)
+				close(after)
+				d := <-late
+				if d.Allowed != tc.allowed || d.Waited != 0 {
+					t.Fatalf("answer back at %v, deadline at 50ms: %+v; want allowed %v", tc.back, d, tc.allowed)
+				}
+				if tc.allowed {
+					return
+				}
+				if d.Outcome != limit.OutcomeLimited || d.RetryAfter != time.Millisecond || refunds.count() != 1 {
+					t.Fatalf("past the deadline: %+v after %d Refunds; want limited, RetryAfter 1ms, 1 Refund", d, refunds.count())
+				}
+				if d, _ := l.Consume(context.Background(), "c"); !d.Allowed || d.Waited != 0 {
+					t.Fatalf("after the give-back: %+v; want the burst back, at once", d)
+				}
+			})
+		})
+	}
+}
+
 // Nor past its deadline on this process's clock: a slot whose answer came
 // back late begins, here, later than the store's clock says, and a waiter
 // moved to it could only give it up. The later arrival keeps its slot and
