@@ -24,6 +24,7 @@ import (
 type charge struct {
 	lim     *Limiter // the Limiter that charged; nil: nothing to give back
 	local   bool     // FailLocal's local store took it, not the shared one
+	settled bool     // its lease is settled already: its Refund settles nothing
 	bucket  bucketRef
 	id      who
 	set     *quotaSet // the quotas (of the plan) that charged it
@@ -153,8 +154,9 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 // giveBack gives cost of charge c back, in one Refund Op, to the store
 // that took it (the shared one, or FailLocal's local store; the windows
 // and epochs of the charge make it exact), settling the charge when the
-// store keeps it unsettled (its lease period in Op.Block.Lease; cost 0
-// settles a counted charge and gives nothing back), and reports whether
+// store keeps it unsettled (its lease period in Op.Block.Lease, unless
+// c.settled; cost 0 settles a counted charge and gives nothing back), and
+// reports whether
 // the store took it back, its answer in *res (nil: not wanted); a failure
 // is reported as a store error and the charge stays counted (and
 // unsettled until its lease ends).
@@ -166,6 +168,9 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64, res *limi
 		return false
 	}
 	op.Refund, op.Block.Lease = true, c.lease
+	if c.settled {
+		op.Block.LeaseMS, op.Block.PendingKey = 0, nil
+	}
 	for i := range min(op.N, limitstore.MaxQuotas) {
 		op.Quotas[i].Window, op.Quotas[i].Epoch = c.windows[i], c.epochs[i]
 	}

@@ -82,6 +82,12 @@ type line struct {
 	// latest first.
 	giving bool
 	rtt    time.Duration // how long the line's last Refund took
+	// leases are the lease periods (charge.lease) of the unsettled
+	// charges of the waiters that gave up, in order: a waiter's charge is
+	// its own, whatever slot it holds, so a spare's Refund settles one of
+	// these (the latest), not the one its slot was reserved with, which
+	// may be a waiter's still in line; none left: it settles nothing.
+	leases []int64
 	// sweep drops the spares once the last one has passed, armed while
 	// the line has spares and no waiters; nil: not armed.
 	sweep *time.Timer
@@ -119,8 +125,7 @@ type reservation struct {
 	limit      int64
 	windows    [limitstore.MaxQuotas]int64
 	epochs     [limitstore.MaxQuotas]int64
-	lease      int64 // the charge's Result.Lease, to give the slot back with
-	refused    bool  // spare, and the store gave nothing back for it since the line last gave one back
+	refused    bool // spare, and the store gave nothing back for it since the line last gave one back
 }
 
 // reservationOf is d's slot, whose wait began at start.
@@ -129,7 +134,7 @@ func reservationOf(d *Decision, start time.Time) reservation {
 		slotMS: d.ResetAt.UnixMilli() - d.ResetAfter.Milliseconds() + d.waitMS, // the store's now + the wait
 		due:    start.Add(time.Duration(d.waitMS) * time.Millisecond),
 		waitMS: d.waitMS, remaining: d.Remaining, resetAfter: d.ResetAfter, resetAt: d.ResetAt,
-		quota: d.quota, limit: d.Limit, windows: d.charge.windows, epochs: d.charge.epochs, lease: d.charge.lease,
+		quota: d.quota, limit: d.Limit, windows: d.charge.windows, epochs: d.charge.epochs,
 	}
 }
 
@@ -252,15 +257,21 @@ func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
 	return w.r.due, true
 }
 
-// leave takes w out of line k, whose waiters after it move one slot
-// earlier each: the last slot they held becomes spare. It reports whether
-// spares are to be given back (see giveBackSpare).
-func (l *Limiter) leave(k lineKey, w *waiter) (give bool) {
+// leave takes w, charged as c, out of line k, whose waiters after it
+// move one slot earlier each: the last slot they held becomes spare, and
+// c's lease, when the store keeps it unsettled, is the line's to settle
+// (see line.leases). It reports whether spares are to be given back (see
+// giveBackSpare).
+func (l *Limiter) leave(k lineKey, w *waiter, c *charge) (give bool) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
 	ln := l.lines[k]
 	i := slices.Index(ln.waiters, w)
 	ln.waiters = slices.Delete(ln.waiters, i, i+1)
+	if l.settles(&c.id) {
+		at, _ := slices.BinarySearch(ln.leases, c.lease)
+		ln.leases = slices.Insert(ln.leases, at, c.lease)
+	}
 	ln.handOut(i)
 	ln.dropPassed(time.Now())
 	give = ln.spareToGive()
@@ -269,7 +280,8 @@ func (l *Limiter) leave(k lineKey, w *waiter) (give bool) {
 }
 
 // takeSpare takes line k's latest slot, a spare, out of the line for a
-// Refund, with the charge to give it back with; ok false: none to give
+// Refund, with the charge to give it back with (settling the line's
+// latest lease, see line.leases); ok false: none to give
 // (see spareToGive). For a waiter w (nil: one that gave up) it takes one
 // only while w is in the line and its own slot is more than two of the
 // line's Refunds away: the waiter is not to be late for it.
@@ -292,7 +304,13 @@ func (l *Limiter) takeSpare(k lineKey, w *waiter) (r reservation, c charge, ok b
 	ln.slots = ln.slots[:len(ln.slots)-1]
 	ln.giving = true
 	c = ln.ch
-	c.windows, c.epochs, c.lease = r.windows, r.epochs, r.lease
+	c.windows, c.epochs = r.windows, r.epochs
+	if n := len(ln.leases); n > 0 {
+		c.lease, c.settled = ln.leases[n-1], false
+		ln.leases = ln.leases[:n-1]
+	} else {
+		c.settled = true
+	}
 	return r, c, true
 }
 
@@ -484,7 +502,7 @@ waiting:
 // time w's slot was still away.
 func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
 	d.Waited = time.Since(start)
-	give := l.leave(k, w)
+	give := l.leave(k, w, &d.charge)
 	left := time.Until(w.r.due) // out of the line: w.r is its own again
 	w.r.apply(d)
 	if give {

@@ -771,3 +771,95 @@ func TestMaxWaitSlotKeptBehindAnotherProcessIsUsedOnce(t *testing.T) {
 		}
 	})
 }
+
+// waitBlockPolicy is a token bucket of 1 per 2 s, burst 1, whose requests
+// wait up to 3 s for a slot, and which counts failures only and blocks an
+// identity for 10 s when a request is limited while none of its charges
+// is unsettled (lease periods of 1 s).
+func waitBlockPolicy() limit.Policy {
+	return limit.Policy{Name: "feed", Algorithm: limit.TokenBucket, Limit: 1, Window: 2 * time.Second, Burst: 1,
+		MaxWait: 3 * time.Second, BlockFor: 10 * time.Second, Lease: time.Second,
+		CountStatus: func(status int) bool { return status >= 400 }}
+}
+
+// A waiter that gives up settles its own unsettled charge, not the one of
+// the waiter that moves to its slot: that one's charge, counted in a later
+// lease period, stays unsettled until its Finish, and a request limited
+// meanwhile begins no block.
+func TestMaxWaitGiveUpSettlesItsOwnCharge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, limittest.NewStore(time.Now), waitBlockPolicy())
+		ctx := context.Background()
+		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
+		l.Finish(ctx, &first, 500)      // counted
+		time.Sleep(500 * time.Millisecond)
+		ctxA, cancelA := context.WithCancel(ctx)
+		a := waitFor(ctxA, l) // slot at 2 s, charged in lease period 0
+		synctest.Wait()
+		time.Sleep(time.Second)
+		b := waitFor(ctx, l) // slot at 4 s, charged in lease period 1
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		cancelA() // b moves to 2 s; the slot at 4 s goes back
+		if d := <-a; d.Allowed {
+			t.Fatalf("cancelled waiter: %+v", d)
+		}
+		db := <-b
+		if !db.Allowed || db.Waited != 500*time.Millisecond {
+			t.Fatalf("second waiter: %+v; want served at 2 s", db)
+		}
+		time.Sleep(200 * time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, time.Millisecond) // too short to wait
+		defer cancel()
+		if d, _ := l.Consume(short, "c"); d.Allowed || d.Blocked {
+			t.Fatalf("limited while the second waiter's charge is unsettled: %+v; want limited, no block", d)
+		}
+		l.Finish(ctx, &db, 200) // given back
+		if d, _ := l.Consume(ctx, "c"); !d.Allowed || d.Waited != 0 {
+			t.Fatalf("after the success is given back: %+v; want admitted at once", d)
+		}
+	})
+}
+
+// So too when the store keeps the slot given back (a later reservation of
+// another process follows it): the give-up settles its own charge then,
+// and the slot kept, taken later by a waiter whose own slot goes back
+// instead, settles nobody's charge a second time.
+func TestMaxWaitKeptSlotSettlesNoChargeTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limittest.NewStore(time.Now)
+		p := waitBlockPolicy()
+		p.MaxWait = 5 * time.Second
+		l := mustNew(t, store, p)
+		other := mustNew(t, store, p) // another process
+		ctx := context.Background()
+		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
+		l.Finish(ctx, &first, 500)
+		time.Sleep(500 * time.Millisecond)
+		ctxA, cancelA := context.WithCancel(ctx)
+		a := waitFor(ctxA, l) // slot at 2 s
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		e := waitFor(ctx, other) // slot at 4 s, after a's: the store keeps a's
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		cancelA()
+		if d := <-a; d.Allowed {
+			t.Fatalf("cancelled waiter: %+v", d)
+		}
+		time.Sleep(800 * time.Millisecond)
+		j := waitFor(ctx, l) // reserves 6 s (lease period 1), takes the kept slot at 2 s
+		synctest.Wait()
+		dj := <-j
+		if !dj.Allowed || dj.Waited != 500*time.Millisecond {
+			t.Fatalf("the waiter that joins: %+v; want served at the kept slot, 2 s", dj)
+		}
+		time.Sleep(200 * time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		if d, _ := l.Consume(short, "c"); d.Allowed || d.Blocked {
+			t.Fatalf("limited while the joiner's charge is unsettled: %+v; want limited, no block", d)
+		}
+		<-e
+	})
+}
