@@ -18,7 +18,8 @@ import "net/http"
 // matched route template, "" when unknown), Unmatched (the router has no
 // route for r: it answers 404 or 405) and Native (the framework's own
 // context for typed key and cost functions; nil: r itself). Method, Path,
-// Peer and Header come from r: Path is r.URL.RawPath when the client
+// Peer and Header come from r (Path only when Policy.SkipPaths or a policy
+// function reads it; "" otherwise): Path is r.URL.RawPath when the client
 // escaped the path, else r.URL.Path (the form chi and echo route on, so that
 // SkipPaths never exempts "/%68ealth" while the router serves it with
 // another, limited handler), Peer is r.RemoteAddr (the socket peer: never a
@@ -47,7 +48,7 @@ func (l *Limiter) checkHTTP(w http.ResponseWriter, r *http.Request, req *Request
 	if req.Native == nil {
 		req.Native = r
 	}
-	if r.URL != nil {
+	if r.URL != nil && l.needsPath {
 		req.Path = r.URL.RawPath
 		if req.Path == "" {
 			req.Path = r.URL.Path

@@ -112,6 +112,8 @@ func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
 		{"limited_response", limit.Policy{LimitedResponse: func(context.Context, limit.Request, limit.Decision) *limit.LimitedResponse { return nil }}, nil, true},
 		{"key_func", limit.Policy{KeyFunc: func(limit.Request) (string, error) { return "", nil }}, nil, true},
 		{"cost_func", limit.Policy{CostFunc: func(limit.Request) int64 { return 0 }}, nil, true},
+		{"plan", limit.Policy{Plans: map[string][]limit.Rate{"pro": {{Limit: 2, Window: time.Second}}},
+			Plan: func(limit.Request) (string, error) { return "", nil }}, nil, true},
 		{"observer", limit.Policy{}, []limit.Option{limit.WithObserver(&limittest.Recorder{})}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,6 +33,7 @@ type Limiter struct {
 	resp       responder
 	plainV4    bool                // IPv4 peers key as their own text: /32, no hashing, no trusted header
 	needsRoute bool                // something reads Request.Route (see HTTPHandler)
+	needsPath  bool                // something reads Request.Path (SkipPaths, a policy function)
 	skip       map[string]struct{} // Policy.SkipPaths; nil when empty
 	scratch    sync.Pool
 	maxWaitMS  int64        // Policy.MaxWait in ms; 0: no waiting
@@ -174,9 +175,10 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	}
 	l.resp = newResponder(&p)
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
-	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing ||
-		p.KeyFunc != nil || p.CostFunc != nil || p.Skip != nil ||
-		p.OnLimited != nil || p.OnStoreError != nil || p.LimitedResponse != nil
+	funcs := p.KeyFunc != nil || p.CostFunc != nil || p.Plan != nil || p.Skip != nil ||
+		p.OnLimited != nil || p.OnStoreError != nil || p.LimitedResponse != nil // they receive the Request
+	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing || funcs
+	l.needsPath = len(p.SkipPaths) > 0 || funcs
 	if len(p.SkipPaths) > 0 {
 		l.skip = make(map[string]struct{}, len(p.SkipPaths))
 		for _, path := range p.SkipPaths {
