@@ -141,11 +141,12 @@ for m in "${mods[@]}"; do
   echo "result: $line"
 done
 
-# ---- Allocation guards without -race ------------------------------------------
-# The race detector allocates on its own, so every allocation guard skips
-# itself under -race (loudly); the pass above runs only -race. This pass runs
-# the guards again without it, in every module that has one.
-ALLOC_RUN='Alloc|DoesNotAllocate|AllocatesNothing|AllocationFree'
+# ---- Allocation and stack guards without -race ------------------------------
+# The race detector allocates on its own and enlarges frames, so every
+# allocation guard and stack guard skips itself under -race (loudly); the
+# pass above runs only -race. This pass runs the guards again without it, in
+# every module that has one.
+ALLOC_RUN='Alloc|DoesNotAllocate|AllocatesNothing|AllocationFree|KeepsItsStack'
 hr
 echo "allocation guards (go test -run '$ALLOC_RUN', without -race)"
 hr

@@ -7,11 +7,13 @@ import "github.com/quotagate/quotagate/engine/limitstore"
 // Count) and, with a lease, the unsettled charges under
 // op.Block.PendingKey (Lease in Window, Pending in Count, PendingPrev in
 // Prev), writing each record when the Result says so (a Refund's charges
-// keeping their expiry, and never created); s.mu is held.
-func (s *Store) applyBlock(op *limitstore.Op, sts *[limitstore.MaxQuotas]limitstore.State, now int64) limitstore.Result {
+// keeping their expiry, and never created), its answer into *res; s.mu
+// is held.
+func (s *Store) applyBlock(op *limitstore.Op, sts *[limitstore.MaxQuotas]limitstore.State, now int64, res *limitstore.Result) {
 	lease := op.Block.LeaseMS > 0
 	if op.Block.ForMS <= 0 || op.Refund && !lease {
-		return op.Apply(sts, now)
+		op.ApplyTo(res, sts, now)
+		return
 	}
 	var b limitstore.BlockState
 	e := s.live(op.Block.Key, now)
@@ -24,7 +26,7 @@ func (s *Store) applyBlock(op *limitstore.Op, sts *[limitstore.MaxQuotas]limitst
 			b.Lease, b.Pending, b.PendingPrev = pe.st.Window, pe.st.Count, pe.st.Prev
 		}
 	}
-	res := op.ApplyBlock(sts, &b, now)
+	*res = op.ApplyBlock(sts, &b, now)
 	if res.BlockTTLMS > 0 {
 		e = s.entryOf(op.Block.Key, e)
 		e.st, e.exp = limitstore.State{Window: b.UntilMS, Count: b.LastMS}, now+res.BlockTTLMS
@@ -39,7 +41,6 @@ func (s *Store) applyBlock(op *limitstore.Op, sts *[limitstore.MaxQuotas]limitst
 		pe = s.entryOf(op.Block.PendingKey, pe)
 		pe.st, pe.exp = limitstore.State{Window: b.Lease, Count: b.Pending, Prev: b.PendingPrev}, now+res.PendingTTLMS
 	}
-	return res
 }
 
 // live returns the entry under key when it is live at now, else nil.

@@ -64,12 +64,7 @@ func Take(ctx context.Context, s limitstore.Store, op *limitstore.Op) (limitstor
 }
 
 // Take implements limitstore.Store.
-func (s *Store) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) (err error) {
-	*res, err = s.take(ctx, op)
-	return err
-}
-
-func (s *Store) take(_ context.Context, op *limitstore.Op) (limitstore.Result, error) {
+func (s *Store) Take(_ context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	now := s.now().UnixMilli()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,7 +82,7 @@ func (s *Store) take(_ context.Context, op *limitstore.Op) (limitstore.Result, e
 			sts[i] = e.st
 		}
 	}
-	res := s.applyBlock(op, &sts, now)
+	s.applyBlock(op, &sts, now, res)
 	for i := range n {
 		ttl, e := res.Quotas[i].TTLMS, es[i]
 		switch {
@@ -106,7 +101,7 @@ func (s *Store) take(_ context.Context, op *limitstore.Op) (limitstore.Result, e
 			e.st, e.exp = sts[i], now+ttl
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // Describe describes the store to the engine (limitstore.Info): it returns

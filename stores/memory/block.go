@@ -21,8 +21,9 @@ const blockAlg = limit.FixedWindow
 // writes what it says: the quotas as takeN does (a Refund keeping their
 // expiry and creating none), the block record and the charges with their
 // times to live (a Refund's charges keeping theirs), each with an eviction
-// score of 0: the last entries a full shard gives up.
-func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
+// score of 0: the last entries a full shard gives up. Its answer goes into
+// *res.
+func (s *Store) takeBlocked(op *limitstore.Op, res *limitstore.Result) {
 	n := min(max(op.N, 0), limitstore.MaxQuotas)
 	const m = limitstore.MaxQuotas + 2
 	k := n + 1 // the records: the block's, and with a lease the charges'
@@ -76,7 +77,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 			pos[n+1] = -1 // none to settle, and a refund never creates it
 		}
 	}
-	res := op.ApplyBlock(&sts, &b, now)
+	*res = op.ApplyBlock(&sts, &b, now)
 
 	// Write: entries present first, since adding one may move the others.
 	var add [m]bool
@@ -84,7 +85,7 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 		q, r, sh := &op.Quotas[i], &res.Quotas[i], &s.shards[shards[i]]
 		switch p := pos[i]; {
 		case p < 0:
-			add[i] = r.TTLMS > 0 && !op.Refund && !writtenLater(ids[:n], i, &res)
+			add[i] = r.TTLMS > 0 && !op.Refund && !writtenLater(ids[:n], i, res)
 		case r.TTLMS <= 0:
 			if !op.Peek && sh.ents[p].holds(q.Algorithm, now) { // a Peek writes nothing
 				sh.ents[p].setScore(r.Remaining, capacityOf(q))
@@ -141,5 +142,4 @@ func (s *Store) takeBlocked(op *limitstore.Op) limitstore.Result {
 	if cross >= 0 {
 		s.shards[cross].trySweep(now)
 	}
-	return res
 }

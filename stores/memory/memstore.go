@@ -192,7 +192,7 @@ func New(opts ...Option) (*Store, error) {
 // bytes, each copy a few dozen instructions.
 func (s *Store) Take(_ context.Context, op *limitstore.Op, res *limitstore.Result) error {
 	if op.Block.ForMS > 0 && (!op.Refund || op.Block.LeaseMS > 0) {
-		*res = s.takeBlocked(op) // block.go
+		s.takeBlocked(op, res) // block.go
 		return nil
 	}
 	if op.N != 1 {
