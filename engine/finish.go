@@ -108,7 +108,7 @@ func settle(d *Decision, m limitMark) {
 //
 // A policy with both CountStatus and BlockFor keeps every admitted
 // request's charge unsettled in the store until its Finish (at most for
-// Policy.Lease to twice that), since a denial that finds the quota spent
+// twice Policy.Lease, see there), since a denial that finds the quota spent
 // while a charge is unsettled begins no block (the charge may be given
 // back); so Finish settles such a charge in one store call whatever the
 // status: given back, or counted and nothing given back.

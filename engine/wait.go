@@ -82,12 +82,6 @@ type line struct {
 	// latest first.
 	giving bool
 	rtt    time.Duration // how long the line's last Refund took
-	// leases are the lease periods (charge.lease) of the unsettled
-	// charges of the waiters that gave up, in order: a waiter's charge is
-	// its own, whatever slot it holds, so a spare's Refund settles one of
-	// these (the latest), not the one its slot was reserved with, which
-	// may be a waiter's still in line; none left: it settles nothing.
-	leases []int64
 	// sweep drops the spares once the last one has passed, armed while
 	// the line has spares and no waiters; nil: not armed.
 	sweep *time.Timer
@@ -106,6 +100,7 @@ type lineKey struct {
 type waiter struct {
 	arrival
 	latestMS int64         // the latest slot it may be given, on the store's clock (Unix ms)
+	latest   time.Time     // and on this process's clock: its longest wait from when its wait began
 	deadline time.Time     // its context's deadline; zero: none
 	r        reservation   // the slot it holds (guarded by Limiter.linesMu)
 	moved    chan struct{} // signalled when r changes
@@ -207,9 +202,9 @@ func (ln *line) wakeHelper() {
 
 // mayTake reports whether w may be given slot r: within its bound on the
 // store's clock, and beginning, on this process's clock (r.due, never
-// early), no later than its deadline.
+// early), within its longest wait and no later than its deadline.
 func (w *waiter) mayTake(r *reservation) bool {
-	return r.slotMS <= w.latestMS && (w.deadline.IsZero() || !r.due.After(w.deadline))
+	return r.slotMS <= w.latestMS && !r.due.After(w.latest) && (w.deadline.IsZero() || !r.due.After(w.deadline))
 }
 
 // handOut gives waiters[from:] the slots of their positions, telling each
@@ -257,21 +252,15 @@ func (l *Limiter) slot(k lineKey, w *waiter) (due time.Time, begun bool) {
 	return w.r.due, true
 }
 
-// leave takes w, charged as c, out of line k, whose waiters after it
-// move one slot earlier each: the last slot they held becomes spare, and
-// c's lease, when the store keeps it unsettled, is the line's to settle
-// (see line.leases). It reports whether spares are to be given back (see
-// giveBackSpare).
-func (l *Limiter) leave(k lineKey, w *waiter, c *charge) (give bool) {
+// leave takes w out of line k, whose waiters after it move one slot
+// earlier each: the last slot they held becomes spare. It reports whether
+// spares are to be given back (see giveBackSpare).
+func (l *Limiter) leave(k lineKey, w *waiter) (give bool) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
 	ln := l.lines[k]
 	i := slices.Index(ln.waiters, w)
 	ln.waiters = slices.Delete(ln.waiters, i, i+1)
-	if l.settles(&c.id) {
-		at, _ := slices.BinarySearch(ln.leases, c.lease)
-		ln.leases = slices.Insert(ln.leases, at, c.lease)
-	}
 	ln.handOut(i)
 	ln.dropPassed(time.Now())
 	give = ln.spareToGive()
@@ -280,11 +269,12 @@ func (l *Limiter) leave(k lineKey, w *waiter, c *charge) (give bool) {
 }
 
 // takeSpare takes line k's latest slot, a spare, out of the line for a
-// Refund, with the charge to give it back with (settling the line's
-// latest lease, see line.leases); ok false: none to give
-// (see spareToGive). For a waiter w (nil: one that gave up) it takes one
-// only while w is in the line and its own slot is more than two of the
-// line's Refunds away: the waiter is not to be late for it.
+// Refund, with the charge to give it back with, which settles no one's
+// charge (a waiter's charge is its own, whatever slot it held: see
+// giveUp); ok false: none to give (see spareToGive). For a waiter w (nil:
+// one that gave up) it takes one only while w is in the line and its own
+// slot is more than two of the line's Refunds away: the waiter is not to
+// be late for it.
 func (l *Limiter) takeSpare(k lineKey, w *waiter) (r reservation, c charge, ok bool) {
 	l.linesMu.Lock()
 	defer l.linesMu.Unlock()
@@ -304,13 +294,7 @@ func (l *Limiter) takeSpare(k lineKey, w *waiter) (r reservation, c charge, ok b
 	ln.slots = ln.slots[:len(ln.slots)-1]
 	ln.giving = true
 	c = ln.ch
-	c.windows, c.epochs = r.windows, r.epochs
-	if n := len(ln.leases); n > 0 {
-		c.lease, c.settled = ln.leases[n-1], false
-		ln.leases = ln.leases[:n-1]
-	} else {
-		c.settled = true
-	}
+	c.windows, c.epochs, c.settled = r.windows, r.epochs, true
 	return r, c, true
 }
 
@@ -374,22 +358,29 @@ func (l *Limiter) settle(k lineKey, ln *line) {
 }
 
 // giveBackSpare gives line k's latest spare back in one Refund, on the
-// calling goroutine, for w (see takeSpare; nil: a waiter that gave up),
-// and reports whether more are to be given back. The line's Refunds go one
-// at a time, latest first (the store gives back only its latest
-// reservation): a caller that gave up while one is under way returns at
-// once, and the spares left after one are given back by the line's
-// waiters while they wait (helpGiveBack), or taken by the next to join.
-func (l *Limiter) giveBackSpare(ctx context.Context, k lineKey, w *waiter) bool {
+// calling goroutine, for w (see takeSpare), or for a waiter that gave up
+// (w nil), whose own charge own the Refund settles, and reports whether
+// it gave one back and whether more are to be given back. ctx is the
+// Refund's own: not the request's, which may have ended (the store's
+// timeout bounds it, package guard; a waiter's ends at its slot, see
+// await). A Refund whose context ends first counts as given back (see
+// refundSlot). The line's
+// Refunds go one at a time, latest first (the store gives back only its
+// latest reservation): a caller that gave up while one is under way
+// returns at once, and the spares left after one are given back by the
+// line's waiters while they wait (helpGiveBack), or taken by the next to
+// join.
+func (l *Limiter) giveBackSpare(ctx context.Context, k lineKey, w *waiter, own *charge) (gave, more bool) {
 	r, c, ok := l.takeSpare(k, w)
 	if !ok {
-		return false
+		return false, false
 	}
-	// The request's context may have ended: the refund has a context of
-	// its own (the store's timeout bounds it; package guard).
+	if own != nil {
+		c.lease, c.settled = own.lease, false
+	}
 	t0 := time.Now()
-	kept := l.refundSlot(context.WithoutCancel(ctx), &c)
-	return l.gaveBack(k, r, kept, time.Since(t0))
+	kept := l.refundSlot(ctx, &c)
+	return true, l.gaveBack(k, r, kept, time.Since(t0))
 }
 
 // helpGiveBack gives line k's spares back for waiter w, one Refund after
@@ -397,7 +388,10 @@ func (l *Limiter) giveBackSpare(ctx context.Context, k lineKey, w *waiter) bool 
 // done.
 func (l *Limiter) helpGiveBack(ctx context.Context, k lineKey, w *waiter, done chan struct{}) {
 	defer close(done)
-	for l.giveBackSpare(ctx, k, w) {
+	for {
+		if _, more := l.giveBackSpare(ctx, k, w, nil); !more {
+			return
+		}
 	}
 }
 
@@ -436,17 +430,22 @@ func (l *Limiter) await(ctx context.Context, d *Decision, a arrival, k lineKey) 
 	start := time.Now()
 	w := &waiter{arrival: a, r: reservationOf(d, start), moved: make(chan struct{}, 1), help: make(chan struct{}, 1)}
 	w.latestMS = w.r.slotMS - d.waitMS + a.waitMS // the store's now + the longest wait
+	w.latest = start.Add(time.Duration(a.waitMS) * time.Millisecond)
 	w.deadline, _ = ctx.Deadline()
 	due := l.join(k, w, &d.charge)
 	// helping is closed once w's give-backs for its line (see
-	// helpGiveBack) are done; nil: none under way. w returns after them
-	// (they stop in time for its slot: see takeSpare).
+	// helpGiveBack) are done; nil: none under way. They stop in time for
+	// its slot (see takeSpare); w ends the one under way when it returns
+	// (stopHelping: a Refund the store has not answered by then counts as
+	// given back), and returns after it.
 	var helping chan struct{}
 	defer func() {
 		if helping != nil {
 			<-helping
 		}
 	}()
+	hctx, stopHelping := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopHelping() // before the wait for helping
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 waiting:
@@ -467,7 +466,7 @@ waiting:
 				}
 			}
 			helping = make(chan struct{})
-			go l.helpGiveBack(ctx, k, w, helping)
+			go l.helpGiveBack(hctx, k, w, helping)
 		case <-ctx.Done():
 			// At its deadline the slot it holds has begun (it begins
 			// no later: see mayTake), while the context was live: the
@@ -499,14 +498,21 @@ waiting:
 // giveUp ends w's wait, begun at start, unserved: w leaves line k, whose
 // last slot held becomes spare and is given back (see giveBackSpare: one
 // store call at most here), and d becomes limited, with RetryAfter the
-// time w's slot was still away.
+// time w's slot was still away. The Refund settles d's own charge when the
+// store keeps it unsettled (see Finish), whichever slot it gives back;
+// when no spare is given back here (a Refund of the line's under way, or
+// its latest spare one the store kept) one Refund of nothing settles it.
 func (l *Limiter) giveUp(ctx context.Context, d *Decision, w *waiter, k lineKey, start time.Time) {
 	d.Waited = time.Since(start)
-	give := l.leave(k, w, &d.charge)
+	give := l.leave(k, w)
 	left := time.Until(w.r.due) // out of the line: w.r is its own again
 	w.r.apply(d)
+	gave := false
 	if give {
-		l.giveBackSpare(ctx, k, nil)
+		gave, _ = l.giveBackSpare(context.WithoutCancel(ctx), k, nil, &d.charge)
+	}
+	if !gave && l.settles(&d.charge.id) {
+		l.giveBack(context.WithoutCancel(ctx), &d.charge, 0, nil)
 	}
 	d.charge.lim = nil
 	d.Allowed, d.Outcome = false, OutcomeLimited

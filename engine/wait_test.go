@@ -538,6 +538,37 @@ func TestMaxWaitArrivalOrderKeepsTheLocalDeadline(t *testing.T) {
 	})
 }
 
+// Nor past its MaxWait on this process's clock: the later arrival, whose
+// MaxWait ends at 450 ms, keeps its slot rather than take one that begins
+// at 500 ms here, and both are served.
+func TestMaxWaitArrivalOrderKeepsMaxWaitOnThisClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &gatedStore{Store: limittest.NewStore(time.Now)}
+		p := feedPolicy()
+		p.MaxWait = 450 * time.Millisecond
+		l := mustNew(t, store, p)
+		start := time.Now()
+		l.Consume(context.Background(), "c")
+		before, after := make(chan struct{}), make(chan struct{})
+		store.holds = []hold{{before: before, after: after}}
+		first := waitFor(context.Background(), l) // held before the store, then its answer held
+		synctest.Wait()
+		second := waitFor(context.Background(), l) // reserves 200 ms; bound 450 ms on both clocks
+		synctest.Wait()
+		close(before) // the first reserves 400 ms at 0 ms
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		close(after) // back at 100 ms: its slot is 500 ms here, past the second's MaxWait
+		d2 := <-second
+		at2 := time.Since(start)
+		d1 := <-first
+		at1 := time.Since(start)
+		if !d1.Allowed || !d2.Allowed || at2 != 200*time.Millisecond || at1 != 500*time.Millisecond || d2.Waited > p.MaxWait {
+			t.Fatalf("second served at %v (%+v), first at %v (%+v); want 200ms, 500ms", at2, d2, at1, d1.Allowed)
+		}
+	})
+}
+
 // A waiter whose slot begins at its deadline is served then: its context
 // reaching the deadline once the slot has begun ends no wait, whichever
 // of its timer and its context the waiter hears first.
@@ -861,5 +892,164 @@ func TestMaxWaitKeptSlotSettlesNoChargeTwice(t *testing.T) {
 			t.Fatalf("limited while the joiner's charge is unsettled: %+v; want limited, no block", d)
 		}
 		<-e
+	})
+}
+
+// A waiter that gives up while its line's latest spare is one the store
+// kept (a later reservation of another process follows it) gives no slot
+// back, and settles its own charge all the same: with every request given
+// up or finished, a counted denial begins a block.
+func TestMaxWaitGiveUpBehindAKeptSpareSettlesItsCharge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := limittest.NewStore(time.Now)
+		p := waitBlockPolicy()
+		p.MaxWait = 7 * time.Second
+		l := mustNew(t, store, p)
+		other := mustNew(t, store, p) // another process
+		ctx := context.Background()
+		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
+		l.Finish(ctx, &first, 500)      // counted
+		ctxA, cancelA := context.WithCancel(ctx)
+		a := waitFor(ctxA, l) // 2 s
+		synctest.Wait()
+		ctxB, cancelB := context.WithCancel(ctx)
+		b := waitFor(ctxB, l) // 4 s
+		synctest.Wait()
+		ctxE, cancelE := context.WithCancel(ctx)
+		e := waitFor(ctxE, other) // 6 s
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		cancelA() // b moves to 2 s; 4 s goes back, kept behind e's: a's charge settled
+		if d := <-a; d.Allowed {
+			t.Fatalf("a: %+v", d)
+		}
+		cancelB() // the line's latest spare is the kept one: no Refund
+		if d := <-b; d.Allowed {
+			t.Fatalf("b: %+v", d)
+		}
+		cancelE() // e gives its own slot back, settling its own charge
+		if d := <-e; d.Allowed {
+			t.Fatalf("e: %+v", d)
+		}
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		// Nothing admitted is in flight: a counted denial begins a block.
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		if d, _ := l.Consume(short, "c"); d.Allowed || !d.Blocked {
+			t.Fatalf("a denial with no request in flight: %+v; want a block (every charge settled)", d)
+		}
+	})
+}
+
+// So too for a waiter that gives up while a Refund of its line is under
+// way (the waiters give up together).
+func TestMaxWaitGiveUpDuringARefundSettlesItsCharge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := waitBlockPolicy()
+		p.MaxWait = 5 * time.Second
+		// The first Refund (the burst's Finish) at once, the next one 4 ms.
+		l := mustNew(t, &slowRefundStore{Store: limittest.NewStore(time.Now), refundLag: []time.Duration{0, 4 * time.Millisecond}}, p)
+		ctx := context.Background()
+		first, _ := l.Consume(ctx, "c")
+		l.Finish(ctx, &first, 500)
+		cctx, cancelAll := context.WithCancel(ctx)
+		a := waitFor(cctx, l) // 2 s
+		synctest.Wait()
+		b := waitFor(cctx, l) // 4 s
+		synctest.Wait()
+		time.Sleep(100 * time.Millisecond)
+		cancelAll() // the first to leave gives a spare back (4 ms); the second leaves meanwhile
+		<-a
+		<-b
+		time.Sleep(100 * time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond) // too short to wait for 2 s
+		defer cancel()
+		if d, _ := l.Consume(short, "c"); d.Allowed || !d.Blocked {
+			t.Fatalf("a denial with no request in flight: %+v; want a block (every charge settled)", d)
+		}
+	})
+}
+
+// A waiter's charge holds off a block for at least Lease from its slot,
+// however long it waited (MaxWait longer than Lease here): a denial while
+// its handler runs begins none.
+func TestMaxWaitServedWaiterHoldsOffABlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustNew(t, limittest.NewStore(time.Now), waitBlockPolicy()) // Lease 1 s, MaxWait 3 s
+		ctx := context.Background()
+		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
+		l.Finish(ctx, &first, 500)
+		d, _ := l.Consume(ctx, "c") // reserved at 0 s (lease period 0), served at 2 s
+		if !d.Allowed || d.Waited != 2*time.Second {
+			t.Fatalf("waiter: %+v", d)
+		}
+		time.Sleep(100 * time.Millisecond) // its handler runs
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		if dd, _ := l.Consume(short, "c"); dd.Allowed || dd.Blocked {
+			t.Fatalf("limited 100ms after a request was admitted, before its Finish: %+v; want no block", dd)
+		}
+		l.Finish(ctx, &d, 200)
+	})
+}
+
+// slowRefundStore answers its Refunds after the delays in refundLag, in
+// order (none left: at once), or at its context's end with its error (the
+// Refund done meanwhile), as the Store contract asks; other calls at once.
+type slowRefundStore struct {
+	*limittest.Store
+	mu        sync.Mutex
+	refundLag []time.Duration
+}
+
+func (s *slowRefundStore) Take(ctx context.Context, op *limitstore.Op, res *limitstore.Result) error {
+	var lag time.Duration
+	if op.Refund {
+		s.mu.Lock()
+		if len(s.refundLag) > 0 {
+			lag, s.refundLag = s.refundLag[0], s.refundLag[1:]
+		}
+		s.mu.Unlock()
+	}
+	err := s.Store.Take(ctx, op, res)
+	select {
+	case <-time.After(lag):
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// A waiter that gives its line's spares back while it waits goes on at its
+// slot however slow the store: the Refund under way then (100 ms here,
+// guard's DefaultTimeout) is given up, and the waiter returns at its
+// slot, before its context's deadline.
+func TestMaxWaitHelperIsNotHeldPastItsDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 1 ms for the first Refund (the line learns that), 100 ms for the next.
+		store := &slowRefundStore{Store: limittest.NewStore(time.Now), refundLag: []time.Duration{time.Millisecond, 100 * time.Millisecond}}
+		l := mustNew(t, store, feedPolicy()) // one slot per 200 ms, MaxWait 2 s
+		start := time.Now()
+		l.Consume(context.Background(), "c") // the burst
+		ctxD, cancelD := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancelD()
+		d := waitFor(ctxD, l) // 200 ms, deadline 250 ms
+		synctest.Wait()
+		ctxE, cancelE := context.WithCancel(context.Background())
+		e := waitFor(ctxE, l) // 400 ms
+		synctest.Wait()
+		f := waitFor(ctxE, l) // 600 ms
+		synctest.Wait()
+		time.Sleep(190 * time.Millisecond)
+		// The first to leave gives 600 ms back (1 ms); the second leaves
+		// meanwhile, and d, 9 ms before its slot, gives 400 ms back.
+		cancelE()
+		<-e
+		<-f
+		dd := <-d
+		if at := time.Since(start); dd.Allowed && at > 250*time.Millisecond {
+			t.Fatalf("d returned admitted at %v, past its deadline (250ms); its slot began at 200ms (Waited %v)", at, dd.Waited)
+		}
 	})
 }
