@@ -2,9 +2,9 @@
 // HTTP traffic at it from several client addresses (127.0.0.2, 127.0.0.3, ...:
 // each dials from its own loopback address, so the server sees distinct socket
 // peers), prints what each client got per route, checks it against the example
-// policies and against the server's GET /metrics, ends by printing the
-// quotagate_ lines of /metrics, stops the server and exits 0 (1 when the
-// limiter misbehaved).
+// policies and against the server's GET /metrics, prints the quotagate_
+// lines of /metrics, then its verdict, stops the server and exits 0 (1 when
+// the limiter misbehaved).
 //
 //	cd examples && go run ./demo -framework chi
 package main
@@ -279,11 +279,9 @@ func run(framework string) error {
 	otpBlock(base, check)
 	sharedSlots(framework, check)
 
-	if len(problems) == 0 {
-		fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
-	}
 	// The dump is read last, so it also counts the probes the checks above
-	// sent (RateLimit-Policy reads, unmatched requests, sign-ins).
+	// sent (RateLimit-Policy reads, unmatched requests, sign-ins); the
+	// verdict follows it, the last line a newcomer reads.
 	if final, err := metricLines(base + "/metrics"); err == nil {
 		lines = final
 	}
@@ -291,6 +289,7 @@ func run(framework string) error {
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
+	fmt.Println("\ndemo passed: the limiter admitted and denied exactly as configured")
 	return nil
 }
 
