@@ -794,6 +794,19 @@ func waitBlockPolicy() limit.Policy {
 		CountStatus: func(status int) bool { return status >= 400 }}
 }
 
+// spentProcesses returns two Limiters of waitBlockPolicy with MaxWait
+// maxWait on one store (two processes), the burst spent by a counted
+// request: the next slot at 2 s. It runs in a synctest bubble.
+func spentProcesses(t *testing.T, maxWait time.Duration) (l, other *limit.Limiter) {
+	store := limittest.NewStore(time.Now)
+	p := waitBlockPolicy()
+	p.MaxWait = maxWait
+	l, other = mustNew(t, store, p), mustNew(t, store, p)
+	first, _ := l.Consume(context.Background(), "c")
+	l.Finish(context.Background(), &first, 500)
+	return l, other
+}
+
 // A waiter that gives up settles its own unsettled charge, not the one of
 // the waiter that moves to its slot: that one's charge, counted in a later
 // lease period, stays unsettled until its Finish, and a request limited
@@ -839,14 +852,8 @@ func TestMaxWaitGiveUpSettlesItsOwnCharge(t *testing.T) {
 // instead, settles nobody's charge a second time.
 func TestMaxWaitKeptSlotSettlesNoChargeTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := limittest.NewStore(time.Now)
-		p := waitBlockPolicy()
-		p.MaxWait = 5 * time.Second
-		l := mustNew(t, store, p)
-		other := mustNew(t, store, p) // another process
+		l, other := spentProcesses(t, 5*time.Second)
 		ctx := context.Background()
-		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
-		l.Finish(ctx, &first, 500)
 		time.Sleep(500 * time.Millisecond)
 		ctxA, cancelA := context.WithCancel(ctx)
 		a := waitFor(ctxA, l) // slot at 2 s
@@ -882,14 +889,8 @@ func TestMaxWaitKeptSlotSettlesNoChargeTwice(t *testing.T) {
 // up or finished, a counted denial begins a block.
 func TestMaxWaitGiveUpBehindAKeptSpareSettlesItsCharge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := limittest.NewStore(time.Now)
-		p := waitBlockPolicy()
-		p.MaxWait = 7 * time.Second
-		l := mustNew(t, store, p)
-		other := mustNew(t, store, p) // another process
+		l, other := spentProcesses(t, 7*time.Second)
 		ctx := context.Background()
-		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
-		l.Finish(ctx, &first, 500)      // counted
 		ctxA, cancelA := context.WithCancel(ctx)
 		a := waitFor(ctxA, l) // 2 s
 		synctest.Wait()
