@@ -156,10 +156,9 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 // and epochs of the charge make it exact), settling the charge when the
 // store keeps it unsettled (its lease period in Op.Block.Lease, unless
 // c.settled; cost 0 settles a counted charge and gives nothing back), and
-// reports whether
-// the store took it back, its answer in *res (nil: not wanted); a failure
-// is reported as a store error and the charge stays counted (and
-// unsettled until its lease ends).
+// reports whether the store took it back, its answer in *res (nil: not
+// wanted); a failure is reported as a store error and the charge stays
+// counted (and unsettled until its lease ends).
 func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64, res *limitstore.Result) bool {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)

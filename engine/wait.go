@@ -361,15 +361,14 @@ func (l *Limiter) settle(k lineKey, ln *line) {
 // calling goroutine, for w (see takeSpare), or for a waiter that gave up
 // (w nil), whose own charge own the Refund settles, and reports whether
 // it gave one back and whether more are to be given back. ctx is the
-// Refund's own: not the request's, which may have ended (the store's
-// timeout bounds it, package guard; a waiter's ends at its slot, see
-// await). A Refund whose context ends first counts as given back (see
-// refundSlot). The line's
-// Refunds go one at a time, latest first (the store gives back only its
-// latest reservation): a caller that gave up while one is under way
-// returns at once, and the spares left after one are given back by the
-// line's waiters while they wait (helpGiveBack), or taken by the next to
-// join.
+// Refund's own, not the request's, which may have ended: the store's
+// timeout bounds it (package guard), and a waiter's ends when the waiter
+// goes on (see await); a Refund whose context ends first counts as given
+// back (see refundSlot). The line's Refunds go one at a time, latest
+// first (the store gives back only its latest reservation): a caller that
+// gave up while one is under way returns at once, and the spares left
+// after one are given back by the line's waiters while they wait
+// (helpGiveBack), or taken by the next to join.
 func (l *Limiter) giveBackSpare(ctx context.Context, k lineKey, w *waiter, own *charge) (gave, more bool) {
 	r, c, ok := l.takeSpare(k, w)
 	if !ok {
