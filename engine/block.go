@@ -27,14 +27,15 @@ const pendingSegment = "pending"
 
 // pendingLeaseMS is how long the store keeps a charge of a policy that
 // blocks and counts by status unsettled without its Finish: Policy.Lease,
-// DefaultLease when 0, plus MaxWait (a charge counts from its reservation,
-// and its request goes on at its slot, up to MaxWait later); 0 for a
-// policy without both CountStatus and BlockFor (no charge is kept).
+// DefaultLease when 0; 0 for a policy without both CountStatus and
+// BlockFor (no charge is kept). It is the length of the lease periods of
+// the identity's record of unsettled charges, which every policy of one
+// Name shares (MaxWait apart): one length per record.
 func (p *Policy) pendingLeaseMS() int64 {
 	if p.BlockFor <= 0 || p.CountStatus == nil || p.Algorithm == Concurrency {
 		return 0
 	}
-	return p.leaseMS() + p.MaxWait.Milliseconds()
+	return p.leaseMS()
 }
 
 // checkBlock validates BlockFor and BlockMax.

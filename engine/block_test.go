@@ -390,3 +390,58 @@ func TestBlockHeldOffBySuccessesInFlight(t *testing.T) {
 		})
 	}
 }
+
+// The policies of one Name share an identity's record of unsettled
+// charges, MaxWait or not, so they agree on its lease periods: a charge
+// never finished counts no longer than twice Lease, and one in flight
+// holds off the other policy's block.
+func TestBlockLeasePeriodsOfOneNameAgree(t *testing.T) {
+	s := storeAt(epochMS)
+	p := limit.Policy{Name: "login", Algorithm: limit.TokenBucket, Limit: 1, Window: time.Minute,
+		BlockFor: 10 * time.Second, CountStatus: failures, Lease: time.Second}
+	a := limittest.MustNew(s, p)
+	p.MaxWait = time.Second
+	b, err := a.With(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, _ := a.Consume(ctx, "client"); !d.Allowed {
+		t.Fatalf("a: %+v", d) // its handler panics: no Finish
+	}
+	s.advance(500)
+	d, _ := b.Consume(ctx, "client")
+	if !d.Allowed {
+		t.Fatalf("b: %+v", d)
+	}
+	b.Finish(ctx, &d, 401)
+	s.advance(3_600_000) // an hour: a's charge is long settled
+	d, _ = b.Consume(ctx, "client")
+	if !d.Allowed {
+		t.Fatalf("b an hour later: %+v", d)
+	}
+	b.Finish(ctx, &d, 401)
+	if d, _ := b.Consume(ctx, "client"); d.Allowed || !d.Blocked {
+		t.Fatalf("counted denial an hour after the last unfinished charge: %+v, want a block", d)
+	}
+
+	s2 := storeAt(epochMS)
+	p.MaxWait = 0
+	a = limittest.MustNew(s2, p)
+	p.MaxWait = time.Second
+	if b, err = a.With(p); err != nil {
+		t.Fatal(err)
+	}
+	inFlight, _ := b.Consume(ctx, "client")
+	if !inFlight.Allowed {
+		t.Fatalf("b: %+v", inFlight)
+	}
+	d, _ = a.Consume(ctx, "client")
+	if !d.Allowed {
+		t.Fatalf("a: %+v", d)
+	}
+	a.Finish(ctx, &d, 401)
+	if d, _ := a.Consume(ctx, "client"); d.Blocked {
+		t.Fatalf("denial while b's charge is in flight: %+v, want no block", d)
+	}
+}

@@ -157,8 +157,9 @@ func (l *Limiter) Finish(ctx context.Context, d *Decision, status int) {
 // store keeps it unsettled (its lease period in Op.Block.Lease, unless
 // c.settled; cost 0 settles a counted charge and gives nothing back), and
 // reports whether the store took it back, its answer in *res (nil: not
-// wanted); a failure is reported as a store error and the charge stays
-// counted (and unsettled until its lease ends).
+// wanted); a failure is reported as a store error (unless ctx ended: see
+// callerEnded) and the charge stays counted (and unsettled until its
+// lease ends).
 func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64, res *limitstore.Result) bool {
 	sc := l.scratch.Get().(*scratch)
 	defer l.scratch.Put(sc)
@@ -181,7 +182,9 @@ func (l *Limiter) giveBack(ctx context.Context, c *charge, cost int64, res *limi
 		res = new(limitstore.Result)
 	}
 	if err := l.store.take(ctx, ref, op, res); err != nil {
-		l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+		if !callerEnded(ctx, err) { // a caller that left is no store failure
+			l.store.rep.storeFailure(c.bucket.name, l.store.mode, err, !errors.Is(err, limitstore.ErrCircuitOpen))
+		}
 		return false
 	}
 	return true

@@ -1,10 +1,13 @@
 package limit_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +127,23 @@ func TestHTTPHandlerReadsTheRouteOnlyWhenNeeded(t *testing.T) {
 				t.Fatalf("route asked: %v, want %v", asked, tc.want)
 			}
 		})
+	}
+}
+
+// A Shadow policy's log line names the handler: HTTPHandler asks for the
+// route.
+func TestHTTPHandlerShadowLogNamesTheRoute(t *testing.T) {
+	var buf bytes.Buffer
+	l := mustNew(t, limittest.NewStore(nil), limit.Policy{Limit: 1, Window: time.Minute, Shadow: true},
+		limit.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	h := l.HTTPHandler(http.NotFoundHandler(), func(*http.Request) (string, bool) { return "/v1/notes/{id}", false }, nil)
+	for range 2 {
+		r := httptest.NewRequest("GET", "/v1/notes/1", nil)
+		r.RemoteAddr = "192.0.2.1:4711"
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	if !strings.Contains(buf.String(), "handler=/v1/notes/{id}") {
+		t.Fatalf("shadow log line: %q, want handler=/v1/notes/{id}", buf.String())
 	}
 }
 

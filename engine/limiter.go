@@ -177,7 +177,7 @@ func newLimiter(s limitstore.Store, p Policy, cfg *config) (*Limiter, error) {
 	l.plainV4 = cfg.ipv4Bits == 32 && !cfg.hashKeys && cfg.trust.mode == trustNone
 	funcs := p.KeyFunc != nil || p.CostFunc != nil || p.Plan != nil || p.Skip != nil ||
 		p.OnLimited != nil || p.OnStoreError != nil || p.LimitedResponse != nil // they receive the Request
-	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing || funcs
+	l.needsRoute = (p.Scope == PerRoute && p.Name == "") || cfg.rep.observing || p.Shadow || funcs // Shadow: the handler of its log line
 	l.needsPath = len(p.SkipPaths) > 0 || funcs
 	if len(p.SkipPaths) > 0 {
 		l.skip = make(map[string]struct{}, len(p.SkipPaths))

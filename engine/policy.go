@@ -412,8 +412,7 @@ type Policy struct {
 	// request limited while one is unsettled begins no block, since its
 	// quota may be spent by requests that will be given back; successes
 	// never block, concurrent ones included. A charge whose Finish never
-	// comes counts as settled after Lease to twice that (Lease plus
-	// MaxWait with MaxWait).
+	// comes counts as settled after Lease to twice that.
 	// Shadow decides and reports blocks and enforces none. Limiter.Reset
 	// lifts a block; Limiter.Peek shows it. Requests without an identity
 	// (the fallback bucket) are never blocked. A whole number of
@@ -466,11 +465,10 @@ type Policy struct {
 	// store call), holding off a block meanwhile (see BlockFor): at least
 	// Lease and less than twice Lease (lease periods of Lease from the
 	// Unix epoch: a charge counts until the period after its own ends),
-	// not renewed. With MaxWait the periods are Lease plus MaxWait long: a
-	// charge counts from its reservation, and its request goes on at its
-	// slot, up to MaxWait later, with at least Lease left. A whole number
-	// of milliseconds, at most 24 h; 0 means DefaultLease. Other policies
-	// ignore it.
+	// not renewed. With MaxWait a charge counts from its reservation, and
+	// its request goes on at its slot, up to MaxWait later: Lease is to
+	// cover MaxWait and the handler. A whole number of milliseconds, at
+	// most 24 h; 0 means DefaultLease. Other policies ignore it.
 	Lease time.Duration
 }
 

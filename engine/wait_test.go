@@ -953,29 +953,6 @@ func TestMaxWaitGiveUpDuringARefundSettlesItsCharge(t *testing.T) {
 	})
 }
 
-// A waiter's charge holds off a block for at least Lease from its slot,
-// however long it waited (MaxWait longer than Lease here): a denial while
-// its handler runs begins none.
-func TestMaxWaitServedWaiterHoldsOffABlock(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := mustNew(t, limittest.NewStore(time.Now), waitBlockPolicy()) // Lease 1 s, MaxWait 3 s
-		ctx := context.Background()
-		first, _ := l.Consume(ctx, "c") // the burst: the next slot at 2 s
-		l.Finish(ctx, &first, 500)
-		d, _ := l.Consume(ctx, "c") // reserved at 0 s (lease period 0), served at 2 s
-		if !d.Allowed || d.Waited != 2*time.Second {
-			t.Fatalf("waiter: %+v", d)
-		}
-		time.Sleep(100 * time.Millisecond) // its handler runs
-		short, cancel := context.WithTimeout(ctx, time.Millisecond)
-		defer cancel()
-		if dd, _ := l.Consume(short, "c"); dd.Allowed || dd.Blocked {
-			t.Fatalf("limited 100ms after a request was admitted, before its Finish: %+v; want no block", dd)
-		}
-		l.Finish(ctx, &d, 200)
-	})
-}
-
 // slowRefundStore answers its Refunds after the delays in refundLag, in
 // order (none left: at once), or at its context's end with its error (the
 // Refund done meanwhile), as the Store contract asks; other calls at once.
@@ -1032,6 +1009,35 @@ func TestMaxWaitHelperIsNotHeldPastItsDeadline(t *testing.T) {
 		dd := <-d
 		if at := time.Since(start); dd.Allowed && at > 250*time.Millisecond {
 			t.Fatalf("d returned admitted at %v, past its deadline (250ms); its slot began at 200ms (Waited %v)", at, dd.Waited)
+		}
+	})
+}
+
+// The helper Refund a waiter ends itself when it goes on (see
+// TestMaxWaitHelperIsNotHeldPastItsDeadline) is no store failure: no
+// StoreError event, no failure log.
+func TestMaxWaitHelperCancelIsNoStoreError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &slowRefundStore{Store: limittest.NewStore(time.Now), refundLag: []time.Duration{time.Millisecond, 100 * time.Millisecond}}
+		rec := &limittest.Recorder{}
+		l := mustNew(t, store, feedPolicy(), limit.WithObserver(rec))
+		l.Consume(context.Background(), "c")
+		ctxD, cancelD := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		defer cancelD()
+		d := waitFor(ctxD, l)
+		synctest.Wait()
+		ctxE, cancelE := context.WithCancel(context.Background())
+		e := waitFor(ctxE, l)
+		synctest.Wait()
+		f := waitFor(ctxE, l)
+		synctest.Wait()
+		time.Sleep(190 * time.Millisecond)
+		cancelE()
+		<-e
+		<-f
+		<-d
+		if n := rec.StoreErrors(); n != 0 {
+			t.Fatalf("%d StoreError events, want 0: the only failed call is the helper Refund the waiter ended", n)
 		}
 	})
 }
