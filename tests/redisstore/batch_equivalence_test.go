@@ -18,11 +18,14 @@ import (
 // (it runs out), an Op of two quotas and one of three, refunds, costs, a
 // key holding a hash (WRONGTYPE) in the middle and as the second key of an
 // Op of two quotas at the end, every algorithm. now is
-// the caller's clock they are decided at (the refunds' windows follow it).
+// the caller's clock they are decided at (the refunds' windows follow it);
+// the windows' phases put their boundaries 30 s and 33 s away from it, so
+// that a run on the server's clock, later than now and batched and one by
+// one at different instants, never sees a window roll in between.
 func batchOps(prefix string, now int64) []limitstore.Op {
 	qs := map[limit.Algorithm]limitstore.Quota{
-		limit.SlidingWindow: {Algorithm: limit.SlidingWindow, Limit: 3, WindowMS: 60_000, PhaseMS: 1234},
-		limit.FixedWindow:   {Algorithm: limit.FixedWindow, Limit: 3, WindowMS: 60_000, PhaseMS: 4321},
+		limit.SlidingWindow: {Algorithm: limit.SlidingWindow, Limit: 3, WindowMS: 60_000, PhaseMS: (now + 30_000) % 60_000},
+		limit.FixedWindow:   {Algorithm: limit.FixedWindow, Limit: 3, WindowMS: 60_000, PhaseMS: (now + 33_000) % 60_000},
 		limit.TokenBucket:   {Algorithm: limit.TokenBucket, Limit: 3, Burst: 3, WindowMS: 60_000},
 	}
 	var ops []limitstore.Op
